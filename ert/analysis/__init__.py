@@ -1,0 +1,1 @@
+"""Analysis: plateaus, level names and ceilings, derived from raw samples only."""

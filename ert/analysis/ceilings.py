@@ -1,0 +1,157 @@
+"""Ceilings from raw records: bandwidth plateaus named as memory levels, and compute peaks."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from ert.analysis.levels import name_levels
+from ert.analysis.plateaus import find_plateaus
+from ert.hwinfo import CacheInfo
+from ert.rawio import RAW_NAME, RawData
+from ert.spec import KernelSpec
+
+SCHEMA_VERSION = "1.0"
+PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2}
+
+
+def rates(record: dict) -> tuple[float, float]:
+    """(GB/s, GFLOP/s) of a point at its median seconds: the one place rates are computed."""
+    spec = KernelSpec.from_dict(record["spec"])
+    kw = {"elements": record["elements"], "trials": record["trials"], "seconds": record["seconds"]["median"]}
+    return spec.gbytes_per_s(**kw), spec.gflops_per_s(**kw)
+
+
+def _seconds_spread(record: dict) -> float:
+    s = record["seconds"]
+    return (s["max"] - s["min"]) / s["median"]
+
+
+def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int,
+                    memory_name: str = "DRAM") -> tuple[list[dict], list[str]]:
+    """Plateaus of bandwidth versus working set, per (precision, access), named as levels.
+
+    Bandwidth comes from the kernel with the fewest FLOPs per element in each
+    group (the single add for rw, the sum for ro), the most memory-bound.
+    """
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for rec in points:
+        if rec["valid"]:
+            groups[(rec["spec"]["precision"], rec["spec"]["access"])].append(rec)
+    ceilings, warnings = [], []
+    order = sorted(groups, key=lambda k: (k[1] != "rw", PRECISION_ORDER.get(k[0], 9)))
+    for precision, access in order:
+        recs = groups[(precision, access)]
+        fewest = min(r["spec"]["flops_per_element"] for r in recs)
+        curve = sorted((r for r in recs if r["spec"]["flops_per_element"] == fewest), key=lambda r: r["wss_bytes"])
+        if len(curve) < 3:
+            warnings.append(f"{precision} {access}: only {len(curve)} bandwidth points, too few for plateaus")
+            continue
+        wss = [r["wss_bytes"] for r in curve]
+        gbs = [rates(r)[0] for r in curve]
+        plateaus = find_plateaus(wss, gbs, noisy=[r["noisy"] for r in curve])
+        named, level_warnings = name_levels(plateaus, caches, threads=threads, memory_name=memory_name)
+        label = f"{precision} {'read+write' if access == 'rw' else 'read-only'}"
+        warnings.extend(f"{label}: {w}" for w in level_warnings)
+        for lvl in named:
+            p = lvl.plateau
+            entry = {
+                "level": lvl.name,
+                "gbytes_per_s": round(p.gbytes_per_s, 4),
+                "spread": round(p.spread, 4),
+                "wss_bytes": [int(p.wss_bytes[0]), int(p.wss_bytes[1])],
+                "n_points": p.n_points,
+                "precision": precision,
+                "access": access,
+                "flops_per_element": fewest,
+                "noisy_points": p.noisy_points,
+                "basis": lvl.basis,
+                "evidence": {"point_ids": [curve[i]["id"] for i in p.indices]},
+            }
+            ceilings.append(entry)
+            if p.noisy_points:
+                warnings.append(f"{label} {lvl.name}: built on {p.noisy_points} noisy point(s) of {p.n_points}")
+    return ceilings, warnings
+
+
+def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
+    """The highest median GFLOP/s over all multiply-add points, per precision and FMA or not."""
+    best: dict[tuple, tuple[float, dict]] = {}
+    for rec in points:
+        spec = rec["spec"]
+        if not rec["valid"] or spec["access"] != "rw" or spec["flops_per_element"] < 2:
+            continue
+        key = (spec["precision"], spec["fma"])
+        gflops = rates(rec)[1]
+        if key not in best or gflops > best[key][0]:
+            best[key] = (gflops, rec)
+    ceilings, warnings = [], []
+    for (precision, fma) in sorted(best, key=lambda k: (PRECISION_ORDER.get(k[0], 9), not k[1])):
+        gflops, rec = best[(precision, fma)]
+        ceilings.append({
+            "precision": precision,
+            "fma": fma,
+            "gflops_per_s": round(gflops, 4),
+            "spread": round(_seconds_spread(rec), 4),
+            "flops_per_element": rec["spec"]["flops_per_element"],
+            "wss_bytes": rec["wss_bytes"],
+            "noisy": rec["noisy"],
+            "evidence": {"point_id": rec["id"], "trials": rec["trials"], "seconds": rec["seconds"]},
+        })
+        if rec["noisy"]:
+            warnings.append(f"{precision} {'FMA' if fma else 'no-FMA'} peak comes from a noisy point ({rec['id']})")
+    return ceilings, warnings
+
+
+def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
+    """Warn when GFLOP/s was still rising at the largest FLOPs per element swept."""
+    warnings = []
+    for c in compute:
+        by_flops: dict[int, float] = {}
+        for r in points:
+            s = r["spec"]
+            if r["valid"] and s["access"] == "rw" and s["precision"] == c["precision"] and s["fma"] == c["fma"]:
+                by_flops[s["flops_per_element"]] = max(by_flops.get(s["flops_per_element"], 0.0), rates(r)[1])
+        counts = sorted(by_flops)
+        if len(counts) >= 2 and c["flops_per_element"] == counts[-1] and by_flops[counts[-1]] > 1.05 * by_flops[counts[-2]]:
+            warnings.append(f"{c['precision']} {'FMA' if c['fma'] else 'no-FMA'} GFLOP/s still rose >5 % at the "
+                            f"largest FLOPs per element swept ({counts[-1]}); the peak may be higher")
+    return warnings
+
+
+def build(raw: RawData) -> dict:
+    """The ceiling document (schema 1.0) from a raw file's records alone."""
+    header = raw.header
+    meta = dict(header["metadata"])
+    threads = int(meta["threads_per_rank"]) * int(meta["ranks"])
+    caches = [CacheInfo(level=c["level"], kind=c.get("kind", "Unified"), size_bytes=c["size_bytes"],
+                        shared_cpu_count=c.get("shared_cpu_count", 1)) for c in meta.get("caches_reported", [])]
+    points = raw.points
+    memory, warnings = memory_ceilings(points, caches, threads=threads,
+                                       memory_name=meta.get("memory_name", "DRAM"))
+    compute, compute_warnings = compute_ceilings(points)
+    warnings += compute_warnings + _peak_at_edge(points, compute)
+
+    planned = header.get("planned_points", len(points))
+    invalid = [r for r in points if not r["valid"]]
+    noisy = [r for r in points if r["noisy"]]
+    if invalid:
+        warnings.append(f"{len(invalid)} point(s) failed the output check and were not used, "
+                        f"e.g. {invalid[0]['id']}: {invalid[0]['check']}")
+    if noisy:
+        warnings.append(f"{len(noisy)} of {len(points)} point(s) stayed noisy after re-measuring "
+                        f"(spread above {meta['config']['timing']['noise_threshold']:.0%})")
+    if len(points) < planned:
+        warnings.append(f"partial run: {len(points)} of {planned} points measured; "
+                        f"finish it with `ert-run --resume RUN_DIR`")
+    meta["wall_seconds"] = round(sum(e.get("wall_seconds", 0.0) for e in raw.ends), 3)
+    meta["points"] = {"planned": planned, "measured": len(points), "noisy": len(noisy), "invalid": len(invalid)}
+    if points:
+        meta["median_point_spread"] = round(statistics.median(r["spread"] for r in points), 4)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "metadata": meta,
+        "raw": RAW_NAME,
+        "ceilings": {"memory": memory, "compute": compute},
+        "warnings": warnings,
+    }

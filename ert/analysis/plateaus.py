@@ -1,0 +1,381 @@
+"""Find the flat bandwidth plateaus (one per memory level) in a noisy working-set sweep."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+# Scale from a median absolute deviation to a Gaussian sigma.
+_MAD_TO_SIGMA = 1.4826
+# Relative noise is never taken below this: on near-noiseless data a zero
+# estimate would make every tiny wiggle worth a segment of its own.
+_NOISE_FLOOR = 0.005
+# Penalty per segment, in units of sigma * ln(n).  A segment's L1 misfit falls
+# by about |shift| for every point it fits better, so a spurious segment must
+# save more than this.  Calibrated on pure-noise lines (one plateau over many
+# seeds) and on staircases with 20-50 % outliers.
+_PENALTY_SIGMAS_PER_LOG_N = 3.0
+# Widest transition between two levels, as a working-set ratio.  Cache-to-cache
+# transitions span a factor of about 1.5-3; anything found between two levels
+# closer together than this is part of the transition, not a level.
+_MAX_TRANSITION_FACTOR = 4.0
+# Members of a plateau lie within this many sigmas (and at least min_step) of
+# its median: further points are outliers from other tenants.
+_MEMBER_SIGMAS = 3.0
+# End points further than this many sigmas (and half of min_step) from the
+# median, or more than _KNEE_SIGMAS off it towards the neighbouring level, are
+# the knee of a transition and are trimmed off the plateau.
+_EDGE_SIGMAS = 2.0
+_KNEE_SIGMAS = 1.5
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """One flat stretch of the bandwidth curve: the samples of one memory level.
+
+    ``gbytes_per_s`` is the median of the member points that the caller did
+    not flag noisy (of all members if every one was flagged); ``spread`` is
+    ``(p90 - p10) / median`` over the same points, or ``(max - min) / median``
+    for fewer than three.  ``indices`` point into the caller's arrays, sorted;
+    they need not be contiguous, because outliers inside a level are left out.
+    ``wss_bytes`` is the (lowest, highest) working set among the members.
+    """
+
+    gbytes_per_s: float
+    spread: float
+    wss_bytes: tuple[int, int]
+    n_points: int
+    indices: tuple[int, ...]
+    noisy_points: int
+
+
+def robust_noise(values: Sequence[float]) -> float:
+    """Relative point-to-point noise of positive ``values``: a sigma of their logs.
+
+    The median absolute deviation of successive log differences, divided by
+    sqrt(2): level steps and isolated outliers are a minority of the
+    differences and barely move it.  Values must be in sweep order.  Returns
+    0.0 for fewer than 3 usable (finite, positive) values.
+    """
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    return _log_noise(np.log(v))
+
+
+def _log_noise(y: np.ndarray) -> float:
+    if y.size < 3:
+        return 0.0
+    d = np.diff(y)
+    mad = float(np.median(np.abs(d - np.median(d))))
+    return _MAD_TO_SIGMA * mad / math.sqrt(2.0)
+
+
+def _median_cost_table(y: np.ndarray) -> np.ndarray:
+    """cost[i, j] = sum |y[i:j] - median(y[i:j])| for all 0 <= i < j <= n (inf elsewhere).
+
+    Two heaps per start index keep the running median and the sums of the
+    lower and upper halves, so the whole table costs O(n^2 log n).
+    """
+    n = y.size
+    cost = np.full((n + 1, n + 1), np.inf)
+    for i in range(n):
+        lower: list[float] = []  # max-heap of the lower half, stored negated
+        upper: list[float] = []  # min-heap of the upper half
+        sum_lower = sum_upper = 0.0
+        for j in range(i, n):
+            x = float(y[j])
+            if lower and x > -lower[0]:
+                heapq.heappush(upper, x)
+                sum_upper += x
+            else:
+                heapq.heappush(lower, -x)
+                sum_lower += x
+            # Keep len(lower) == len(upper) or len(upper) + 1, so the median is -lower[0].
+            if len(lower) > len(upper) + 1:
+                moved = -heapq.heappop(lower)
+                sum_lower -= moved
+                heapq.heappush(upper, moved)
+                sum_upper += moved
+            elif len(upper) > len(lower):
+                moved = heapq.heappop(upper)
+                sum_upper -= moved
+                heapq.heappush(lower, -moved)
+                sum_lower += moved
+            med = -lower[0]
+            cost[i, j + 1] = (sum_upper - med * len(upper)) + (med * len(lower) - sum_lower)
+    return cost
+
+
+def _partition(cost: np.ndarray, penalty: float) -> list[tuple[int, int]]:
+    """Optimal partition into constant segments, as [(start, end)] with end exclusive.
+
+    Minimises total L1 misfit plus ``penalty`` per segment by dynamic
+    programming over all split points (optimal partitioning, O(n^2)).
+    """
+    n = cost.shape[0] - 1
+    best = np.zeros(n + 1)
+    back = np.zeros(n + 1, dtype=int)
+    for j in range(1, n + 1):
+        total = best[:j] + cost[:j, j]
+        back[j] = int(np.argmin(total))
+        best[j] = total[back[j]] + penalty
+    segments = []
+    j = n
+    while j > 0:
+        segments.append((int(back[j]), j))
+        j = int(back[j])
+    return segments[::-1]
+
+
+def _residual_noise(y: np.ndarray, segments: list[tuple[int, int]]) -> float | None:
+    """Noise sigma from residuals about the medians of segments of 3+ points.
+
+    Successive differences overstate the noise when transitions are a large
+    share of a sparse sweep; residuals inside levels do not.  None when too
+    few points are available.
+    """
+    resid = [y[s:e] - np.median(y[s:e]) for s, e in segments if e - s >= 3]
+    if not resid:
+        return None
+    r = np.concatenate(resid)
+    if r.size < 2 * len(resid) + 4:
+        return None
+    # Residuals about a fitted median understate the noise by about the share
+    # of degrees of freedom the medians used.
+    return _MAD_TO_SIGMA * float(np.median(np.abs(r))) * math.sqrt(r.size / (r.size - len(resid)))
+
+
+def _merge_similar(anchors: list[list[int]], y: np.ndarray, step_log: float) -> None:
+    """Merge the closest pair of consecutive anchors until all neighbours differ by step_log.
+
+    Bandwidth does not rise with working set, so whatever lies between two
+    anchors at the same level (an outlier, a dip) is a disturbance of that
+    level, never another level.
+    """
+    while len(anchors) > 1:
+        levels = [float(np.median(y[s:e])) for s, e in anchors]
+        gaps = np.abs(np.diff(levels))
+        k = int(np.argmin(gaps))
+        if gaps[k] >= step_log:
+            return
+        anchors[k : k + 2] = [[anchors[k][0], anchors[k + 1][1]]]
+
+
+def _drop_transition_fragments(anchors: list[list[int]], wss: np.ndarray) -> None:
+    """Remove anchors lying inside a transition, i.e. between neighbours less than one apart.
+
+    A wide, smooth transition sampled densely contains stretches that look
+    flat for a few points; a real level pushes its neighbours further apart
+    than any one transition spans.
+    """
+    k = 1
+    while k < len(anchors) - 1:
+        left_end = wss[anchors[k - 1][1] - 1]
+        right_start = wss[anchors[k + 1][0]]
+        if right_start <= left_end * _MAX_TRANSITION_FACTOR:
+            del anchors[k]
+            k = max(k - 1, 1)  # the new neighbours of the previous anchor need a look too
+        else:
+            k += 1
+
+
+def _extend_over_short(
+    anchors: list[list[int]], segments: list[tuple[int, int]], y: np.ndarray, step_log: float, min_points: int
+) -> None:
+    """Stretch each anchor over nearby short segments at its own level.
+
+    A short run of the level cut off by an outlier (e.g. the last two points
+    of the sweep after a dropped sample) belongs to the level.  The search
+    stops at any long segment and at the neighbouring anchors.
+    """
+    for k, anchor in enumerate(anchors):
+        level = float(np.median(y[anchor[0] : anchor[1]]))
+        limit_right = anchors[k + 1][0] if k + 1 < len(anchors) else y.size
+        limit_left = anchors[k - 1][1] if k > 0 else 0
+        for s, e in segments:
+            if s < anchor[1] or e > limit_right:
+                continue
+            if e - s >= min_points:
+                break
+            if abs(float(np.median(y[s:e])) - level) < step_log:
+                anchor[1] = e
+        for s, e in reversed(segments):
+            if e > anchor[0] or s < limit_left:
+                continue
+            if e - s >= min_points:
+                break
+            if abs(float(np.median(y[s:e])) - level) < step_log:
+                anchor[0] = s
+
+
+def _members(
+    y_span: np.ndarray,
+    clean: np.ndarray,
+    sigma: float,
+    step_log: float,
+    before: float | None,
+    after: float | None,
+    min_points: int,
+) -> np.ndarray:
+    """Boolean mask of the points of a plateau's span that belong to its level.
+
+    ``clean`` marks the points not flagged noisy: the level is their median.
+    ``before`` and ``after`` are the (log) levels of the neighbouring
+    plateaus, None at the ends of the sweep.
+    """
+    level = float(np.median(y_span[clean] if clean.any() else y_span))
+    signed = y_span - level
+    tolerance = max(_MEMBER_SIGMAS * sigma, step_log)
+    idx = np.flatnonzero(np.abs(signed) <= tolerance)
+    edge = max(_EDGE_SIGMAS * sigma, step_log / 2)
+
+    def is_knee(pos: int, neighbour: float | None) -> bool:
+        # Knee points sit on the slope of a transition: far from the level, or
+        # clearly off it towards the neighbouring level.
+        if abs(signed[pos]) > edge:
+            return True
+        return neighbour is not None and signed[pos] * math.copysign(1.0, neighbour - level) > _KNEE_SIGMAS * sigma
+
+    def cut_off(inward: np.ndarray, neighbour: float | None) -> int:
+        # Leading members split from the rest by a point beyond the tolerance on
+        # the side of a faster neighbour, too few to be a run of this level,
+        # are dropped samples of that neighbour (outliers only ever slow a run
+        # down).  Returns how many leading members to drop.
+        if neighbour is None or neighbour <= level or inward.size < 2:
+            return 0
+        group_start = 0
+        for k in range(1, inward.size):
+            lo_pos, hi_pos = sorted((int(inward[k - 1]), int(inward[k])))
+            if np.any(signed[lo_pos + 1 : hi_pos] > tolerance):
+                if k - group_start >= min_points:
+                    break
+                group_start = k
+        return group_start
+
+    lo, hi = 0, idx.size - 1
+    while True:
+        start = (lo, hi)
+        while lo < hi and is_knee(idx[lo], before):
+            lo += 1
+        while hi > lo and is_knee(idx[hi], after):
+            hi -= 1
+        lo += cut_off(idx[lo : hi + 1], before)
+        hi -= cut_off(idx[lo : hi + 1][::-1], after)
+        if (lo, hi) == start or lo >= hi:
+            break
+    mask = np.zeros(y_span.size, dtype=bool)
+    mask[idx[lo : hi + 1]] = True
+    return mask
+
+
+def _spread(values: np.ndarray) -> float:
+    med = float(np.median(values))
+    if values.size >= 3:
+        p10, p90 = np.percentile(values, [10.0, 90.0])
+        return float((p90 - p10) / med)
+    return float((values.max() - values.min()) / med)
+
+
+def find_plateaus(
+    wss_bytes: Sequence[int],
+    gbytes_per_s: Sequence[float],
+    *,
+    noisy: Sequence[bool] | None = None,
+    min_points: int = 3,
+    min_step: float = 0.12,
+) -> list[Plateau]:
+    """Split a bandwidth-vs-working-set sweep into level plateaus, ascending by working set.
+
+    Log bandwidth, in working-set order, is optimally partitioned into
+    constant segments (dynamic programming, L1 misfit about each segment's
+    median plus a per-segment penalty proportional to the noise, itself
+    estimated robustly and refined from the first partition).  Then:
+
+    * segments of at least ``min_points`` points anchor candidate levels;
+    * consecutive anchors within ``min_step`` (relative) are one level, so a
+      level split by an outlier, a dip or slow drift is made whole again;
+    * an anchor whose neighbours are closer than a transition's width (a
+      factor 4 in working set) is a piece of that transition and is dropped;
+      so are all segments shorter than ``min_points``;
+    * a plateau's members are the points of its span within 3 sigma (at
+      least ``min_step``) of its median, minus knee points at its two ends;
+      a plateau needs ``min_points`` members.
+
+    ``noisy`` flags points the caller distrusts: when at least half of the
+    points (and ``2 * min_points``) are clean, the partition is fit to clean
+    points only; flagged points inside a plateau's span still become members
+    (counted in ``noisy_points``) but do not enter its value or spread.
+    Points with non-positive or non-finite values are ignored.  Input order
+    does not matter; indices refer to the caller's arrays.
+    """
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    if wss.ndim != 1 or wss.shape != bw.shape:
+        raise ValueError("wss_bytes and gbytes_per_s must be 1-D and the same length")
+    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+    if flags.shape != bw.shape:
+        raise ValueError("noisy must have the same length as gbytes_per_s")
+    if min_points < 1:
+        raise ValueError("min_points must be at least 1")
+    if min_step <= 0:
+        raise ValueError("min_step must be positive")
+
+    usable = np.flatnonzero(np.isfinite(bw) & (bw > 0) & np.isfinite(wss) & (wss > 0))
+    # Stable sort so equal working sets keep the caller's order.
+    order = usable[np.argsort(wss[usable], kind="stable")]
+    if order.size < min_points:
+        return []
+    y_all = np.log(bw[order])
+    wss_sorted = wss[order]
+    flagged = flags[order]
+    if np.count_nonzero(~flagged) >= max(2 * min_points, order.size / 2):
+        fit_pos = np.flatnonzero(~flagged)  # sorted positions the partition is fit to
+    else:
+        fit_pos = np.arange(order.size)
+    y = y_all[fit_pos]
+
+    cost = _median_cost_table(y)
+    log_n = math.log(max(y.size, 3))
+    sigma = max(_log_noise(y), _NOISE_FLOOR)
+    segments = _partition(cost, _PENALTY_SIGMAS_PER_LOG_N * sigma * log_n)
+    refined = _residual_noise(y, segments)
+    if refined is not None and refined < sigma:
+        sigma = max(refined, _NOISE_FLOOR)
+        segments = _partition(cost, _PENALTY_SIGMAS_PER_LOG_N * sigma * log_n)
+
+    step_log = math.log1p(min_step)
+    anchors = [[s, e] for s, e in segments if e - s >= min_points]
+    _merge_similar(anchors, y, step_log)
+    _drop_transition_fragments(anchors, wss_sorted[fit_pos])
+    # Dropping a fragment can leave two equal levels side by side.
+    _merge_similar(anchors, y, step_log)
+    _extend_over_short(anchors, segments, y, step_log, min_points)
+
+    levels = [float(np.median(y[s:e])) for s, e in anchors]
+    plateaus = []
+    for k, (start, end) in enumerate(anchors):
+        # The span in sorted positions takes in flagged points between its fit points.
+        span = np.arange(int(fit_pos[start]), int(fit_pos[end - 1]) + 1)
+        before = levels[k - 1] if k > 0 else None
+        after = levels[k + 1] if k + 1 < len(levels) else None
+        members = span[_members(y_all[span], ~flagged[span], sigma, step_log, before, after, min_points)]
+        if members.size < min_points:
+            continue
+        clean = members[~flagged[members]]
+        values = np.exp(y_all[clean if clean.size else members])
+        member_wss = wss_sorted[members]
+        plateaus.append(
+            Plateau(
+                gbytes_per_s=float(np.median(values)),
+                spread=_spread(values),
+                wss_bytes=(int(member_wss.min()), int(member_wss.max())),
+                n_points=int(members.size),
+                indices=tuple(int(i) for i in np.sort(order[members])),
+                noisy_points=int(np.count_nonzero(flagged[members])),
+            )
+        )
+    return plateaus

@@ -1,0 +1,113 @@
+"""The Backend protocol and the registry of every backend, loadable or not (with the reason)."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ert.errors import ErtError
+from ert.spec import KernelSpec
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of comparing a kernel's output with the host replay."""
+
+    ok: bool
+    detail: str = ""
+
+
+class Backend(Protocol):
+    """One runtime (Numba CPU, OpenCL, CUDA).  Only backends know their runtime.
+
+    Contract: every call blocks until the device is idle again.  ``run`` returns
+    the seconds of its timed region only (no compilation, no allocation), and
+    backends never compute GB/s or GFLOP/s: the analysis does, from KernelSpec.
+    """
+
+    name: str
+
+    def describe(self) -> dict:
+        """Metadata about the device and runtime (model, threads, versions)."""
+
+    def granule_elements(self, spec: KernelSpec) -> int:
+        """Each thread's element count must be a multiple of this."""
+
+    def prepare(self, spec: KernelSpec, *, elements_per_thread: int) -> None:
+        """Compile (untimed, cached), allocate and initialise buffers for one point."""
+
+    def run(self, trials: int) -> float:
+        """Run ``trials`` trials of the prepared kernel; return the timed seconds."""
+
+    def check(self) -> CheckResult:
+        """Check the output of everything run since ``prepare`` against a host replay."""
+
+    def close(self) -> None:
+        """Release buffers."""
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    name: str
+    module: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    name: str
+    available: bool
+    reason: str = ""
+    detail: dict = field(default_factory=dict)
+
+
+class Registry:
+    """Knows every backend by name; loading one is deferred until it is asked for."""
+
+    def __init__(self, entries: list[BackendEntry]):
+        self._entries = {e.name: e for e in entries}
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def entry(self, name: str) -> BackendEntry:
+        if name not in self._entries:
+            known = ", ".join(self._entries)
+            raise ErtError(f"unknown backend '{name}' (known: {known})", key="backend")
+        return self._entries[name]
+
+    def _module(self, name: str):
+        return importlib.import_module(self.entry(name).module)
+
+    def status(self, name: str) -> BackendStatus:
+        """Available or not, and why; never raises for a backend that fails to load."""
+        self.entry(name)
+        try:
+            module = self._module(name)
+            ok, reason, detail = module.probe()
+        except Exception as exc:  # a backend that cannot import is still listed, with why
+            return BackendStatus(name, False, f"cannot load: {type(exc).__name__}: {exc}".strip())
+        return BackendStatus(name, bool(ok), reason, detail)
+
+    def best_available(self) -> str:
+        """The first available backend in registry order (most capable first)."""
+        reasons = []
+        for name in self._entries:
+            st = self.status(name)
+            if st.available:
+                return name
+            reasons.append(f"{name}: {st.reason}")
+        raise ErtError("no backend is available (" + "; ".join(reasons) + ")", key="backend")
+
+    def create(self, name: str, **options) -> Backend:
+        st = self.status(name)
+        if not st.available:
+            raise ErtError(f"backend '{name}' is not available: {st.reason}", key="backend")
+        return self._module(name).create(**options)
+
+
+# Most capable first: a bare ert-run picks the first available one.
+REGISTRY = Registry([
+    BackendEntry("numba-cpu", "ert.backends.numba_cpu", "CPU cores through Numba (LLVM), OpenMP-style threads"),
+])

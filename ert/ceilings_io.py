@@ -1,0 +1,321 @@
+"""Read, check and atomically write the ceilings file (RUN_DIR/ceilings.json)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+from ert.errors import ErtError
+
+SCHEMA_VERSION = "1.0"
+
+# This reader understands every minor version of this major (see schemas/HISTORY.md).
+SUPPORTED_MAJOR = "1"
+_SCHEMA_FILE = "ceilings-1.schema.json"
+_VERSION_RE = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# --------------------------------------------------------------------------- schema
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_text() -> str:
+    return resources.files("ert.schemas").joinpath(_SCHEMA_FILE).read_text(encoding="utf-8")
+
+
+def schema() -> dict:
+    """The JSON Schema of the ceilings file (a fresh copy the caller may change)."""
+    return json.loads(_schema_text())
+
+
+@functools.lru_cache(maxsize=1)
+def _validator():
+    # Imported here so that modules which only write JSON do not pay for jsonschema.
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(schema())
+
+
+# --------------------------------------------------------------------------- key paths
+
+
+def _key_path(parts: Iterable[Any]) -> str | None:
+    """Render ('ceilings', 'memory', 2, 'gbytes_per_s') as 'ceilings.memory[2].gbytes_per_s'."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _IDENTIFIER_RE.match(part):
+            out += f".{part}" if out else part
+        else:
+            # A key that would make the dotted path ambiguous is quoted instead.
+            out += f"[{json.dumps(part)}]"
+    return out or None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _short(value: Any, limit_chars: int = 60) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit_chars else text[: limit_chars - 3] + "..."
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_version(doc: Any, path: object) -> None:
+    """Refuse a document of a major version this ert does not know, before anything else."""
+    if not isinstance(doc, dict):
+        raise ErtError(f"expected a JSON object at the top level, got {_json_type(doc)}", path=path)
+    if "schema_version" not in doc:
+        raise ErtError(
+            f"missing schema_version (this ert reads {SUPPORTED_MAJOR}.x)", path=path, key="schema_version"
+        )
+    version = doc["schema_version"]
+    match = _VERSION_RE.match(version) if isinstance(version, str) else None
+    if match is None or match.group(1) != SUPPORTED_MAJOR:
+        shown = version if isinstance(version, str) else _short(version)
+        raise ErtError(
+            f"unsupported schema_version '{shown}' (this ert reads {SUPPORTED_MAJOR}.x)",
+            path=path,
+            key="schema_version",
+        )
+
+
+def _first_non_finite(doc: Any) -> list | None:
+    """Key path of the first NaN or infinity in document order, or None.
+
+    JSON has no NaN or Infinity (Python's json writes them anyway unless told
+    not to), and a NaN passes every JSON Schema bound check, so look for them here.
+    """
+    stack: list[tuple[list, Any]] = [([], doc)]
+    while stack:
+        parts, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return parts
+        if isinstance(value, dict):
+            children = [(parts + [k], v) for k, v in value.items()]
+        elif isinstance(value, list):
+            children = [(parts + [i], v) for i, v in enumerate(value)]
+        else:
+            continue
+        stack.extend(reversed(children))
+    return None
+
+
+def _describe(error) -> tuple[list, str]:
+    """Turn one jsonschema error into (key path parts, short message)."""
+    parts = list(error.absolute_path)
+    kind = error.validator
+    value = error.instance
+    rule = error.validator_value
+    if kind == "required":
+        missing = [k for k in rule if isinstance(value, dict) and k not in value]
+        return parts + missing[:1], "required key is missing"
+    if kind == "additionalProperties":
+        known = set(error.schema.get("properties", {}))
+        unknown = [k for k in value if k not in known]
+        where = "top-level key" if not parts else "key"
+        allowed = ", ".join(error.schema.get("properties", {}))
+        return parts + unknown[:1], f"unknown {where} (allowed: {allowed})"
+    if kind == "type":
+        wanted = " or ".join(rule) if isinstance(rule, list) else rule
+        return parts, f"expected {wanted}, got {_json_type(value)} {_short(value)}"
+    if kind == "minimum":
+        return parts, f"must be >= {rule}, got {_short(value)}"
+    if kind == "exclusiveMinimum":
+        return parts, f"must be > {rule}, got {_short(value)}"
+    if kind == "enum":
+        return parts, f"must be one of {', '.join(map(str, rule))}, got {_short(value)}"
+    if kind in ("minItems", "maxItems"):
+        low, high = error.schema.get("minItems"), error.schema.get("maxItems")
+        count = f"exactly {low}" if low == high else f"{'at least' if kind == 'minItems' else 'at most'} {rule}"
+        return parts, f"expected {count} items, got {len(value)}"
+    if kind == "minLength":
+        return parts, "must not be empty"
+    if kind == "pattern" and "description" in error.schema:
+        return parts, f"expected {error.schema['description']}, got {_short(value)}"
+    return parts, error.message
+
+
+def _check_ordering(doc: dict, path: object) -> None:
+    """Rules JSON Schema cannot express: ordered ranges."""
+    for i, entry in enumerate(doc["ceilings"]["memory"]):
+        low, high = entry["wss_bytes"]
+        if low > high:
+            raise ErtError(
+                f"working-set range is inverted: low {low} > high {high}",
+                path=path,
+                key=_key_path(["ceilings", "memory", i, "wss_bytes"]),
+            )
+    for i, entry in enumerate(doc["ceilings"]["compute"]):
+        seconds = entry.get("evidence", {}).get("seconds", {})
+        if all(k in seconds for k in ("min", "median", "max")):
+            if not seconds["min"] <= seconds["median"] <= seconds["max"]:
+                raise ErtError(
+                    "times are not ordered min <= median <= max: "
+                    f"{seconds['min']}, {seconds['median']}, {seconds['max']}",
+                    path=path,
+                    key=_key_path(["ceilings", "compute", i, "evidence", "seconds"]),
+                )
+
+
+def validate(doc: dict, *, path: object = None) -> None:
+    """Raise ErtError (file path, key path, problem) unless ``doc`` is a valid ceilings document."""
+    _check_version(doc, path)
+    bad = _first_non_finite(doc)
+    if bad is not None:
+        raise ErtError("not a finite number (NaN or infinity)", path=path, key=_key_path(bad))
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator().iter_errors(doc))
+    if error is not None:
+        parts, message = _describe(error)
+        raise ErtError(message, path=path, key=_key_path(parts))
+    _check_ordering(doc, path)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _new_file_mode() -> int:
+    # The mode open() would give a new file; mkstemp's 0600 would surprise users
+    # who share run directories.  os.umask can only be read by setting it.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_json_atomic(obj: Any, path: os.PathLike | str) -> None:
+    """Write ``obj`` as JSON (indent 2, trailing newline) so that ``path`` is never half-written.
+
+    The text goes to a temporary file in the same directory (so the final
+    rename stays on one filesystem), is fsynced, and then replaces ``path`` in
+    one os.replace.  Readers see either the old file or the new one.
+    """
+    try:
+        text = json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError as exc:
+        raise ErtError(f"cannot write as JSON: {exc}", path=path) from None
+    write_text_atomic(text, path)
+
+
+def write_text_atomic(text: str, path: os.PathLike | str) -> None:
+    """Write ``text`` (UTF-8) so that ``path`` is never half-written; see write_json_atomic."""
+    target = Path(path)
+    data = text.encode("utf-8")
+    directory = target.parent
+    try:
+        mode = target.stat().st_mode & 0o7777 if target.is_file() else _new_file_mode()
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if hasattr(os, "fchmod"):
+                os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException as exc:
+        # Also on KeyboardInterrupt: never leave the temporary file behind.
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: Path) -> None:
+    # Makes the rename itself durable.  Best effort: not every platform or
+    # filesystem lets a directory be opened or fsynced.
+    flags = getattr(os, "O_DIRECTORY", None)
+    if flags is None:
+        return
+    try:
+        fd = os.open(directory, os.O_RDONLY | flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_ceilings(doc: dict, path: os.PathLike | str) -> None:
+    """Validate ``doc`` and write it atomically to ``path``; an invalid doc leaves ``path`` untouched."""
+    validate(doc, path=path)
+    write_json_atomic(doc, path)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_ceilings(path: os.PathLike | str) -> dict:
+    """Read, parse and validate a ceilings file; every problem is an ErtError naming the file."""
+    source = Path(path)
+    if source.is_dir():
+        raise ErtError("is a directory, expected a ceilings JSON file", path=path)
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError:
+        raise ErtError("no such file", path=path) from None
+    except OSError as exc:
+        raise ErtError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ErtError(f"not UTF-8 text (bad byte at offset {exc.start})", path=path) from None
+    if not text.strip():
+        raise ErtError("file is empty, expected a ceilings JSON object", path=path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ErtError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, key=f"line {exc.lineno}") from None
+    except RecursionError:
+        raise ErtError("invalid JSON: nested too deeply", path=path) from None
+    validate(doc, path=path)
+    return doc
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "schema",
+    "validate",
+    "write_ceilings",
+    "load_ceilings",
+    "write_json_atomic",
+]

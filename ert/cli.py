@@ -1,0 +1,300 @@
+"""Command line: `ert-run` (the sweep) and `ert` (validate, backends, analyze, show, run).
+
+Only argparse and ert.errors are imported at module level, so `ert --help`
+stays instant; every subcommand imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ert.errors import ErtError
+
+CONFIG_NAME = "config.yaml"
+CEILINGS_NAME = "ceilings.json"
+
+
+# ---------------------------------------------------------------------------- ert-run
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", help="run config (YAML); default: the packaged default.yaml")
+    p.add_argument("--backend", metavar="NAME", help="override the config's backend (see `ert backends`)")
+    p.add_argument("--out", metavar="DIR", help="the run directory to create (refused if it already holds a run)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="measure only the points missing from RUN_DIR/raw.jsonl")
+    p.add_argument("--threads", metavar="N", type=_positive_int, help="threads per rank (overrides the config)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _new_run_dir(output_dir: str) -> Path:
+    import socket
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(output_dir) / f"{stamp}-{socket.gethostname().split('.')[0]}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def _holds_run(path: Path) -> bool:
+    return any((path / name).exists() for name in ("raw.jsonl", CONFIG_NAME, CEILINGS_NAME))
+
+
+def _resolve(config, comm):
+    """Concrete backend and thread count, so the saved config reproduces the run."""
+    from ert import hwinfo
+    from ert.backends import REGISTRY
+    from ert.config import with_overrides
+
+    backend = config.backend
+    if backend == "auto":
+        backend = REGISTRY.best_available()
+    else:
+        REGISTRY.entry(backend)  # unknown name -> ErtError
+    threads = config.threads
+    if threads == "auto":
+        threads = max(1, hwinfo.usable_cpus())
+    return with_overrides(config, backend=backend, threads=threads)
+
+
+def _write_config(config, path: Path) -> None:
+    import yaml
+
+    from ert.ceilings_io import write_text_atomic
+
+    text = "# Resolved config of this run (ert-run --resume uses it)\n" + yaml.safe_dump(
+        config.to_dict(), sort_keys=False)
+    write_text_atomic(text, path)
+
+
+def cmd_run(args) -> int:
+    from ert import config as config_mod
+    from ert.comm import world
+
+    comm = world()
+    if args.resume and args.config:
+        raise ErtError("give either CONFIG or --resume RUN_DIR, not both", key="--resume")
+    if args.resume and args.out:
+        raise ErtError("--out names a new run; --resume continues an existing one", key="--out")
+    if args.resume:
+        run_dir = Path(args.resume)
+        cfg = config_mod.load(run_dir / CONFIG_NAME) if (run_dir / CONFIG_NAME).exists() else None
+        if cfg is None or not (run_dir / "raw.jsonl").exists():
+            raise ErtError("not a run directory (no config.yaml and raw.jsonl)", path=run_dir, key="--resume")
+        if args.backend and args.backend != cfg.backend:
+            raise ErtError(f"the run used backend '{cfg.backend}'; a resume cannot switch to '{args.backend}'",
+                           path=run_dir, key="--backend")
+        if args.threads and args.threads != cfg.threads:
+            raise ErtError(f"the run used {cfg.threads} threads; a resume cannot change that",
+                           path=run_dir, key="--threads")
+    else:
+        cfg = config_mod.load(args.config or config_mod.default_path())
+        cfg = config_mod.with_overrides(cfg, backend=args.backend, threads=args.threads)
+        cfg = _resolve(cfg, comm)
+        if args.out:
+            run_dir = Path(args.out)
+            if run_dir.exists() and not run_dir.is_dir():
+                raise ErtError("exists and is not a directory", path=run_dir, key="--out")
+            if run_dir.is_dir() and _holds_run(run_dir):
+                raise ErtError("already holds a run; continue it with --resume or choose a new --out",
+                               path=run_dir, key="--out")
+        else:
+            run_dir = _new_run_dir(cfg.output_dir)
+    return _execute(cfg, run_dir, comm=comm, resume=bool(args.resume), quiet=args.quiet)
+
+
+def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool) -> int:
+    from ert import metadata
+    from ert.analysis.ceilings import build
+    from ert.backends import REGISTRY
+    from ert.ceilings_io import write_ceilings
+    from ert.driver import run_sweep
+    from ert.progress import Progress
+    from ert.rawio import read_raw
+    from ert.report import format_ceilings
+    from ert.sweep import plan
+
+    backend = REGISTRY.create(cfg.backend, threads=cfg.threads)
+    header = None
+    if resume:
+        old = read_raw(run_dir).header
+        _refuse_other_hardware(old["metadata"], run_dir, threads=cfg.threads, ranks=comm.size)
+    else:
+        hosts = comm.allgather(__import__("socket").gethostname())
+        meta = metadata.collect(config=cfg, backend_info=backend.describe(), ranks=comm.size,
+                                threads_per_rank=cfg.threads, hosts=sorted(set(hosts)))
+        planned = len(plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements))
+        header = {"metadata": meta, "planned_points": planned}
+        if comm.rank == 0:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            _write_config(cfg, run_dir / CONFIG_NAME)
+    progress = Progress(min_seconds=cfg.timing.min_seconds, enabled=not quiet and comm.rank == 0)
+    if comm.rank == 0:
+        print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}",
+              file=sys.stderr)
+    result = run_sweep(config=cfg, run_dir=run_dir, backend=backend, comm=comm, header=header, progress=progress)
+    backend.close()
+    if comm.rank != 0:
+        return 130 if result.interrupted else 0
+    doc = build(read_raw(run_dir))
+    write_ceilings(doc, run_dir / CEILINGS_NAME)
+    print(format_ceilings(doc))
+    print(f"\nceilings: {run_dir / CEILINGS_NAME}")
+    if result.interrupted:
+        print(f"ert-run: interrupted after {doc['metadata']['points']['measured']} of {result.planned} points; "
+              f"resume with: ert-run --resume {run_dir}", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _refuse_other_hardware(old_meta: dict, run_dir: Path, *, threads: int, ranks: int) -> None:
+    """Never mix measurements of different hardware or layouts in one run."""
+    from ert import hwinfo
+
+    if old_meta.get("cpu_model") != hwinfo.cpu_model():
+        raise ErtError(f"was measured on '{old_meta.get('cpu_model')}', this is '{hwinfo.cpu_model()}'; "
+                       f"start a new run instead", path=run_dir, key="--resume")
+    if int(old_meta.get("ranks", 1)) != ranks or int(old_meta.get("threads_per_rank", 0)) != threads:
+        raise ErtError(f"was measured with {old_meta.get('ranks')} rank(s) x {old_meta.get('threads_per_rank')} "
+                       f"thread(s), not {ranks} x {threads}", path=run_dir, key="--resume")
+
+
+# ---------------------------------------------------------------------------- ert subcommands
+def cmd_validate(args) -> int:
+    from ert import config as config_mod
+    from ert import hwinfo
+    from ert.sweep import kernel_specs, working_sets
+
+    cfg = config_mod.load(args.config)
+    threads = hwinfo.usable_cpus() if cfg.threads == "auto" else cfg.threads
+    specs = kernel_specs(cfg)
+    ws = cfg.working_set
+    sizes = working_sets(min_bytes=ws.min_bytes, max_bytes=ws.max_bytes, growth=ws.growth,
+                         granule_bytes=512 * threads)
+    print(f"{args.config}: valid: {len(specs)} kernel variant(s) x {len(sizes)} working set(s) "
+          f"= {len(specs) * len(sizes)} points per rank layout (threads: {cfg.threads}, backend: {cfg.backend})")
+    return 0
+
+
+def cmd_backends(args) -> int:
+    from ert.backends import REGISTRY
+
+    for name in REGISTRY.names():
+        st = REGISTRY.status(name)
+        if st.available:
+            versions = ", ".join(f"{k} {v}" for k, v in st.detail.items())
+            print(f"{name:12s} available    {versions}")
+        else:
+            print(f"{name:12s} unavailable  {st.reason}")
+    return 0
+
+
+def cmd_analyze(args) -> int:
+    import json
+
+    from ert.analysis.ceilings import build
+    from ert.ceilings_io import validate, write_ceilings
+    from ert.rawio import read_raw
+    from ert.report import format_ceilings
+
+    raw = read_raw(args.raw)
+    doc = build(raw)
+    validate(doc)
+    if args.output:
+        write_ceilings(doc, args.output)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(format_ceilings(doc))
+        if args.output:
+            print(f"\nceilings: {args.output}")
+    return 0
+
+
+def cmd_show(args) -> int:
+    from ert.ceilings_io import load_ceilings
+    from ert.report import format_ceilings
+
+    path = Path(args.ceilings)
+    if path.is_dir():
+        path = path / CEILINGS_NAME
+    print(format_ceilings(load_ceilings(path)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ert import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="ert", description="Empirical Roofline Toolkit: measure and use a machine's bandwidth and FLOP/s ceilings.")
+    parser.add_argument("--version", action="version", version=f"ert {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("run", help="run a sweep (same as ert-run)")
+    _add_run_arguments(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a run config and print what it would measure")
+    p.add_argument("config", help="run config (YAML)")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("backends", help="list backends: available, or why not")
+    p.set_defaults(func=cmd_backends)
+
+    p = sub.add_parser("analyze", help="re-derive ceilings from raw data without rerunning")
+    p.add_argument("raw", metavar="RUN_DIR_OR_RAW", help="a run directory or its raw.jsonl")
+    p.add_argument("-o", "--output", metavar="FILE", help="also write the ceiling JSON here")
+    p.add_argument("--json", action="store_true", help="print the ceiling JSON instead of the table")
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("show", help="print a ceiling JSON as a table")
+    p.add_argument("ceilings", metavar="CEILINGS_JSON", help="a ceilings.json (or the run directory holding it)")
+    p.set_defaults(func=cmd_show)
+    return parser
+
+
+def _guarded(func, args, prog: str) -> int:
+    try:
+        return func(args)
+    except ErtError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `ert show x | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return _guarded(args.func, args, "ert")
+
+
+def run_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ert-run",
+        description="Sweep working sets, FLOPs per element, precisions and FMA on one backend, stream every "
+                    "point to RUN_DIR/raw.jsonl, and write RUN_DIR/ceilings.json. Works the same under mpirun.")
+    _add_run_arguments(parser)
+    return _guarded(cmd_run, parser.parse_args(argv), "ert-run")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Communicators: mpi4py's world when the job has several ranks, a serial stand-in otherwise."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Variables that MPI launchers (MPICH/Hydra, Open MPI, Slurm, PALS) set on every rank.
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "PALS_SIZE")
+
+
+class SerialComm:
+    """One rank, no MPI: the stand-in that lets every code path take a communicator."""
+
+    rank = 0
+    size = 1
+    name = "serial"
+
+    def barrier(self) -> None:
+        pass
+
+    def allgather(self, value):
+        return [value]
+
+    def bcast(self, value, root: int = 0):
+        return value
+
+    def abort(self, code: int = 1) -> None:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class MpiComm:
+    """A thin wrapper over an mpi4py communicator with the same small surface."""
+
+    name = "mpi"
+
+    def __init__(self, comm):
+        self._comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+
+    def barrier(self) -> None:
+        self._comm.Barrier()
+
+    def allgather(self, value):
+        return self._comm.allgather(value)
+
+    def bcast(self, value, root: int = 0):
+        return self._comm.bcast(value, root=root)
+
+    def abort(self, code: int = 1) -> None:
+        sys.stderr.flush()
+        self._comm.Abort(code)
+
+
+def launched_size() -> int:
+    """Ranks the launcher says this job has (1 when not under a launcher)."""
+    for var in _SIZE_VARS:
+        value = os.environ.get(var)
+        if value and value.isdigit():
+            return int(value)
+    return 1
+
+
+def world():
+    """MPI's world communicator if this process is one of several ranks, else SerialComm.
+
+    mpi4py is imported only then; with no MPI library it raises RuntimeError,
+    not ImportError, so both mean "run serially".
+    """
+    if launched_size() <= 1:
+        return SerialComm()
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError):
+        return SerialComm()
+    comm = MpiComm(MPI.COMM_WORLD)
+    return comm if comm.size > 1 else SerialComm()

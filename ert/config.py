@@ -1,0 +1,163 @@
+"""Run configuration: the YAML schema (pydantic v2), loading, CLI overrides and the config hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ert.errors import ErtError
+
+PRECISIONS = ("fp64", "fp32", "fp16")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkingSet(_Strict):
+    """Working-set sizes swept geometrically; bytes of the one array, summed over all threads and ranks."""
+
+    min_bytes: int = Field(16 * 1024, gt=0, description="smallest working set, bytes")
+    max_bytes: int = Field(1 << 30, gt=0, description="largest working set, bytes")
+    growth: float = Field(1.25, gt=1.0, le=4.0, description="factor between consecutive working sets")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.max_bytes < self.min_bytes:
+            raise ValueError(f"max_bytes ({self.max_bytes}) is smaller than min_bytes ({self.min_bytes})")
+        return self
+
+
+class Timing(_Strict):
+    """How long each point is timed and how noise is handled."""
+
+    min_seconds: float = Field(0.01, gt=0, le=60, description="the timed region of one repeat lasts at least this")
+    repeats: int = Field(5, ge=1, le=1000, description="timed repeats per point; min, median and max are kept")
+    noise_threshold: float = Field(0.10, gt=0, description="(max-min)/min of a point's repeats above which it is noisy")
+    max_remeasure: int = Field(2, ge=0, le=20, description="times a noisy point is measured again before it is flagged")
+
+
+class RunConfig(_Strict):
+    """One sweep: the cartesian product of working sets, FLOPs per element, precisions, FMA and access."""
+
+    backend: str = Field("auto", description="backend name (see `ert backends`), or auto for the best available")
+    precisions: list[Literal["fp64", "fp32", "fp16"]] = Field(default_factory=lambda: ["fp64", "fp32"], min_length=1)
+    flops_per_element: list[int] = Field(default_factory=lambda: [1, 2, 8, 32, 128], min_length=1)
+    fma: Literal["on", "off", "both"] = "both"
+    access: list[Literal["rw", "ro"]] = Field(default_factory=lambda: ["rw"], min_length=1)
+    working_set: WorkingSet = Field(default_factory=WorkingSet)
+    timing: Timing = Field(default_factory=Timing)
+    threads: Union[Literal["auto"], int] = Field("auto", description="threads per rank, or auto for cores / ranks")
+    output_dir: str = Field("results", description="where timestamped run directories are created")
+
+    @field_validator("flops_per_element")
+    @classmethod
+    def _powers_of_two(cls, values: list[int]) -> list[int]:
+        for v in values:
+            if v < 1 or v > 1024 or v & (v - 1):
+                raise ValueError(f"{v} is not a power of two from 1 to 1024")
+        if len(set(values)) != len(values):
+            raise ValueError("values repeat")
+        return sorted(values)
+
+    @field_validator("precisions", "access")
+    @classmethod
+    def _unique(cls, values: list[str]) -> list[str]:
+        if len(set(values)) != len(values):
+            raise ValueError("values repeat")
+        return values
+
+    @field_validator("threads")
+    @classmethod
+    def _threads(cls, value):
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be a positive integer or 'auto'")
+        return value
+
+    def fma_modes(self) -> list[bool]:
+        return {"on": [True], "off": [False], "both": [True, False]}[self.fma]
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+    def sha256(self) -> str:
+        """Hash of the resolved config, independent of key order and formatting."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _key_path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    loc = tuple(p for p in err["loc"] if p not in ("function-after[_ordered(), WorkingSet]",))
+    # Literal/union errors add the union branch name to the location; drop it.
+    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("literal"))))
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if err["type"] not in ("extra_forbidden", "missing") and not isinstance(err.get("input", {}), dict):
+        msg += f" (got {err['input']!r})"
+    return _key_path(loc), msg
+
+
+def from_dict(data: object, *, source: object = "<config>") -> RunConfig:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ErtError(f"the top level must be a mapping of keys, not {type(data).__name__}", path=source)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        key, msg = _first_error(exc)
+        raise ErtError(msg, path=source, key=key or None) from None
+
+
+def load(path: str | Path) -> RunConfig:
+    """Read and validate a YAML config; every fault is an ErtError naming the file and key."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ErtError("no such file", path=path) from None
+    except IsADirectoryError:
+        raise ErtError("is a directory, not a config file", path=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ErtError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ErtError(f"invalid YAML: {problem}", path=path, key=where) from None
+    return from_dict(data, source=path)
+
+
+def default_path() -> Path:
+    """The default.yaml shipped inside the package (what a bare `ert-run` uses)."""
+    return Path(str(resources.files("ert.configs").joinpath("default.yaml")))
+
+
+def with_overrides(config: RunConfig, **overrides) -> RunConfig:
+    """A copy with CLI overrides applied (None values are ignored), validated again."""
+    data = config.to_dict()
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return from_dict(data, source="command line")

@@ -1,0 +1,159 @@
+"""The driver: the only loop over points; calibrates, repeats, checks and streams each one to raw.jsonl."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ert.config import RunConfig, Timing
+from ert.progress import Progress
+from ert.rawio import RAW_NAME, RAW_VERSION, RawWriter, read_raw
+from ert.sweep import Point, plan
+
+# Calibration never asks for more trials than this (a guard against a timer
+# that reports zero); 2**40 trials of even one element is days of work.
+MAX_TRIALS = 1 << 40
+
+
+@dataclass
+class Measurement:
+    """The timed result of one point, before it becomes a raw record."""
+
+    trials: int
+    samples: list[float]          # seconds of each repeat (slowest rank's), best attempt
+    spread: float                 # (max - min) / min of samples
+    noisy: bool
+    remeasured: int
+    rank_seconds: list[dict] = field(default_factory=list)  # per repeat: min and max over ranks
+
+
+def _timed(backend, comm, trials: int) -> tuple[float, float]:
+    """One timed region on every rank after a barrier: (slowest, fastest) rank seconds."""
+    comm.barrier()
+    seconds = backend.run(trials)
+    everyone = comm.allgather(seconds)
+    return max(everyone), min(everyone)
+
+
+def calibrate(backend, comm, *, min_seconds: float) -> tuple[int, float]:
+    """Double the trial count until one timed region lasts at least ``min_seconds``.
+
+    The runs double as warm-up.  Returns (trials, seconds of the last run).
+    """
+    trials = 1
+    while True:
+        seconds, _ = _timed(backend, comm, trials)
+        if seconds >= min_seconds or trials >= MAX_TRIALS:
+            return trials, seconds
+        trials *= 2
+
+
+def measure(backend, comm, *, timing: Timing) -> Measurement:
+    """Calibrate, then time ``repeats`` regions; re-measure a noisy point a bounded number of times.
+
+    Of the attempts, the one with the smallest spread is kept: the others were
+    disturbed by something outside the kernel.
+    """
+    trials, _ = calibrate(backend, comm, min_seconds=timing.min_seconds)
+    best: Measurement | None = None
+    for attempt in range(timing.max_remeasure + 1):
+        slow, fast = zip(*(_timed(backend, comm, trials) for _ in range(timing.repeats)))
+        spread = (max(slow) - min(slow)) / min(slow) if min(slow) > 0 else float("inf")
+        current = Measurement(trials, list(slow), spread, spread > timing.noise_threshold, attempt,
+                              [{"max": s, "min": f} for s, f in zip(slow, fast)])
+        if best is None or current.spread < best.spread:
+            best = current
+        if not current.noisy:
+            break
+    best.remeasured = attempt
+    return best
+
+
+def point_record(point: Point, m: Measurement, *, check_ok: bool, check_detail: str, ranks: int,
+                 threads: int) -> dict:
+    samples = m.samples
+    return {
+        "type": "point",
+        "id": point.id,
+        "spec": point.spec.to_dict(),
+        "wss_bytes": point.wss_bytes,
+        "elements_per_thread": point.elements_per_thread,
+        "elements": point.elements_per_thread * threads * ranks,
+        "ranks": ranks,
+        "threads_per_rank": threads,
+        "trials": m.trials,
+        "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
+        "samples": samples,
+        "rank_seconds": {"min": min(r["min"] for r in m.rank_seconds),
+                         "max": max(r["max"] for r in m.rank_seconds)},
+        "spread": m.spread,
+        "noisy": m.noisy,
+        "remeasured": m.remeasured,
+        "valid": check_ok,
+        "check": check_detail,
+        "time": time.time(),
+    }
+
+
+@dataclass
+class SweepResult:
+    planned: int
+    measured_now: int
+    interrupted: bool
+    wall_seconds: float
+
+
+def run_sweep(*, config: RunConfig, run_dir: Path, backend, comm, header: dict | None,
+              progress: Progress | None = None) -> SweepResult:
+    """Measure every planned point not already in RUN_DIR/raw.jsonl.
+
+    ``header`` is written first when the raw file is new (None on resume).
+    Only rank 0 writes.  Ctrl-C stops between or inside points and leaves a
+    valid raw file; the point in progress is not recorded.
+    """
+    raw_path = run_dir / RAW_NAME
+    threads = backend.threads
+    points = plan(config, workers=threads * comm.size, granule_elements_of=backend.granule_elements)
+    done: set[str] = set()
+    if header is None:
+        done = {r["id"] for r in read_raw(raw_path).points}
+    todo = [p for p in points if p.id not in done]
+    writer = RawWriter(raw_path) if comm.rank == 0 else None
+    if writer and header is not None:
+        writer.append({"type": "header", "raw_version": RAW_VERSION, **header})
+    if progress:
+        progress.start(total=len(points), already=len(points) - len(todo), todo=todo)
+    start = time.perf_counter()
+    measured = 0
+    interrupted = False
+    try:
+        for point in todo:
+            if progress:
+                progress.begin(point)
+            backend.prepare(point.spec, elements_per_thread=point.elements_per_thread)
+            m = measure(backend, comm, timing=config.timing)
+            check = backend.check()
+            # Every rank's output must pass for the point to be used.
+            checks = comm.allgather((check.ok, check.detail))
+            ok = all(c[0] for c in checks)
+            detail = "; ".join(f"rank {i}: {d}" for i, (good, d) in enumerate(checks) if not good) or check.detail
+            record = point_record(point, m, check_ok=ok, check_detail=detail, ranks=comm.size, threads=threads)
+            if writer:
+                writer.append(record)
+            measured += 1
+            if progress:
+                progress.end(point, record)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        wall = time.perf_counter() - start
+        if writer:
+            if not interrupted or measured:
+                writer.append({"type": "end", "wall_seconds": wall, "interrupted": interrupted,
+                               "measured": measured})
+            writer.close()
+        if progress:
+            progress.finish()
+    return SweepResult(planned=len(points), measured_now=measured, interrupted=interrupted, wall_seconds=wall)

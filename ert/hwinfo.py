@@ -1,0 +1,150 @@
+"""Hardware hints (cache sizes, CPU model, usable cpus) read cheaply from sysfs and procfs."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+# Multipliers of the size suffixes sysfs uses ("32K", "1024K", "2M").
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """One data or unified cache as the OS reports it (a hint, not a measurement)."""
+
+    level: int  # 1, 2, 3
+    kind: str  # "Data" or "Unified"; instruction caches are skipped
+    size_bytes: int  # size of one instance
+    shared_cpu_count: int  # logical cpus sharing one instance (1 = private)
+
+
+def parse_size_bytes(text: str) -> int:
+    """Bytes in a sysfs cache size such as ``"32K"``, ``"2M"`` or ``"1048576"``.
+
+    Raises ValueError for anything else.
+    """
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise ValueError(f"not a cache size: {text!r}")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """CPU ids in a kernel cpu list such as ``"0-3,8,10-11"`` (empty text: none)."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            first, last = (int(x) for x in part.split("-", 1))
+            if last < first:
+                raise ValueError(f"bad cpu range: {part!r}")
+            cpus.extend(range(first, last + 1))
+        else:
+            cpus.append(int(part))
+    return cpus
+
+
+def _count_cpu_map(text: str) -> int:
+    """Set bits in a kernel cpu mask such as ``"00000000,00000003"``."""
+    return sum(bin(int(word, 16)).count("1") for word in text.strip().split(",") if word)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _read_index(index_dir: Path) -> CacheInfo | None:
+    """One ``cache/indexN`` directory as a CacheInfo; None if unreadable or an instruction cache."""
+    kind = _read(index_dir / "type")
+    level = _read(index_dir / "level")
+    size = _read(index_dir / "size")
+    if kind is None or level is None or size is None or kind == "Instruction":
+        return None
+    try:
+        level_n = int(level)
+        size_bytes = parse_size_bytes(size)
+    except ValueError:
+        return None
+    if size_bytes <= 0:
+        return None
+    shared = 1
+    cpu_list = _read(index_dir / "shared_cpu_list")
+    cpu_map = _read(index_dir / "shared_cpu_map")
+    try:
+        if cpu_list:
+            shared = len(set(parse_cpu_list(cpu_list)))
+        elif cpu_map:
+            shared = _count_cpu_map(cpu_map)
+    except ValueError:
+        shared = 1
+    return CacheInfo(level=level_n, kind=kind, size_bytes=size_bytes, shared_cpu_count=max(shared, 1))
+
+
+def read_cpu_caches(sysfs_root: str = "/sys/devices/system/cpu") -> list[CacheInfo]:
+    """Data and unified caches of cpu0, ordered by level (Data before Unified within one).
+
+    Reads ``cpu0/cache/index*/{level,type,size,shared_cpu_list}`` (falling back
+    to ``shared_cpu_map``).  Entries that cannot be read or parsed are skipped;
+    a missing directory gives ``[]``.  The sizes are the OS's claim: a VM may
+    report its host's caches, so callers treat them as hints.
+    """
+    cache_dir = Path(sysfs_root) / "cpu0" / "cache"
+    try:
+        index_dirs = [p for p in cache_dir.iterdir() if p.name.startswith("index")]
+    except OSError:
+        return []
+    caches = [c for c in (_read_index(p) for p in index_dirs) if c is not None]
+    caches.sort(key=lambda c: (c.level, c.kind != "Data", c.size_bytes))
+    return caches
+
+
+def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """The CPU's marketing name, from ``/proc/cpuinfo`` or else the platform module ("" if unknown)."""
+    text = _read(Path(cpuinfo_path))
+    if text:
+        # x86 says "model name"; some ARM and other kernels say "Hardware" or "cpu model".
+        for key in ("model name", "cpu model", "hardware", "processor name"):
+            for line in text.splitlines():
+                name, sep, value = line.partition(":")
+                if sep and name.strip().lower() == key and value.strip():
+                    return value.strip()
+    return platform.processor() or platform.machine() or ""
+
+
+def usable_cpus() -> int:
+    """Logical cpus this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        try:
+            return max(len(os.sched_getaffinity(0)), 1)
+        except OSError:
+            pass
+    return os.cpu_count() or 1
+
+
+def aggregate_capacity_bytes(cache: CacheInfo, threads: int, *, cpus: int | None = None) -> int:
+    """Total capacity of ``cache`` seen by ``threads`` threads pinned one per cpu.
+
+    Every instance a thread runs on counts once: a private cache gives
+    ``threads * size``, one shared by S cpus ``ceil(threads / S) * size``.
+    With ``cpus`` (the logical cpus in the machine) the count is capped at the
+    ``ceil(cpus / S)`` instances that exist, so oversubscribing threads adds
+    nothing.
+    """
+    if threads < 1:
+        raise ValueError("threads must be at least 1")
+    share = max(cache.shared_cpu_count, 1)
+    instances = math.ceil(threads / share)
+    if cpus is not None:
+        instances = min(instances, max(math.ceil(cpus / share), 1))
+    return instances * cache.size_bytes

@@ -1,0 +1,116 @@
+"""raw.jsonl: one JSON object per line, appended and flushed as each point finishes."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from ert.errors import ErtError
+
+RAW_NAME = "raw.jsonl"
+RAW_VERSION = "1.0"
+
+
+class RawWriter:
+    """Appends records to raw.jsonl; each line is flushed and fsynced before append returns.
+
+    A line is written with one write() call, so a kill leaves at worst one
+    truncated last line, which readers skip.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._repair_tail()
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def _repair_tail(self) -> None:
+        """Cut a truncated last line (left by a kill) so new lines start clean."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            with open(self.path, "r+b") as fh:
+                fh.truncate(cut)
+
+    def append(self, record: dict) -> None:
+        line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
+        self._fh.write(line)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        is_last = number == len(lines)  # no newline after it: possibly truncated
+        yield number, raw.decode("utf-8", errors="replace"), is_last
+
+
+@dataclass
+class RawData:
+    """What a raw file holds: its header, the latest record of each point, and the end records."""
+
+    path: Path
+    header: dict
+    points: list[dict]
+    ends: list[dict] = field(default_factory=list)
+
+
+def read_raw(path: str | Path) -> RawData:
+    """Header, point and end records from a raw file (or a run directory holding one).
+
+    A truncated final line (a kill mid-write) is tolerated and dropped; a bad
+    line anywhere else is a corrupt file and raises ErtError with its number.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / RAW_NAME
+    try:
+        lines = list(_iter_lines(path))
+    except FileNotFoundError:
+        raise ErtError("no such file", path=path) from None
+    except OSError as exc:
+        raise ErtError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    header = None
+    points = []
+    ends = []
+    for number, text, is_last in lines:
+        try:
+            rec = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if is_last:
+                break
+            raise ErtError(f"corrupt line: {exc.msg}", path=path, key=f"line {number}") from None
+        if not isinstance(rec, dict) or "type" not in rec:
+            raise ErtError("not a raw record (a JSON object with a 'type')", path=path, key=f"line {number}")
+        if rec["type"] == "header":
+            if header is None:
+                header = rec
+        elif rec["type"] == "point":
+            for key in ("id", "spec", "wss_bytes", "elements", "trials", "seconds", "valid"):
+                if key not in rec:
+                    raise ErtError(f"point record lacks '{key}'", path=path, key=f"line {number}")
+            points.append(rec)
+        elif rec["type"] == "end":
+            ends.append(rec)
+    if header is None:
+        raise ErtError("no header record: not an ert raw file", path=path)
+    if str(header.get("raw_version", "")).split(".")[0] != RAW_VERSION.split(".")[0]:
+        raise ErtError(f"unsupported raw_version {header.get('raw_version')!r} (this ert reads {RAW_VERSION})",
+                       path=path, key="line 1")
+    # A point measured twice (a resume that raced a kill) keeps its last record.
+    latest = {}
+    for rec in points:
+        latest[rec["id"]] = rec
+    return RawData(path, header, list(latest.values()), ends)

@@ -1,0 +1,205 @@
+"""Plain-text report of a ceilings document, as printed by `ert show` and at the end of a run."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+_MISSING = "-"
+
+
+def human_bytes(n: int) -> str:
+    """Bytes in binary units: 32768 -> '32 KiB', 1073741824 -> '1 GiB', 70.5 KiB -> '70.5 KiB'."""
+    if n < 0:
+        return "-" + human_bytes(-n)
+    value = float(n)
+    unit = 0
+    while value >= 1024 and unit < len(_BYTE_UNITS) - 1:
+        value /= 1024
+        unit += 1
+    if unit == 0:
+        return f"{int(n)} B"
+    # About three significant digits: enough to tell 48 KiB from 49.5 KiB.
+    decimals = 2 if value < 10 else 1 if value < 100 else 0
+    text = f"{value:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text} {_BYTE_UNITS[unit]}"
+
+
+def format_rate(value: float) -> str:
+    """A GB/s or GFLOP/s value, 4 significant digits but every integer digit: 712.9, 43.26, 12346."""
+    if value == 0:
+        return "0"
+    if not math.isfinite(value):
+        return str(value)
+    # Round to 4 significant digits first so that 999.96 becomes 1000, not 1000.0.
+    rounded = float(f"{value:.4g}")
+    if abs(rounded) >= 1000:
+        # Large values keep every integer digit: 12346, not 12350.
+        return f"{value:.0f}"
+    magnitude = math.floor(math.log10(abs(rounded))) + 1
+    decimals = min(max(0, 4 - magnitude), 8)
+    return f"{rounded:.{decimals}f}"
+
+
+def _format_spread(spread: Any) -> str:
+    if not isinstance(spread, (int, float)) or isinstance(spread, bool):
+        return _MISSING
+    percent = spread * 100
+    if 0 < percent < 0.1:
+        return "<0.1%"
+    return f"{percent:.1f}%"
+
+
+def _format_bytes(n: Any) -> str:
+    return human_bytes(n) if isinstance(n, int) and not isinstance(n, bool) else _MISSING
+
+
+def _format_wss_range(wss: Any) -> str:
+    if not (isinstance(wss, (list, tuple)) and len(wss) == 2):
+        return _MISSING
+    low, high = (_format_bytes(v) for v in wss)
+    return low if low == high else f"{low} - {high}"
+
+
+def _format_count(n: Any) -> str:
+    return str(n) if isinstance(n, int) and not isinstance(n, bool) else _MISSING
+
+
+def _format_flag(flag: Any) -> str:
+    return _MISSING if flag is None else ("yes" if flag else "no")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    """Aligned columns, two spaces apart, indented by two; numbers right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)]
+        return ("  " + "  ".join(padded)).rstrip()
+
+    return [line(headers)] + [line(row) for row in rows]
+
+
+def _header(meta: dict) -> list[str]:
+    host = meta.get("host", _MISSING)
+    hosts = meta.get("hosts") or []
+    if len(set(hosts)) > 1:
+        host = f"{host} (+{len(set(hosts)) - 1} more hosts)"
+    cpu = meta.get("cpu_model") or ""
+    device = meta.get("device") or ""
+    # The CPU backends describe the device as the CPU plus a thread count, so
+    # printing both would repeat the model name.
+    if device and cpu and cpu not in device:
+        machine = f"{cpu} / {device}"
+    else:
+        machine = device or cpu or _MISSING
+    ranks = meta.get("ranks", _MISSING)
+    threads = meta.get("threads_per_rank", _MISSING)
+    parts = [
+        f"host {host}",
+        machine,
+        f"backend {meta.get('backend', _MISSING)}",
+        f"{ranks} rank{'s' if ranks != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}",
+        str(meta.get("date", _MISSING)),
+    ]
+    tool = f"{meta.get('tool', 'ert')} {meta.get('tool_version', '')}".strip()
+    lines = [f"{tool}: " + " | ".join(parts)]
+
+    extra = []
+    points = meta.get("points")
+    if isinstance(points, dict) and points:
+        names = ("planned", "measured", "noisy", "invalid")
+        extra.append("points: " + ", ".join(f"{points[k]} {k}" for k in names if k in points))
+    wall_seconds = meta.get("wall_seconds")
+    if isinstance(wall_seconds, (int, float)) and not isinstance(wall_seconds, bool):
+        extra.append(f"wall time {wall_seconds:.1f} s")
+    if extra:
+        lines.append(" | ".join(extra))
+    return lines
+
+
+def _memory_sections(entries: list[dict]) -> list[str]:
+    if not entries:
+        return ["Memory bandwidth: none measured"]
+    # Read+write first (the ERT kernel, the usual roofline), then read-only;
+    # within a group keep the document order, which runs from L1 outwards.
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for entry in entries:
+        key = (entry.get("access", "rw"), entry.get("precision", ""))
+        groups.setdefault(key, []).append(entry)
+    order = sorted(groups, key=lambda k: (k[0] != "rw", k[0]))
+    lines: list[str] = []
+    for access, precision in order:
+        label = {"rw": "read+write", "ro": "read-only"}.get(access, access)
+        title = f"Memory bandwidth, {label}" + (f", {precision}" if precision else "")
+        rows = [
+            [
+                str(e.get("level", _MISSING)),
+                format_rate(e["gbytes_per_s"]) if "gbytes_per_s" in e else _MISSING,
+                _format_spread(e.get("spread")),
+                _format_wss_range(e.get("wss_bytes")),
+                _format_count(e.get("n_points")),
+                _format_count(e.get("noisy_points")),
+            ]
+            for e in groups[(access, precision)]
+        ]
+        if lines:
+            lines.append("")
+        lines.append(title)
+        lines += _table(
+            ["level", "GB/s", "spread", "working set", "points", "noisy"],
+            rows,
+            [False, True, True, False, True, True],
+        )
+    return lines
+
+
+def _compute_section(entries: list[dict]) -> list[str]:
+    if not entries:
+        return ["Compute: none measured"]
+    rows = [
+        [
+            str(e.get("precision", _MISSING)),
+            _format_flag(e.get("fma")),
+            format_rate(e["gflops_per_s"]) if "gflops_per_s" in e else _MISSING,
+            _format_spread(e.get("spread")),
+            _format_count(e.get("flops_per_element")),
+            _format_bytes(e.get("wss_bytes")),
+            _format_flag(e.get("noisy")),
+        ]
+        for e in entries
+    ]
+    return ["Compute"] + _table(
+        ["precision", "FMA", "GFLOP/s", "spread", "FLOPs/element", "working set", "noisy"],
+        rows,
+        [False, False, True, True, True, False, False],
+    )
+
+
+def format_ceilings(doc: dict) -> str:
+    """The readable report of a (validated) ceilings document; no trailing newline.
+
+    ``scaling`` results, if present, are not shown yet.
+    """
+    ceilings = doc.get("ceilings", {})
+    lines = _header(doc.get("metadata", {}))
+    lines.append("")
+    lines += _memory_sections(ceilings.get("memory", []))
+    lines.append("")
+    lines += _compute_section(ceilings.get("compute", []))
+    warnings = doc.get("warnings", [])
+    if warnings:
+        lines.append("")
+        lines.append("Warnings")
+        for warning in warnings:
+            # Keep multi-line warnings under their bullet.
+            first, *rest = str(warning).splitlines() or [""]
+            lines.append(f"  - {first}")
+            lines += [f"    {more}" for more in rest]
+    return "\n".join(lines)
+
+
+__all__ = ["format_ceilings", "human_bytes", "format_rate"]

@@ -1,0 +1,1 @@
+"""JSON Schemas of the files ert writes, and their history."""

@@ -1,0 +1,97 @@
+"""KernelSpec: the single source of bytes and FLOPs per element, and so of GB/s and GFLOP/s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Bytes per scalar of each precision the backends know.
+ITEMSIZE = {"fp64": 8, "fp32": 4, "fp16": 2}
+
+# Access patterns.  "rw": every element is loaded once and stored once per trial
+# (the ERT kernel).  "ro": every element is loaded once per trial and summed
+# into a per-thread accumulator, so read bandwidth can be told apart.
+ACCESS = ("rw", "ro")
+
+
+@dataclass(frozen=True, order=True)
+class KernelSpec:
+    """What one kernel variant does per element per trial.
+
+    ``flops_per_element`` counts an FMA as 2 FLOPs.  For the ``rw`` pattern the
+    value 1 means one add (no multiply, so ``fma`` is always False), and any
+    even value 2k means k multiply-adds, fused when ``fma`` is True and issued
+    as a separate multiply and add otherwise.  The ``ro`` pattern always does
+    one add per element (its accumulation), so its ``flops_per_element`` is 1.
+    """
+
+    precision: str
+    flops_per_element: int
+    fma: bool
+    access: str = "rw"
+
+    def __post_init__(self) -> None:
+        if self.precision not in ITEMSIZE:
+            raise ValueError(f"unknown precision {self.precision!r}")
+        if self.access not in ACCESS:
+            raise ValueError(f"unknown access pattern {self.access!r}")
+        f = self.flops_per_element
+        if f < 1 or (f & (f - 1)):
+            raise ValueError(f"flops_per_element must be a power of two, not {f}")
+        if self.flops_per_element == 1 and self.fma:
+            raise ValueError("flops_per_element 1 is a single add: it has no FMA form")
+        if self.access == "ro" and (self.flops_per_element != 1 or self.fma):
+            raise ValueError("the load-only pattern does exactly one add per element")
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.precision]
+
+    @property
+    def bytes_per_element(self) -> int:
+        """Bytes moved per element per trial (write-allocate traffic not counted, as in ERT)."""
+        return (2 if self.access == "rw" else 1) * self.itemsize
+
+    @property
+    def fma_ops_per_element(self) -> int:
+        """Multiply-add pairs per element per trial (0 for a single add)."""
+        return 0 if self.flops_per_element == 1 else self.flops_per_element // 2
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte of this kernel."""
+        return self.flops_per_element / self.bytes_per_element
+
+    @property
+    def key(self) -> str:
+        """A short stable name, e.g. ``fp64-fma-rw-f8``."""
+        kind = "fma" if self.fma else ("add" if self.flops_per_element == 1 else "nofma")
+        return f"{self.precision}-{kind}-{self.access}-f{self.flops_per_element}"
+
+    def bytes_moved(self, *, elements: int, trials: int) -> int:
+        return elements * trials * self.bytes_per_element
+
+    def flops_done(self, *, elements: int, trials: int) -> int:
+        return elements * trials * self.flops_per_element
+
+    def gbytes_per_s(self, *, elements: int, trials: int, seconds: float) -> float:
+        return self.bytes_moved(elements=elements, trials=trials) / seconds / 1e9
+
+    def gflops_per_s(self, *, elements: int, trials: int, seconds: float) -> float:
+        return self.flops_done(elements=elements, trials=trials) / seconds / 1e9
+
+    def to_dict(self) -> dict:
+        return {
+            "precision": self.precision,
+            "flops_per_element": self.flops_per_element,
+            "fma": self.fma,
+            "access": self.access,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "KernelSpec":
+        return cls(
+            precision=data["precision"],
+            flops_per_element=int(data["flops_per_element"]),
+            fma=bool(data["fma"]),
+            access=data.get("access", "rw"),
+        )

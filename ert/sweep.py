@@ -1,0 +1,75 @@
+"""The sweep plan: which points to measure, in what order, each with a stable id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ert.config import RunConfig
+from ert.spec import KernelSpec
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement: a kernel variant at one working set.
+
+    ``wss_bytes`` is the bytes of the one array summed over all ranks and
+    threads; ``elements_per_thread`` is each thread's share, rounded to the
+    backend's granule so every block is aligned and whole.
+    """
+
+    spec: KernelSpec
+    wss_bytes: int
+    elements_per_thread: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.spec.key}-w{self.wss_bytes}"
+
+
+def working_sets(*, min_bytes: int, max_bytes: int, growth: float, granule_bytes: int) -> list[int]:
+    """Geometric working sets from min to max, each a whole number of granules, no repeats.
+
+    The largest set is always included, so the sweep reaches what was asked.
+    """
+    sizes: list[int] = []
+    size = float(min_bytes)
+    while size <= max_bytes * (1 + 1e-9):
+        rounded = max(granule_bytes, int(round(size / granule_bytes)) * granule_bytes)
+        if not sizes or rounded > sizes[-1]:
+            sizes.append(rounded)
+        size *= growth
+    top = max(granule_bytes, (max_bytes // granule_bytes) * granule_bytes)
+    if sizes[-1] < top:
+        sizes.append(top)
+    return sizes
+
+
+def kernel_specs(config: RunConfig) -> list[KernelSpec]:
+    """Every kernel variant the config asks for, bandwidth-bound ones first."""
+    specs: list[KernelSpec] = []
+    for precision in config.precisions:
+        for access in config.access:
+            if access == "ro":
+                specs.append(KernelSpec(precision, 1, False, "ro"))
+                continue
+            for flops in config.flops_per_element:
+                modes = [False] if flops == 1 else config.fma_modes()
+                for fma in modes:
+                    specs.append(KernelSpec(precision, flops, fma, "rw"))
+    return sorted(set(specs), key=lambda s: (s.access != "rw", s.flops_per_element, s.precision != "fp64", not s.fma))
+
+
+def plan(config: RunConfig, *, workers: int, granule_elements_of) -> list[Point]:
+    """All points, ordered spec by spec and small to large working set.
+
+    ``workers`` is threads x ranks (each owns one block); ``granule_elements_of``
+    maps a KernelSpec to the backend's per-thread element granule.
+    """
+    points: list[Point] = []
+    ws = config.working_set
+    for spec in kernel_specs(config):
+        granule_bytes = granule_elements_of(spec) * spec.itemsize * workers
+        for wss in working_sets(min_bytes=ws.min_bytes, max_bytes=ws.max_bytes,
+                                growth=ws.growth, granule_bytes=granule_bytes):
+            points.append(Point(spec, wss, wss // spec.itemsize // workers))
+    return points
