@@ -111,11 +111,11 @@ def name_levels(
     highest and the right one's lowest working set.  A plateau followed by a
     break is named after the cache whose aggregate capacity for ``threads``
     threads (see ``aggregate_capacity_bytes``) lies nearest the break (in
-    log), never a level below one already named; a plateau whose left break
-    lies beyond twice the largest cache, or that follows the plateau named
-    after the largest cache, is ``memory_name``.  The last plateau is the
-    memory only if it lies beyond the largest cache, otherwise the next cache
-    level, with a warning that the sweep did not reach memory.
+    log), never a level below one already named; every plateau after the one
+    named after the largest cache is ``memory_name``.  Otherwise the last
+    plateau is the memory only if it lies mostly beyond the largest cache; if
+    not, it is the next cache level and a warning says that the sweep did not
+    reach memory.
 
     Cache sizes are hints: a break more than a factor 2 from its cache's
     capacity still takes that cache's name (the order of levels is the better
@@ -141,7 +141,8 @@ def name_levels(
         levels, positional = _positional(plateaus, memory_name)
         return levels, positional + warnings
 
-    largest = max(range(len(hints)), key=lambda j: hints[j].capacity_bytes)
+    # On a tie the higher level counts as the largest: nothing lies beyond it.
+    largest = max(range(len(hints)), key=lambda j: (hints[j].capacity_bytes, j))
     cap_max = hints[largest].capacity_bytes
     breaks = [math.sqrt(a.wss_bytes[1] * b.wss_bytes[0]) for a, b in zip(plateaus, plateaus[1:])]
     memory = -1  # stands for the memory in `assigned`
@@ -151,13 +152,10 @@ def name_levels(
     for k, plateau in enumerate(plateaus):
         left = breaks[k - 1] if k > 0 else None
         right = breaks[k] if k < len(breaks) else None
-        after_largest = bool(assigned) and assigned[-1] in (largest, memory)
-        if after_largest or (left is not None and left > cap_max * _MATCH_FACTOR):
+        if assigned and assigned[-1] in (largest, memory):
             assigned.append(memory)
             bases.append(
-                f"break at {fmt_bytes(left)} is beyond the largest cache ({hints[largest].describe()})"
-                if left is not None
-                else f"starts beyond the largest cache ({hints[largest].describe()})"
+                f"follows the break at {fmt_bytes(left)} past the largest cache ({hints[largest].describe()})"
             )
             continue
         if right is not None:
@@ -188,11 +186,19 @@ def name_levels(
         j = min(previous + 1, len(hints) - 1)
         assigned.append(j)
         previous = j
-        bases.append(f"sweep ended at {fmt_bytes(hi)}, inside {hints[j].describe()}")
-        warnings.append(
-            f"the largest working set ({fmt_bytes(hi)}) did not reach memory: the largest cache is "
-            f"L{hints[largest].level} ({fmt_bytes(cap_max)} aggregate), so no level is named {memory_name}"
-        )
+        if hi <= cap_max:
+            bases.append(f"sweep ended at {fmt_bytes(hi)}, within {hints[j].describe()}")
+            warnings.append(
+                f"the last plateau ends at {fmt_bytes(hi)}, short of memory: the largest cache is "
+                f"L{hints[largest].level} ({fmt_bytes(cap_max)} aggregate), so no level is named {memory_name}"
+            )
+        else:
+            bases.append(f"no break from {fmt_bytes(start)} to the sweep's end; the level after the last named")
+            warnings.append(
+                f"no drop seen up to {fmt_bytes(hi)}, {hi / cap_max:.1f}x the "
+                f"L{hints[largest].level} hint ({fmt_bytes(cap_max)} aggregate): memory was not reached or the "
+                f"hint is wrong, so no level is named {memory_name}"
+            )
 
     # Cache levels between named ones that no plateau ends at.
     named = sorted({j for j in assigned if j != memory})

@@ -82,31 +82,41 @@ def _median_cost_table(y: np.ndarray) -> np.ndarray:
     """
     n = y.size
     cost = np.full((n + 1, n + 1), np.inf)
+    push, pop = heapq.heappush, heapq.heappop
+    values = [float(v) for v in y]
     for i in range(n):
         lower: list[float] = []  # max-heap of the lower half, stored negated
         upper: list[float] = []  # min-heap of the upper half
+        n_lower = n_upper = 0
         sum_lower = sum_upper = 0.0
-        for j in range(i, n):
-            x = float(y[j])
-            if lower and x > -lower[0]:
-                heapq.heappush(upper, x)
+        row = []
+        for x in values[i:]:
+            if n_lower and x > -lower[0]:
+                push(upper, x)
                 sum_upper += x
+                n_upper += 1
             else:
-                heapq.heappush(lower, -x)
+                push(lower, -x)
                 sum_lower += x
-            # Keep len(lower) == len(upper) or len(upper) + 1, so the median is -lower[0].
-            if len(lower) > len(upper) + 1:
-                moved = -heapq.heappop(lower)
+                n_lower += 1
+            # Keep n_lower == n_upper or n_upper + 1, so the median is -lower[0].
+            if n_lower > n_upper + 1:
+                moved = -pop(lower)
+                push(upper, moved)
                 sum_lower -= moved
-                heapq.heappush(upper, moved)
                 sum_upper += moved
-            elif len(upper) > len(lower):
-                moved = heapq.heappop(upper)
+                n_lower -= 1
+                n_upper += 1
+            elif n_upper > n_lower:
+                moved = pop(upper)
+                push(lower, -moved)
                 sum_upper -= moved
-                heapq.heappush(lower, -moved)
                 sum_lower += moved
+                n_upper -= 1
+                n_lower += 1
             med = -lower[0]
-            cost[i, j + 1] = (sum_upper - med * len(upper)) + (med * len(lower) - sum_lower)
+            row.append((sum_upper - med * n_upper) + (med * n_lower - sum_lower))
+        cost[i, i + 1 :] = row
     return cost
 
 
@@ -129,24 +139,6 @@ def _partition(cost: np.ndarray, penalty: float) -> list[tuple[int, int]]:
         segments.append((int(back[j]), j))
         j = int(back[j])
     return segments[::-1]
-
-
-def _residual_noise(y: np.ndarray, segments: list[tuple[int, int]]) -> float | None:
-    """Noise sigma from residuals about the medians of segments of 3+ points.
-
-    Successive differences overstate the noise when transitions are a large
-    share of a sparse sweep; residuals inside levels do not.  None when too
-    few points are available.
-    """
-    resid = [y[s:e] - np.median(y[s:e]) for s, e in segments if e - s >= 3]
-    if not resid:
-        return None
-    r = np.concatenate(resid)
-    if r.size < 2 * len(resid) + 4:
-        return None
-    # Residuals about a fitted median understate the noise by about the share
-    # of degrees of freedom the medians used.
-    return _MAD_TO_SIGMA * float(np.median(np.abs(r))) * math.sqrt(r.size / (r.size - len(resid)))
 
 
 def _merge_similar(anchors: list[list[int]], y: np.ndarray, step_log: float) -> None:
@@ -292,8 +284,8 @@ def find_plateaus(
 
     Log bandwidth, in working-set order, is optimally partitioned into
     constant segments (dynamic programming, L1 misfit about each segment's
-    median plus a per-segment penalty proportional to the noise, itself
-    estimated robustly and refined from the first partition).  Then:
+    median plus a per-segment penalty proportional to ``robust_noise``).
+    Then:
 
     * segments of at least ``min_points`` points anchor candidate levels;
     * consecutive anchors within ``min_step`` (relative) are one level, so a
@@ -329,7 +321,8 @@ def find_plateaus(
     order = usable[np.argsort(wss[usable], kind="stable")]
     if order.size < min_points:
         return []
-    y_all = np.log(bw[order])
+    bw_sorted = bw[order]
+    y_all = np.log(bw_sorted)
     wss_sorted = wss[order]
     flagged = flags[order]
     if np.count_nonzero(~flagged) >= max(2 * min_points, order.size / 2):
@@ -342,10 +335,6 @@ def find_plateaus(
     log_n = math.log(max(y.size, 3))
     sigma = max(_log_noise(y), _NOISE_FLOOR)
     segments = _partition(cost, _PENALTY_SIGMAS_PER_LOG_N * sigma * log_n)
-    refined = _residual_noise(y, segments)
-    if refined is not None and refined < sigma:
-        sigma = max(refined, _NOISE_FLOOR)
-        segments = _partition(cost, _PENALTY_SIGMAS_PER_LOG_N * sigma * log_n)
 
     step_log = math.log1p(min_step)
     anchors = [[s, e] for s, e in segments if e - s >= min_points]
@@ -366,7 +355,7 @@ def find_plateaus(
         if members.size < min_points:
             continue
         clean = members[~flagged[members]]
-        values = np.exp(y_all[clean if clean.size else members])
+        values = bw_sorted[clean if clean.size else members]
         member_wss = wss_sorted[members]
         plateaus.append(
             Plateau(
