@@ -67,13 +67,18 @@ def world():
     """MPI's world communicator if this process is one of several ranks, else SerialComm.
 
     mpi4py is imported only then; with no MPI library it raises RuntimeError,
-    not ImportError, so both mean "run serially".
+    not ImportError.  Several ranks without a working mpi4py is an error.
     """
-    if launched_size() <= 1:
+    size = launched_size()
+    if size <= 1:
         return SerialComm()
     try:
         from mpi4py import MPI
-    except (ImportError, RuntimeError):
-        return SerialComm()
+    except (ImportError, RuntimeError) as exc:
+        # N independent "rank 0"s would all write the same run directory.
+        from ert.errors import ErtError
+
+        raise ErtError(f"launched as {size} MPI ranks, but mpi4py cannot load ({exc}); "
+                       f"install mpi4py or run without mpirun", key="mpi") from None
     comm = MpiComm(MPI.COMM_WORLD)
     return comm if comm.size > 1 else SerialComm()

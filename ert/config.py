@@ -6,7 +6,7 @@ import hashlib
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -25,6 +25,9 @@ class WorkingSet(_Strict):
     min_bytes: int = Field(16 * 1024, gt=0, description="smallest working set, bytes")
     max_bytes: int = Field(1 << 30, gt=0, description="largest working set, bytes")
     growth: float = Field(1.25, gt=1.0, le=4.0, description="factor between consecutive working sets")
+    compute_max_bytes: Optional[int] = Field(
+        None, gt=0, description="largest working set for kernels of more than 2 FLOPs per element "
+                                "(their peak is cache-resident); null sweeps them to max_bytes")
 
     @model_validator(mode="after")
     def _ordered(self):

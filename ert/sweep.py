@@ -59,8 +59,20 @@ def kernel_specs(config: RunConfig) -> list[KernelSpec]:
     return sorted(set(specs), key=lambda s: (s.access != "rw", s.flops_per_element, s.precision != "fp64", not s.fma))
 
 
+def interleaved(n: int) -> list[int]:
+    """A permutation of range(n) in which consecutive entries are far apart.
+
+    Measuring working sets in this order (golden-ratio steps) turns a slow
+    spell of the machine, which spans consecutive measurements, into scattered
+    single-point outliers that the plateau fit rejects, instead of a run of
+    low points that looks like a level.
+    """
+    golden = (5 ** 0.5 - 1) / 2
+    return sorted(range(n), key=lambda i: (i * golden) % 1.0)
+
+
 def plan(config: RunConfig, *, workers: int, granule_elements_of) -> list[Point]:
-    """All points, ordered spec by spec and small to large working set.
+    """All points, spec by spec, each spec's working sets in interleaved order.
 
     ``workers`` is threads x ranks (each owns one block); ``granule_elements_of``
     maps a KernelSpec to the backend's per-thread element granule.
@@ -69,7 +81,11 @@ def plan(config: RunConfig, *, workers: int, granule_elements_of) -> list[Point]
     ws = config.working_set
     for spec in kernel_specs(config):
         granule_bytes = granule_elements_of(spec) * spec.itemsize * workers
-        for wss in working_sets(min_bytes=ws.min_bytes, max_bytes=ws.max_bytes,
-                                growth=ws.growth, granule_bytes=granule_bytes):
-            points.append(Point(spec, wss, wss // spec.itemsize // workers))
+        sizes = working_sets(min_bytes=ws.min_bytes, max_bytes=ws.max_bytes,
+                             growth=ws.growth, granule_bytes=granule_bytes)
+        if spec.flops_per_element > 2 and ws.compute_max_bytes is not None:
+            # The same geometric grid, cut: compute points line up with bandwidth points.
+            sizes = [s for s in sizes if s <= ws.compute_max_bytes] or sizes[:1]
+        for i in interleaved(len(sizes)):
+            points.append(Point(spec, sizes[i], sizes[i] // spec.itemsize // workers))
     return points
