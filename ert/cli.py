@@ -54,7 +54,7 @@ def _holds_run(path: Path) -> bool:
     return any((path / name).exists() for name in ("raw.jsonl", CONFIG_NAME, CEILINGS_NAME))
 
 
-def _resolve(config, comm):
+def _resolve(config, comm, *, source, backend_flag: bool):
     """Concrete backend and thread count, so the saved config reproduces the run."""
     from ert import hwinfo
     from ert.backends import REGISTRY
@@ -64,7 +64,11 @@ def _resolve(config, comm):
     if backend == "auto":
         backend = REGISTRY.best_available()
     else:
-        REGISTRY.entry(backend)  # unknown name -> ErtError
+        try:
+            REGISTRY.entry(backend)
+        except ErtError as exc:  # name where the bad value came from
+            raise ErtError(exc.message, path=None if backend_flag else source,
+                           key="--backend" if backend_flag else "backend") from None
     threads = config.threads
     if threads == "auto":
         threads = max(1, hwinfo.usable_cpus())
@@ -102,9 +106,10 @@ def cmd_run(args) -> int:
             raise ErtError(f"the run used {cfg.threads} threads; a resume cannot change that",
                            path=run_dir, key="--threads")
     else:
-        cfg = config_mod.load(args.config or config_mod.default_path())
+        source = args.config or config_mod.default_path()
+        cfg = config_mod.load(source)
         cfg = config_mod.with_overrides(cfg, backend=args.backend, threads=args.threads)
-        cfg = _resolve(cfg, comm)
+        cfg = _resolve(cfg, comm, source=source, backend_flag=bool(args.backend))
         if args.out:
             run_dir = Path(args.out)
             if run_dir.exists() and not run_dir.is_dir():

@@ -44,6 +44,13 @@ def configure_numba_env(threads: int | None = None) -> dict:
         if "+avx512f" in features:
             os.environ["NUMBA_CPU_FEATURES"] = features + ",-prefer-256-bit"
             decided["cpu_features"] = "host,-prefer-256-bit"
+    # Pin each thread to its own core (Numba's OpenMP layer honours these), so a
+    # thread's block stays in its core's private caches between calls.  Values
+    # the user or a job script set are left alone.
+    if "OMP_PROC_BIND" not in os.environ and "OMP_PLACES" not in os.environ:
+        os.environ["OMP_PROC_BIND"] = "close"
+        os.environ["OMP_PLACES"] = "cores"
+        decided["pinning"] = "OMP_PROC_BIND=close OMP_PLACES=cores"
     if threads is not None:
         pool = int(os.environ.get("NUMBA_NUM_THREADS", "0") or 0)
         if pool < threads:
@@ -112,6 +119,7 @@ class NumbaCpuBackend:
             "numba_threading_layer": self._threading_layer(),
             "llvm_cpu": llvm.get_host_cpu_name(),
             "numba_cpu_features": os.environ.get("NUMBA_CPU_FEATURES", "host default"),
+            "pinning": {k: os.environ.get(k, "") for k in ("OMP_PROC_BIND", "OMP_PLACES")},
             "alignment_bytes": ALIGN_BYTES,
             "granule_bytes": self._k.GRANULE_BYTES,
         }
