@@ -11,14 +11,18 @@
  *     offset counts every trial run on the buffer since initialisation;
  *   - flops = 1:  b[i] = b[i] + ct
  *     flops = 2K: for each 512-byte sub-block, K times: sub[j] = sub[j]*a + ct
- *     (fused with fma() in the default build; -DERT_NO_FMA with
- *      -ffp-contract=off rounds the multiply and the add separately).
+ *     (fused in the default build, which needs -ffp-contract=fast; -DERT_NO_FMA
+ *      with -ffp-contract=off rounds the multiply and the add separately).
  *
  * Timing as in the original ERT: the trial loop runs inside the parallel
  * region; barrier, clock, every thread runs all its trials, barrier, clock.
  * The trial count is doubled until one region lasts >= min_seconds, then
  * `repeats` regions are timed.  Afterwards every element is compared with a
  * host replay of the recurrence, so the compiler cannot drop any of the work.
+ * The replay does the same roundings (fma() in the FMA build), so a correct
+ * run matches it bit for bit.  (That does not prove the vector code fused:
+ * after many trials fused and unfused runs settle on the same values; the
+ * assembly shows it, see benchmarks/numba_vs_c.py.)
  *
  * Usage: ert_c_kernel PRECISION FLOPS THREADS WSS_BYTES MIN_SECONDS REPEATS
  *   PRECISION fp64 | fp32; WSS_BYTES is the total over all threads.
@@ -39,24 +43,70 @@
 #define REC_C 0.0625
 
 #ifdef ERT_NO_FMA
-#define MADD(x, a, c) ((x) * (a) + (c)) /* built with -ffp-contract=off */
+/* Built with -ffp-contract=off: the multiply and the add round separately. */
+#define MADD(x, a, c) ((x) * (a) + (c))
 #define MADDF(x, a, c) ((x) * (a) + (c))
 #define FMA_NAME "false"
 #else
+/* fma() in the scalar code; the vector code relies on -ffp-contract=fast. */
 #define MADD(x, a, c) fma((x), (a), (c))
 #define MADDF(x, a, c) fmaf((x), (a), (c))
 #define FMA_NAME "true"
 #endif
 
+#ifdef ERT_PLAIN_C
+#define VARIANT_NAME "plain"
+#else
+#define VARIANT_NAME "vector"
+#endif
+
+/* 64-byte vectors (one zmm register); a 512-byte sub-block is 8 of them. */
+typedef double vf64 __attribute__((vector_size(64), aligned(64), may_alias));
+typedef float vf32 __attribute__((vector_size(64), aligned(64), may_alias));
+
 /*
- * One kernel per precision.  The sub-block is copied to a local array of
- * W = 512 / sizeof(real) elements (8 zmm registers) for the K multiply-adds:
- * the same computation as the Numba kernel, where LLVM keeps the sub-block in
- * registers; written this way so that GCC does too (checked on the assembly).
+ * One kernel per precision.
+ *
+ * rw_add is the plain loop: GCC vectorises it by itself.
+ *
+ * rw_madd keeps the 512-byte sub-block in registers for its K multiply-adds
+ * (the same computation as the Numba kernel, where LLVM does this on its own).
+ * The default build writes the sub-block as 8 GCC vectors r0..r7, which GCC
+ * keeps in 8 zmm registers; with -DERT_PLAIN_C it is a local array of W
+ * scalars, which GCC also vectorises but copies through the stack once per
+ * sub-block (measured ~10-20% slower at the compute peak).
  */
-#define DEFINE_KERNELS(real, SUFFIX, MADD_OP)                                              \
+#ifdef ERT_PLAIN_C
+#define MADD_SUBBLOCK(real, VEC, MADD_OP)                                                  \
+    {                                                                                      \
+        enum { W = GRANULE_BYTES / sizeof(real) };                                         \
+        real *restrict sub = blk + i0;                                                     \
+        real v[W];                                                                         \
+        for (int j = 0; j < W; j++) v[j] = sub[j];                                         \
+        for (int k = 0; k < k_ops; k++)                                                    \
+            for (int j = 0; j < W; j++) v[j] = MADD_OP(v[j], a, ct);                       \
+        for (int j = 0; j < W; j++) sub[j] = v[j];                                         \
+    }
+#else
+#define MADD_SUBBLOCK(real, VEC, MADD_OP)                                                  \
+    {                                                                                      \
+        VEC *sub = (VEC *)(blk + i0);                                                      \
+        VEC r0 = sub[0], r1 = sub[1], r2 = sub[2], r3 = sub[3];                            \
+        VEC r4 = sub[4], r5 = sub[5], r6 = sub[6], r7 = sub[7];                            \
+        for (int k = 0; k < k_ops; k++) {                                                  \
+            r0 = r0 * a + ct; r1 = r1 * a + ct; r2 = r2 * a + ct; r3 = r3 * a + ct;        \
+            r4 = r4 * a + ct; r5 = r5 * a + ct; r6 = r6 * a + ct; r7 = r7 * a + ct;        \
+        }                                                                                  \
+        sub[0] = r0; sub[1] = r1; sub[2] = r2; sub[3] = r3;                                \
+        sub[4] = r4; sub[5] = r5; sub[6] = r6; sub[7] = r7;                                \
+    }
+#endif
+
+#define DEFINE_KERNELS(real, SUFFIX, VEC, MADD_OP)                                         \
+    _Static_assert(8 * sizeof(VEC) == GRANULE_BYTES, "a sub-block is 8 vectors");          \
     static void rw_add_##SUFFIX(real *restrict blk, size_t n, long trials, long offset,    \
                                 real c) {                                                  \
+        blk = __builtin_assume_aligned(blk, ALIGN_BYTES);                                  \
         for (long tr = 0; tr < trials; tr++) {                                             \
             const real ct = ((tr + offset) % 2 == 0) ? c : -c;                             \
             for (size_t i = 0; i < n; i++) blk[i] = blk[i] + ct;                           \
@@ -68,14 +118,7 @@
         blk = __builtin_assume_aligned(blk, ALIGN_BYTES);                                  \
         for (long tr = 0; tr < trials; tr++) {                                             \
             const real ct = ((tr + offset) % 2 == 0) ? c : -c;                             \
-            for (size_t i0 = 0; i0 < n; i0 += W) {                                        \
-                real *restrict sub = blk + i0;                                             \
-                real v[W];                                                                 \
-                for (int j = 0; j < W; j++) v[j] = sub[j];                                 \
-                for (int k = 0; k < k_ops; k++)                                            \
-                    for (int j = 0; j < W; j++) v[j] = MADD_OP(v[j], a, ct);               \
-                for (int j = 0; j < W; j++) sub[j] = v[j];                                 \
-            }                                                                              \
+            for (size_t i0 = 0; i0 < n; i0 += W) MADD_SUBBLOCK(real, VEC, MADD_OP)         \
         }                                                                                  \
     }                                                                                      \
     /* Host replay of the 16 starting values, same operations in the same order. */        \
@@ -101,8 +144,8 @@
         }                                                                                  \
     }
 
-DEFINE_KERNELS(double, f64, MADD)
-DEFINE_KERNELS(float, f32, MADDF)
+DEFINE_KERNELS(double, f64, vf64, MADD)
+DEFINE_KERNELS(float, f32, vf32, MADDF)
 
 typedef struct {
     int fp64;
@@ -251,7 +294,7 @@ int main(int argc, char **argv) {
     const double elements = (double)b.n * b.threads;
     const double gbs = elements * 2 * itemsize * trials / median / 1e9;
     const double gflops = elements * b.flops * trials / median / 1e9;
-    printf("{\"impl\": \"c\", \"precision\": \"%s\", \"flops_per_element\": %d, \"fma\": %s, "
+    printf("{\"impl\": \"c\", \"variant\": \"" VARIANT_NAME "\", \"precision\": \"%s\", \"flops_per_element\": %d, \"fma\": %s, "
            "\"threads\": %d, \"omp_max_threads\": %d, \"wss_bytes\": %zu, \"elements_per_thread\": %zu, "
            "\"trials\": %ld, \"trials_total\": %ld, \"samples\": [",
            argv[1], b.flops, b.flops == 1 ? "false" : FMA_NAME, b.threads, omp_get_max_threads(),
