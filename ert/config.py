@@ -75,6 +75,22 @@ class RunConfig(_Strict):
             raise ValueError("values repeat")
         return values
 
+    @field_validator("fma", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value):
+        # YAML 1.1 reads a bare `on` / `off` (the documented spelling) as a boolean.
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value
+
+    @field_validator("threads", mode="before")
+    @classmethod
+    def _threads_not_bool(cls, value):
+        # A bool is an int to pydantic: `threads: yes` would silently mean 1 thread.
+        if isinstance(value, bool):
+            raise ValueError("must be a positive integer or 'auto'")
+        return value
+
     @field_validator("threads")
     @classmethod
     def _threads(cls, value):
@@ -143,7 +159,7 @@ def load(path: str | Path) -> RunConfig:
     except IsADirectoryError:
         raise ErtError("is a directory, not a config file", path=path) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ErtError(f"cannot read: {exc.strerror or exc}", path=path) from None
+        raise ErtError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", path=path) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

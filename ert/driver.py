@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -38,13 +39,18 @@ def _timed(backend, comm, trials: int) -> tuple[float, float]:
 
 
 def calibrate(backend, comm, *, min_seconds: float) -> tuple[int, float]:
-    """Double the trial count until one timed region lasts at least ``min_seconds``.
+    """Double the trial count until a timed region lasts at least ``min_seconds``.
 
-    The runs double as warm-up.  Returns (trials, seconds of the last run).
+    The runs double as warm-up.  A region that reaches ``min_seconds`` is timed
+    once more and the faster of the two decides, so one region stretched by a
+    disturbance (a descheduled thread) cannot fix the trial count far too low.
+    Returns (trials, seconds of the faster last run).
     """
     trials = 1
     while True:
         seconds, _ = _timed(backend, comm, trials)
+        if seconds >= min_seconds:
+            seconds = min(seconds, _timed(backend, comm, trials)[0])
         if seconds >= min_seconds or trials >= MAX_TRIALS:
             return trials, seconds
         trials *= 2
@@ -60,6 +66,12 @@ def measure(backend, comm, *, timing: Timing) -> Measurement:
     best: Measurement | None = None
     for attempt in range(timing.max_remeasure + 1):
         slow, fast = zip(*(_timed(backend, comm, trials) for _ in range(timing.repeats)))
+        while statistics.median(slow) < timing.min_seconds / 2 and trials < MAX_TRIALS:
+            # Calibration was fooled by a stalled region: the repeats are far
+            # shorter than asked.  Scale the trial count up and time them again.
+            factor = timing.min_seconds / max(statistics.median(slow), 1e-9)
+            trials = min(MAX_TRIALS, trials * 2 ** max(1, math.ceil(math.log2(factor))))
+            slow, fast = zip(*(_timed(backend, comm, trials) for _ in range(timing.repeats)))
         spread = (max(slow) - min(slow)) / min(slow) if min(slow) > 0 else float("inf")
         current = Measurement(trials, list(slow), spread, spread > timing.noise_threshold, attempt,
                               [{"max": s, "min": f} for s, f in zip(slow, fast)])

@@ -32,13 +32,15 @@ def working_sets(*, min_bytes: int, max_bytes: int, growth: float, granule_bytes
     The largest set is always included, so the sweep reaches what was asked.
     """
     sizes: list[int] = []
+    # The largest whole number of granules within max_bytes (at least one granule).
+    top = max(granule_bytes, (max_bytes // granule_bytes) * granule_bytes)
     size = float(min_bytes)
     while size <= max_bytes * (1 + 1e-9):
-        rounded = max(granule_bytes, int(round(size / granule_bytes)) * granule_bytes)
+        # Rounded to the nearest granule, but never past max_bytes.
+        rounded = min(top, max(granule_bytes, int(round(size / granule_bytes)) * granule_bytes))
         if not sizes or rounded > sizes[-1]:
             sizes.append(rounded)
         size *= growth
-    top = max(granule_bytes, (max_bytes // granule_bytes) * granule_bytes)
     if sizes[-1] < top:
         sizes.append(top)
     return sizes

@@ -44,9 +44,13 @@ def init_blocks(buf, nthreads, n):
 def _make_rw_kernel(w: int, fastmath):
     """The multiply-add kernel with a compile-time sub-block of ``w`` elements.
 
-    ``w`` must be a constant for LLVM to unroll the sub-block into registers;
-    Numba caches each closure separately, keyed by the values it closes over.
+    ``w`` must be a constant for LLVM to unroll the sub-block into registers.
+    Numba's cache key covers the code and the values closed over, but not the
+    decorator's options, so ``fused`` is closed over (and returned) too:
+    without it the FMA and no-FMA kernels of one precision share one cache
+    entry, and whichever was compiled first is loaded for both.
     """
+    fused = bool(fastmath)
 
     @njit(parallel=True, fastmath=fastmath, cache=True)
     def rw_kernel(buf, nthreads, n, trials, trial_offset, k_ops, a, c):
@@ -59,7 +63,7 @@ def _make_rw_kernel(w: int, fastmath):
                     for _ in range(k_ops):
                         for j in range(w):
                             sub[j] = sub[j] * a + ct
-        return 0
+        return 1 if fused else 0
 
     return rw_kernel
 

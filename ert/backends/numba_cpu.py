@@ -157,19 +157,24 @@ class NumbaCpuBackend:
         self._view = buf
         self._k.init_blocks(buf, self.threads, elements_per_thread)
         self._ro_out = self._np.zeros(self.threads, dtype=self._np.float64)
-        self._call(0)  # compile or load from cache now, never inside a timed region
+        # Compile or load from cache now, never inside a timed region.  The
+        # multiply-add kernels return whether they were built to fuse: a cache
+        # entry of the wrong variant would otherwise go unnoticed.
+        fused = self._call(0)
+        if spec.access == "rw" and spec.flops_per_element > 1 and bool(fused) != spec.fma:
+            raise RuntimeError(f"{spec.key}: the loaded kernel was built with fma={bool(fused)}; "
+                               f"clear Numba's cache (__pycache__ beside kernels/numba_cpu.py)")
 
-    def _call(self, trials: int) -> None:
+    def _call(self, trials: int):
         spec, k, buf, n, nt = self._spec, self._k, self._view, self._n, self.threads
         a = buf.dtype.type(A)
         c = buf.dtype.type(C)
         if spec.access == "ro":
-            k.ro_sum(buf, nt, n, trials, self._ro_out)
-        elif spec.flops_per_element == 1:
-            k.rw_add(buf, nt, n, trials, self._trials_done, c)
-        else:
-            kernel = (k.RW_FMA if spec.fma else k.RW_NOFMA)[spec.precision]
-            kernel(buf, nt, n, trials, self._trials_done, spec.fma_ops_per_element, a, c)
+            return k.ro_sum(buf, nt, n, trials, self._ro_out)
+        if spec.flops_per_element == 1:
+            return k.rw_add(buf, nt, n, trials, self._trials_done, c)
+        kernel = (k.RW_FMA if spec.fma else k.RW_NOFMA)[spec.precision]
+        return kernel(buf, nt, n, trials, self._trials_done, spec.fma_ops_per_element, a, c)
 
     def run(self, trials: int) -> float:
         start = time.perf_counter()

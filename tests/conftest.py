@@ -1,0 +1,100 @@
+"""Shared fixtures: the installed commands, small configs, and one real tiny run reused by many tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+# Numba is configured exactly as ert-run configures it, before anything imports
+# it, so in-process kernels compile for (and load from the cache of) the same
+# CPU features as the commands the tests run.
+from ert.backends.numba_cpu import configure_numba_env
+
+configure_numba_env()
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+TINY = CONFIGS / "tiny.yaml"
+
+# A bandwidth-only sweep of two precisions x 9 working sets whose points each
+# last ~0.2 s: long enough to interrupt in the middle, short enough to finish.
+SLOW_SMALL = {
+    "backend": "numba-cpu",
+    "precisions": ["fp64", "fp32"],
+    "flops_per_element": [1],
+    "fma": "both",
+    "access": ["rw"],
+    "working_set": {"min_bytes": 16384, "max_bytes": 4194304, "growth": 2.0},
+    "timing": {"min_seconds": 0.04, "repeats": 3, "noise_threshold": 100.0, "max_remeasure": 0},
+    "threads": "auto",
+}
+
+
+def command(name: str) -> str:
+    """The installed console script ``name`` of this interpreter's environment."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"the console script {name!r} is not installed next to {sys.executable} nor on PATH")
+    return found
+
+
+def run_cmd(name: str, *args, cwd=None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run an installed command to completion; text output captured."""
+    return subprocess.run([command(name), *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))
+
+
+def write_config(path: Path, data=None, **overrides) -> Path:
+    """Write a YAML config: ``data`` (default: SLOW_SMALL) updated with ``overrides``."""
+    doc = dict(SLOW_SMALL if data is None else data)
+    doc.update(overrides)
+    path = Path(path)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def raw_lines(run_dir: Path) -> list[str]:
+    """The complete (newline-terminated) lines of RUN_DIR/raw.jsonl."""
+    text = (Path(run_dir) / "raw.jsonl").read_text()
+    lines = text.split("\n")
+    return [line for line in lines[:-1] if line.strip()]
+
+
+def raw_records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in raw_lines(run_dir)]
+
+
+def point_records(run_dir: Path) -> list[dict]:
+    return [r for r in raw_records(run_dir) if r["type"] == "point"]
+
+
+def stderr_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """One real `ert-run configs/tiny.yaml` (Numba), shared by the tests that only read it."""
+    run_dir = tmp_path_factory.mktemp("tiny") / "run"
+    proc = run_cmd("ert-run", TINY, "--out", run_dir, "-q", timeout=300)
+    assert proc.returncode == 0, f"ert-run tiny.yaml failed ({proc.returncode}):\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr
+    return run_dir
+
+
+@pytest.fixture
+def tiny_copy(tiny_run, tmp_path) -> Path:
+    """A private copy of the tiny run a test may change."""
+    dest = tmp_path / "run-copy"
+    shutil.copytree(tiny_run, dest)
+    return dest

@@ -1,0 +1,119 @@
+"""Calibration and re-measuring in the driver, with a backend whose timings are scripted.
+
+A disturbance (a thread descheduled for a few milliseconds) cannot be produced
+on demand, so these tests give the driver a stand-in backend that reports the
+seconds a real one would, plus scripted stalls.  The real backend is exercised
+end to end in test_run.py.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from ert.comm import SerialComm
+from ert.config import Timing
+from ert.driver import MAX_TRIALS, calibrate, measure, point_record
+from ert.spec import KernelSpec
+from ert.sweep import Point
+
+
+class ScriptedBackend:
+    """Each run() lasts trials x per_trial seconds, plus the stall scripted for that call (by call number)."""
+
+    threads = 1
+
+    def __init__(self, per_trial: float, stalls: dict[int, float] | None = None, extra=None):
+        self.per_trial = per_trial
+        self.stalls = stalls or {}
+        self.extra = extra  # optional f(call) -> additional seconds
+        self.calls: list[int] = []
+
+    def run(self, trials: int) -> float:
+        call = len(self.calls)
+        self.calls.append(trials)
+        seconds = trials * self.per_trial + self.stalls.get(call, 0.0)
+        if self.extra:
+            seconds += self.extra(call)
+        return seconds
+
+
+COMM = SerialComm()
+
+
+def test_calibrate_doubles_until_min_seconds():
+    b = ScriptedBackend(per_trial=1e-4)
+    trials, seconds = calibrate(b, COMM, min_seconds=0.01)
+    assert trials == 128  # 64 x 0.1 ms < 10 ms <= 128 x 0.1 ms
+    assert seconds == pytest.approx(0.0128)
+    assert b.calls[:8] == [1, 2, 4, 8, 16, 32, 64, 128]
+
+
+@pytest.mark.parametrize("stalled_call", [0, 3, 7])
+def test_one_stalled_region_does_not_set_the_trial_count(stalled_call):
+    """A region stretched past min_seconds by a stall must not end the calibration early (calls 0, 3),
+    nor push it further (call 7 is the run confirming 64 trials)."""
+    b = ScriptedBackend(per_trial=1e-4, stalls={stalled_call: 0.008})
+    trials, _ = calibrate(b, COMM, min_seconds=0.005)
+    assert trials == 64, f"calibrated to {trials} trials after a stall on call {stalled_call}: {b.calls}"
+
+
+def test_measured_regions_last_about_min_seconds_despite_a_calibration_stall():
+    b = ScriptedBackend(per_trial=2e-6, stalls={0: 0.008})  # the first region after prepare waits 8 ms
+    timing = Timing(min_seconds=0.002, repeats=3, noise_threshold=0.25, max_remeasure=1)
+    m = measure(b, COMM, timing=timing)
+    assert m.trials > 1
+    assert min(m.samples) >= timing.min_seconds / 2, m
+
+
+def test_calibrate_stops_at_max_trials_for_a_zero_timer():
+    b = ScriptedBackend(per_trial=0.0)
+    trials, seconds = calibrate(b, COMM, min_seconds=0.01)
+    assert trials == MAX_TRIALS and seconds == 0.0
+
+
+def test_noisy_point_is_remeasured_a_bounded_number_of_times_and_flagged():
+    # Every other region is 50 % slower: every attempt is noisy.
+    b = ScriptedBackend(per_trial=1e-3, extra=lambda call: 0.5e-3 * 16 * (call % 2))
+    timing = Timing(min_seconds=0.01, repeats=4, noise_threshold=0.1, max_remeasure=2)
+    m = measure(b, COMM, timing=timing)
+    assert m.noisy and m.remeasured == 2
+    assert len(m.samples) == 4
+    assert m.spread == pytest.approx((max(m.samples) - min(m.samples)) / min(m.samples))
+
+
+def test_quiet_point_is_measured_once():
+    b = ScriptedBackend(per_trial=1e-3)
+    timing = Timing(min_seconds=0.01, repeats=5, noise_threshold=0.1, max_remeasure=3)
+    m = measure(b, COMM, timing=timing)
+    assert not m.noisy and m.remeasured == 0 and m.spread == 0
+    assert b.calls == [1, 2, 4, 8, 16, 16] + [16] * 5  # calibration, its confirming run, 5 repeats
+    assert b.calls[-5:] == [m.trials] * 5
+
+
+def test_the_quietest_attempt_is_kept():
+    # Calibration is calls 0-5; attempt 1 (calls 6-8) has one slow region; attempt 2 (calls 9-11) is quiet.
+    b = ScriptedBackend(per_trial=1e-3, stalls={8: 0.01})
+    timing = Timing(min_seconds=0.01, repeats=3, noise_threshold=0.1, max_remeasure=3)
+    m = measure(b, COMM, timing=timing)
+    assert m.spread == 0 and not m.noisy and m.remeasured == 1
+
+
+def test_point_record_orders_the_seconds():
+    b = ScriptedBackend(per_trial=1e-3, extra=lambda call: 1e-4 * (call % 3))
+    m = measure(b, COMM, timing=Timing(min_seconds=0.005, repeats=5, noise_threshold=0.5, max_remeasure=0))
+    spec = KernelSpec("fp64", 1, False)
+    rec = point_record(Point(spec, 16384, 1024), m, check_ok=True, check_detail="ok", ranks=1, threads=2)
+    s = rec["seconds"]
+    assert s["min"] <= s["median"] <= s["max"]
+    assert rec["elements"] == 2048 and rec["id"] == "fp64-add-rw-f1-w16384"
+    assert rec["rank_seconds"]["min"] <= rec["rank_seconds"]["max"]
+
+
+def test_repeats_far_shorter_than_min_seconds_recalibrate():
+    """If calibration was fooled (both of its long regions stalled) the repeats show it, and trials grow."""
+    b = ScriptedBackend(per_trial=1e-6, stalls={0: 0.05, 1: 0.05})
+    m = measure(b, COMM, timing=Timing(min_seconds=0.01, repeats=3, max_remeasure=0))
+    assert statistics.median(m.samples) >= 0.005, m.samples
+    assert m.trials >= 5000

@@ -1,0 +1,122 @@
+"""Tests of the backend registry: every backend is listed, loadable or not, with the reason."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from ert.backends import REGISTRY, BackendEntry, Registry
+from ert.errors import ErtError
+
+GHOST = BackendEntry("ghost-gpu", "ert.backends.no_such_module_xyz", "a backend whose module does not exist")
+
+
+@pytest.fixture
+def fake_backends(tmp_path, monkeypatch):
+    """Two importable backend modules: one that says it is unavailable, one that works."""
+    (tmp_path / "ert_fake_off.py").write_text(textwrap.dedent('''
+        def probe():
+            return False, "no device found (driver 0.0)", {}
+
+        def create(**options):
+            raise AssertionError("create() must not be called on an unavailable backend")
+    '''))
+    (tmp_path / "ert_fake_on.py").write_text(textwrap.dedent('''
+        class Fake:
+            name = "fake-on"
+            def __init__(self, **options):
+                self.options = options
+
+        def probe():
+            return True, "", {"fakelib": "1.2.3"}
+
+        def create(**options):
+            return Fake(**options)
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    for name in ("ert_fake_off", "ert_fake_on"):
+        sys.modules.pop(name, None)
+
+
+def test_missing_module_is_listed_as_unavailable_with_the_reason():
+    reg = Registry([GHOST])
+    assert reg.names() == ["ghost-gpu"]
+    st = reg.status("ghost-gpu")
+    assert st.available is False
+    assert "cannot load" in st.reason
+    assert "no_such_module_xyz" in st.reason
+    assert "ModuleNotFoundError" in st.reason
+
+
+def test_create_of_a_missing_module_raises_ert_error_with_the_reason():
+    reg = Registry([GHOST])
+    with pytest.raises(ErtError) as info:
+        reg.create("ghost-gpu", threads=1)
+    text = str(info.value)
+    assert "ghost-gpu" in text and "not available" in text
+    assert "no_such_module_xyz" in text
+    assert info.value.key == "backend"
+
+
+def test_best_available_skips_the_unavailable(fake_backends):
+    reg = Registry([GHOST, BackendEntry("fake-off", "ert_fake_off", "off"), BackendEntry("fake-on", "ert_fake_on", "on")])
+    assert reg.best_available() == "fake-on"
+    assert reg.names() == ["ghost-gpu", "fake-off", "fake-on"]  # registry order is kept
+
+
+def test_best_available_with_nothing_available_names_every_reason(fake_backends):
+    reg = Registry([GHOST, BackendEntry("fake-off", "ert_fake_off", "off")])
+    with pytest.raises(ErtError) as info:
+        reg.best_available()
+    text = str(info.value)
+    assert "no backend is available" in text
+    assert "ghost-gpu: cannot load" in text
+    assert "fake-off: no device found (driver 0.0)" in text
+
+
+def test_probe_saying_unavailable(fake_backends):
+    reg = Registry([BackendEntry("fake-off", "ert_fake_off", "off")])
+    st = reg.status("fake-off")
+    assert (st.available, st.reason) == (False, "no device found (driver 0.0)")
+    with pytest.raises(ErtError, match="no device found"):
+        reg.create("fake-off")
+
+
+def test_available_backend_is_created_with_options(fake_backends):
+    reg = Registry([BackendEntry("fake-on", "ert_fake_on", "on")])
+    st = reg.status("fake-on")
+    assert st.available and st.detail == {"fakelib": "1.2.3"}
+    backend = reg.create("fake-on", threads=3)
+    assert backend.name == "fake-on" and backend.options == {"threads": 3}
+
+
+def test_unknown_name():
+    reg = Registry([GHOST])
+    for call in (reg.status, reg.entry, reg.create):
+        with pytest.raises(ErtError) as info:
+            call("nosuch")
+        assert "unknown backend 'nosuch'" in str(info.value)
+        assert "ghost-gpu" in str(info.value)  # the known names are listed
+
+
+def test_module_that_fails_on_import_is_still_listed(tmp_path, monkeypatch):
+    (tmp_path / "ert_fake_broken.py").write_text("raise RuntimeError('CUDA driver too old')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry([BackendEntry("broken", "ert_fake_broken", "x")])
+    try:
+        st = reg.status("broken")
+    finally:
+        sys.modules.pop("ert_fake_broken", None)
+    assert not st.available
+    assert "RuntimeError" in st.reason and "CUDA driver too old" in st.reason
+
+
+def test_the_real_registry_has_numba_cpu_available():
+    assert "numba-cpu" in REGISTRY.names()
+    st = REGISTRY.status("numba-cpu")
+    assert st.available, st.reason
+    assert "numba" in st.detail and "llvmlite" in st.detail
+    assert REGISTRY.best_available() == "numba-cpu"

@@ -1,0 +1,297 @@
+"""End to end with real Numba: a tiny sweep, its files, analyze/show, and resume after a kill or Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ert.ceilings_io import load_ceilings
+from ert.config import load
+from ert.sweep import plan
+
+from conftest import (TINY, command, point_records, raw_lines, raw_records, run_cmd, stderr_lines,
+                      write_config)
+
+pytestmark = pytest.mark.slow
+
+
+# --------------------------------------------------------------------------- the tiny run
+
+
+def test_ceilings_json_validates(tiny_run):
+    doc = load_ceilings(tiny_run / "ceilings.json")
+    assert doc["schema_version"] == "1.0"
+    assert doc["raw"] == "raw.jsonl"
+
+
+def test_metadata(tiny_run):
+    meta = load_ceilings(tiny_run / "ceilings.json")["metadata"]
+    assert meta["ranks"] == 1
+    assert type(meta["threads_per_rank"]) is int and meta["threads_per_rank"] >= 1
+    assert meta["backend"] == "numba-cpu"
+    assert meta["points"]["planned"] == meta["points"]["measured"] == 72
+    assert meta["points"]["invalid"] == 0
+    saved = load(tiny_run / "config.yaml")  # the resolved config that reproduces the run
+    assert saved.backend == "numba-cpu" and saved.threads == meta["threads_per_rank"]
+    assert meta["config_sha256"] == saved.sha256()
+    assert meta["config"] == saved.to_dict()
+
+
+def test_memory_ceilings(tiny_run):
+    doc = load_ceilings(tiny_run / "ceilings.json")
+    memory = doc["ceilings"]["memory"]
+    assert memory
+    ids = {r["id"] for r in point_records(tiny_run)}
+    for entry in memory:
+        assert isinstance(entry["level"], str) and entry["level"]
+        assert entry["gbytes_per_s"] > 0
+        assert entry["spread"] >= 0
+        low, high = entry["wss_bytes"]
+        assert 16384 <= low <= high <= 4194304
+        assert entry["n_points"] >= 1
+        assert entry["flops_per_element"] == 1
+        assert set(entry["evidence"]["point_ids"]) <= ids
+        assert len(entry["evidence"]["point_ids"]) == entry["n_points"]
+    # Each (precision, access) swept has a bandwidth ceiling, or a warning saying why not
+    # (a very noisy machine can leave a curve without plateaus).
+    groups = {(e["precision"], e["access"]) for e in memory}
+    for precision, access in [("fp64", "rw"), ("fp32", "rw"), ("fp64", "ro"), ("fp32", "ro")]:
+        label = f"{precision} {'read+write' if access == 'rw' else 'read-only'}"
+        assert (precision, access) in groups or any(w.startswith(label) for w in doc["warnings"]), label
+    assert groups <= {("fp64", "rw"), ("fp32", "rw"), ("fp64", "ro"), ("fp32", "ro")}
+
+
+def test_compute_ceilings(tiny_run):
+    doc = load_ceilings(tiny_run / "ceilings.json")
+    compute = doc["ceilings"]["compute"]
+    assert {(c["precision"], c["fma"]) for c in compute} == {
+        ("fp64", True), ("fp64", False), ("fp32", True), ("fp32", False)}
+    by_id = {r["id"]: r for r in point_records(tiny_run)}
+    for c in compute:
+        rec = by_id[c["evidence"]["point_id"]]
+        assert rec["spec"]["precision"] == c["precision"] and rec["spec"]["fma"] == c["fma"]
+        assert rec["spec"]["flops_per_element"] == c["flops_per_element"] == 8
+        # GFLOP/s = elements x trials x FLOPs per element / median seconds.
+        expected = rec["elements"] * rec["trials"] * 8 / rec["seconds"]["median"] / 1e9
+        assert c["gflops_per_s"] == pytest.approx(expected, rel=1e-4, abs=1e-4)
+        assert c["evidence"]["seconds"] == rec["seconds"]
+
+
+def test_raw_records(tiny_run):
+    text = (tiny_run / "raw.jsonl").read_text()
+    assert text.endswith("\n")
+    records = [json.loads(line) for line in text.splitlines()]  # every line is JSON
+    assert records[0]["type"] == "header" and records[-1]["type"] == "end"
+    assert records[-1]["interrupted"] is False
+    header = records[0]
+    cfg = load(tiny_run / "config.yaml")
+    threads = header["metadata"]["threads_per_rank"]
+    planned = plan(cfg, workers=threads, granule_elements_of=lambda s: 512 // s.itemsize)
+    assert header["planned_points"] == len(planned)
+    points = [r for r in records if r["type"] == "point"]
+    assert sorted(r["id"] for r in points) == sorted(p.id for p in planned)
+    for r in points:
+        s = r["seconds"]
+        assert 0 < s["min"] <= s["median"] <= s["max"], r["id"]
+        assert len(r["samples"]) == cfg.timing.repeats
+        assert min(r["samples"]) == s["min"] and max(r["samples"]) == s["max"]
+        assert r["trials"] >= 1
+        assert r["elements"] == r["elements_per_thread"] * threads
+        assert r["elements_per_thread"] * threads * (8 if r["spec"]["precision"] == "fp64" else 4) == r["wss_bytes"]
+        assert r["valid"] is True, r["check"]
+        assert r["noisy"] == (r["spread"] > cfg.timing.noise_threshold)
+        assert 0 <= r["remeasured"] <= cfg.timing.max_remeasure
+
+
+def test_analyze_reproduces_the_ceilings(tiny_run):
+    proc = run_cmd("ert", "analyze", tiny_run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    again = json.loads(proc.stdout)
+    saved = json.loads((tiny_run / "ceilings.json").read_text())
+    assert again["ceilings"] == saved["ceilings"]
+    assert again == saved  # the whole document: analysis depends on raw.jsonl alone
+
+
+def test_analyze_output_file(tiny_run, tmp_path):
+    out = tmp_path / "again.json"
+    proc = run_cmd("ert", "analyze", tiny_run / "raw.jsonl", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert load_ceilings(out) == load_ceilings(tiny_run / "ceilings.json")
+    assert "Compute" in proc.stdout
+
+
+@pytest.mark.parametrize("target", ["dir", "file"])
+def test_show_prints_the_levels(tiny_run, target):
+    path = tiny_run if target == "dir" else tiny_run / "ceilings.json"
+    proc = run_cmd("ert", "show", path)
+    assert proc.returncode == 0, proc.stderr
+    doc = load_ceilings(tiny_run / "ceilings.json")
+    for entry in doc["ceilings"]["memory"]:
+        access = "read+write" if entry["access"] == "rw" else "read-only"
+        assert f"Memory bandwidth, {access}, {entry['precision']}" in proc.stdout
+        # The level's row starts with its name.
+        rows = [line.split() for line in proc.stdout.splitlines()]
+        assert any(row[:1] == [entry["level"]] for row in rows), entry["level"]
+    assert "Compute" in proc.stdout and "fp32" in proc.stdout
+    for warning in doc["warnings"]:
+        assert warning.splitlines()[0] in proc.stdout
+
+
+def test_validate_the_saved_config(tiny_run):
+    proc = run_cmd("ert", "validate", tiny_run / "config.yaml")
+    assert proc.returncode == 0, proc.stderr
+
+
+# --------------------------------------------------------------------------- interrupting and resuming
+
+
+def start_run(cfg: Path, out: Path) -> subprocess.Popen:
+    # A Python-level SIGINT handler in this process is reset to the default on
+    # exec, so the child installs its own KeyboardInterrupt handler even when
+    # this process was started with SIGINT ignored (a background job).
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([command("ert-run"), str(cfg), "--out", str(out), "-q"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def wait_for_points(proc: subprocess.Popen, out: Path, count: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    raw = out / "raw.jsonl"
+    while time.monotonic() < deadline:
+        if raw.exists() and sum(1 for line in raw_lines(out) if '"type":"point"' in line) >= count:
+            return
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            pytest.fail(f"ert-run ended (exit {proc.returncode}) before {count} points were written:\n{err}")
+        time.sleep(0.02)
+    proc.kill()
+    proc.communicate()
+    pytest.fail(f"fewer than {count} points after {timeout} s")
+
+
+def planned_ids(run_dir: Path) -> list[str]:
+    header = raw_records(run_dir)[0]
+    cfg = load(run_dir / "config.yaml")
+    ids = [p.id for p in plan(cfg, workers=header["metadata"]["threads_per_rank"],
+                              granule_elements_of=lambda s: 512 // s.itemsize)]
+    assert len(ids) == header["planned_points"]
+    return ids
+
+
+def assert_complete_and_unchanged(run_dir: Path, before: dict[str, dict]) -> None:
+    records = raw_records(run_dir)
+    points = [r for r in records if r["type"] == "point"]
+    counts = Counter(r["id"] for r in points)
+    assert max(counts.values()) == 1, f"measured twice: {[k for k, v in counts.items() if v > 1]}"
+    assert sorted(counts) == sorted(planned_ids(run_dir)), "total = planned"
+    final = {r["id"]: r for r in points}
+    for pid, rec in before.items():
+        assert final[pid] == rec, f"{pid} changed on resume"
+    assert sum(1 for r in records if r["type"] == "header") == 1
+    doc = load_ceilings(run_dir / "ceilings.json")
+    assert doc["metadata"]["points"]["measured"] == doc["metadata"]["points"]["planned"] == len(points)
+    assert not any("partial run" in w for w in doc["warnings"])
+
+
+def resume(run_dir: Path) -> subprocess.CompletedProcess:
+    proc = run_cmd("ert-run", "--resume", run_dir, "-q", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def test_resume_after_kill_9(tmp_path):
+    cfg = write_config(tmp_path / "small.yaml")
+    out = tmp_path / "run"
+    proc = start_run(cfg, out)
+    wait_for_points(proc, out, 5)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    before = {r["id"]: r for r in point_records(out)}
+    assert len(before) >= 5
+    assert len(before) < len(planned_ids(out)), "the kill came too late to test a resume"
+    assert not (out / "ceilings.json").exists()
+
+    result = resume(out)
+    assert "ceilings:" in result.stdout
+    assert_complete_and_unchanged(out, before)
+
+
+def test_truncated_last_line_is_tolerated_by_analyze_and_resume(tiny_copy):
+    raw = tiny_copy / "raw.jsonl"
+    lines = raw.read_text().splitlines(keepends=True)
+    assert json.loads(lines[-1])["type"] == "end"
+    kept, dropped = lines[:-6], lines[-6:-1]  # as if killed: 5 points and the end record missing
+    raw.write_text("".join(kept) + dropped[0][: len(dropped[0]) // 2])  # half a line, no newline
+    before = {r["id"]: r for r in (json.loads(line) for line in kept) if r["type"] == "point"}
+
+    proc = run_cmd("ert", "analyze", tiny_copy, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["metadata"]["points"]["measured"] == len(before) == 67
+    assert any("partial run" in w for w in doc["warnings"])
+
+    resume(tiny_copy)
+    text = raw.read_text()
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        json.loads(line)  # the half line was cut, not left in the middle of the file
+    assert_complete_and_unchanged(tiny_copy, before)
+    assert len(point_records(tiny_copy)) == 72
+
+
+def test_ctrl_c_leaves_a_valid_partial_run_that_resume_completes(tmp_path):
+    cfg = write_config(tmp_path / "small.yaml")
+    out = tmp_path / "run"
+    proc = start_run(cfg, out)
+    wait_for_points(proc, out, 4)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert "--resume" in stderr
+
+    records = raw_records(out)  # every line is valid JSON
+    assert (out / "raw.jsonl").read_text().endswith("\n")
+    assert records[-1]["type"] == "end" and records[-1]["interrupted"] is True
+    points = [r for r in records if r["type"] == "point"]
+    assert len(points) >= 4
+    # A Ctrl-C landing between a point's write and its count leaves the line complete, the count one short.
+    assert len(points) - 1 <= records[-1]["measured"] <= len(points)
+    assert len(points) < len(planned_ids(out))
+
+    doc = load_ceilings(out / "ceilings.json")  # written and schema-valid
+    assert doc["metadata"]["points"]["measured"] == len(points)
+    assert any("partial run" in w for w in doc["warnings"]), doc["warnings"]
+
+    before = {r["id"]: r for r in points}
+    resume(out)
+    assert_complete_and_unchanged(out, before)
+    ends = [r for r in raw_records(out) if r["type"] == "end"]
+    assert [e["interrupted"] for e in ends] == [True, False]
+
+
+def test_resume_of_a_complete_run_measures_nothing(tiny_copy):
+    before = (tiny_copy / "raw.jsonl").read_text()
+    proc = resume(tiny_copy)
+    after = (tiny_copy / "raw.jsonl").read_text()
+    assert after.startswith(before)
+    added = [json.loads(line) for line in after[len(before):].splitlines()]
+    assert all(r["type"] != "point" for r in added)
+
+
+def test_resume_refuses_other_threads(tiny_copy):
+    threads = load(tiny_copy / "config.yaml").threads
+    proc = run_cmd("ert-run", "--resume", tiny_copy, "--threads", threads + 1)
+    lines = stderr_lines(proc)
+    assert proc.returncode == 2 and len(lines) == 1 and "--threads" in lines[0]
