@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ert.analysis.plateaus import Plateau, find_plateaus, robust_noise
+from ert.analysis.plateaus import Plateau, find_plateaus, robust_noise, scattered_tail
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
@@ -261,3 +261,30 @@ def test_robust_noise_ignores_steps_and_outliers():
         assert noise * 0.8 < robust_noise(gbps) < noise * 1.4
     assert robust_noise([1.0, 2.0]) == 0.0
     assert robust_noise([5.0] * 10) == 0.0
+
+
+def test_scattered_tail_keeps_the_last_level_with_its_true_spread():
+    """Memory bandwidth that flips between two values during the run forms no plateau; the level must not vanish."""
+    rng = np.random.default_rng(7)
+    wss = geometric_wss(16 << 10, 1 << 30, 1.25)
+    bw = staircase(wss, [(420.0, 64 << 10), (232.0, 2 << 20), (193.0, 32 << 20), (35.0, None)], width=1.5)
+    tail = wss > (96 << 20)
+    bw[tail] = np.where(rng.random(tail.sum()) < 0.5, 35.0, 62.0)  # two host states, interleaved
+    bw *= rng.lognormal(0.0, 0.01, bw.size)
+    # The cache levels as the fit finds them; whatever it makes of the tail is left out.
+    plateaus = [p for p in find_plateaus(wss, bw) if p.wss_bytes[1] < (64 << 20)]
+    assert len(plateaus) == 3
+    level = scattered_tail(wss, bw, plateaus)
+    assert level is not None
+    assert 35.0 <= level.gbytes_per_s <= 62.0
+    assert level.spread > 0.3
+    assert level.wss_bytes[1] == int(wss[-1])
+    assert set(level.indices).isdisjoint(plateaus[-1].indices)
+
+
+def test_no_scattered_tail_when_the_last_plateau_reaches_the_end():
+    wss = geometric_wss(16 << 10, 1 << 30, 1.25)
+    bw = staircase(wss, [(420.0, 64 << 10), (232.0, 2 << 20), (193.0, 32 << 20), (34.0, None)], width=1.5)
+    plateaus = find_plateaus(wss, bw)
+    assert len(plateaus) == 4
+    assert scattered_tail(wss, bw, plateaus) is None

@@ -6,13 +6,16 @@ import statistics
 from collections import defaultdict
 
 from ert.analysis.levels import name_levels
-from ert.analysis.plateaus import find_plateaus
+from ert.analysis.plateaus import find_plateaus, scattered_tail
 from ert.hwinfo import CacheInfo
 from ert.rawio import RAW_NAME, RawData
 from ert.spec import KernelSpec
 
 SCHEMA_VERSION = "1.0"
 PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2}
+# A level whose points spread more than this (p90-p10 over median) is not flat:
+# it mixes levels the fit could not separate, or the machine changed under it.
+NOT_FLAT_SPREAD = 0.25
 
 
 def rates(record: dict) -> tuple[float, float]:
@@ -49,9 +52,16 @@ def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int
             continue
         wss = [r["wss_bytes"] for r in curve]
         gbs = [rates(r)[0] for r in curve]
-        plateaus = find_plateaus(wss, gbs, noisy=[r["noisy"] for r in curve])
-        named, level_warnings = name_levels(plateaus, caches, threads=threads, memory_name=memory_name)
+        noisy = [r["noisy"] for r in curve]
+        plateaus = find_plateaus(wss, gbs, noisy=noisy)
         label = f"{precision} {'read+write' if access == 'rw' else 'read-only'}"
+        tail = scattered_tail(wss, gbs, plateaus, noisy=noisy)
+        if tail is not None:
+            plateaus.append(tail)
+            warnings.append(f"{label}: the {tail.n_points} points from {tail.wss_bytes[0] / 2**20:.0f} MiB on "
+                            f"scatter too much to form a plateau (spread {tail.spread:.0%}); their median is "
+                            f"reported as the last level. Bandwidth changed during the run: measure again")
+        named, level_warnings = name_levels(plateaus, caches, threads=threads, memory_name=memory_name)
         warnings.extend(f"{label}: {w}" for w in level_warnings)
         for lvl in named:
             p = lvl.plateau
@@ -69,6 +79,9 @@ def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int
                 "evidence": {"point_ids": [curve[i]["id"] for i in p.indices]},
             }
             ceilings.append(entry)
+            if p.spread > NOT_FLAT_SPREAD and p is not tail:
+                warnings.append(f"{label} {lvl.name}: not flat (spread {p.spread:.0%} over "
+                                f"{p.n_points} points): it may span levels that run at similar speeds here")
             if p.noisy_points:
                 warnings.append(f"{label} {lvl.name}: built on {p.noisy_points} noisy point(s) of {p.n_points}")
     return ceilings, warnings

@@ -368,3 +368,44 @@ def find_plateaus(
             )
         )
     return plateaus
+
+
+def scattered_tail(
+    wss_bytes: Sequence[int],
+    gbytes_per_s: Sequence[float],
+    plateaus: list[Plateau],
+    *,
+    noisy: Sequence[bool] | None = None,
+    min_points: int = 4,
+    transition_factor: float = 4.0,
+) -> Plateau | None:
+    """The points past the last plateau, as one level, when they scatter too much to form one.
+
+    A shared machine's memory bandwidth can change during a run (another
+    tenant starts streaming).  With working sets measured in interleaved order
+    the largest sizes then alternate between two values and no flat stretch
+    forms, so the last level would silently vanish.  This returns the points
+    lying beyond ``transition_factor`` x the last plateau's largest working set
+    (past its transition) as a level: median value, true (large) spread.  None
+    when there are fewer than ``min_points`` such points.  The caller must say
+    that the level is scattered.
+    """
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+    start = plateaus[-1].wss_bytes[1] * transition_factor if plateaus else 0.0
+    tail = np.flatnonzero((wss >= start) & np.isfinite(bw) & (bw > 0))
+    if plateaus:
+        tail = tail[~np.isin(tail, plateaus[-1].indices)]
+    if tail.size < min_points:
+        return None
+    clean = tail[~flags[tail]]
+    values = bw[clean if clean.size >= min_points else tail]
+    return Plateau(
+        gbytes_per_s=float(np.median(values)),
+        spread=_spread(values),
+        wss_bytes=(int(wss[tail].min()), int(wss[tail].max())),
+        n_points=int(tail.size),
+        indices=tuple(int(i) for i in np.sort(tail)),
+        noisy_points=int(np.count_nonzero(flags[tail])),
+    )
