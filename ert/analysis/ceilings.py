@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from ert.analysis.levels import name_levels
-from ert.analysis.plateaus import find_plateaus, scattered_tail
+from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
+from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
 from ert.hwinfo import CacheInfo
 from ert.rawio import RAW_NAME, RawData
 from ert.spec import KernelSpec
@@ -30,39 +30,92 @@ def _seconds_spread(record: dict) -> float:
     return (s["max"] - s["min"]) / s["median"]
 
 
+def _label(precision: str, access: str) -> str:
+    return f"{precision} {'read+write' if access == 'rw' else 'read-only'}"
+
+
+def _own_levels(curve: list[dict], caches, *, threads: int, memory_name: str, label: str):
+    """Plateaus of one curve, named: (named levels, warnings)."""
+    wss = [r["wss_bytes"] for r in curve]
+    gbs = [rates(r)[0] for r in curve]
+    noisy = [r["noisy"] for r in curve]
+    plateaus = find_plateaus(wss, gbs, noisy=noisy)
+    warnings = []
+    tail = scattered_tail(wss, gbs, plateaus, noisy=noisy)
+    if tail is not None:
+        plateaus.append(tail)
+        warnings.append(f"{label}: the {tail.n_points} points from {tail.wss_bytes[0] / 2**20:.0f} MiB on "
+                        f"scatter too much to form a plateau (spread {tail.spread:.0%}); their median is "
+                        f"reported as the last level. Bandwidth changed during the run: measure again")
+    named, level_warnings = name_levels(plateaus, caches, threads=threads, memory_name=memory_name)
+    warnings.extend(f"{label}: {w}" for w in level_warnings)
+    return named, warnings
+
+
+def _levels_over_reference(curve: list[dict], reference: list[NamedLevel], ref_label: str) -> list[NamedLevel]:
+    """One curve measured over the working-set ranges of another curve's named levels."""
+    wss = [r["wss_bytes"] for r in curve]
+    gbs = [rates(r)[0] for r in curve]
+    noisy = [r["noisy"] for r in curve]
+    out = []
+    for lvl in reference:
+        plateau = level_over_range(wss, gbs, lvl.plateau.wss_bytes, noisy=noisy)
+        if plateau is not None:
+            lo, hi = (fmt_bytes(b) for b in lvl.plateau.wss_bytes)
+            out.append(NamedLevel(lvl.name, plateau, f"over the {ref_label} {lvl.name} range {lo} - {hi} "
+                                                     f"(that curve separates the levels more clearly)"))
+    return out
+
+
+def _distinct_levels(named: list[NamedLevel]) -> int:
+    return len({lvl.name for lvl in named if not lvl.name[-1].islower()})
+
+
 def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int,
                     memory_name: str = "DRAM") -> tuple[list[dict], list[str]]:
     """Plateaus of bandwidth versus working set, per (precision, access), named as levels.
 
     Bandwidth comes from the kernel with the fewest FLOPs per element in each
     group (the single add for rw, the sum for ro), the most memory-bound.
+    Cache capacities do not depend on the access pattern, so when one curve
+    separates more levels than another (on Zen 4, read+write runs at nearly
+    the same speed in L1, L2 and L3 while read-only does not), the other
+    curve's levels are measured over the clearer curve's level ranges, and a
+    warning says so.
     """
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for rec in points:
         if rec["valid"]:
             groups[(rec["spec"]["precision"], rec["spec"]["access"])].append(rec)
-    ceilings, warnings = [], []
+    warnings: list[str] = []
     order = sorted(groups, key=lambda k: (k[1] != "rw", PRECISION_ORDER.get(k[0], 9)))
-    for precision, access in order:
-        recs = groups[(precision, access)]
+    curves, fits = {}, {}
+    for key in order:
+        recs = groups[key]
         fewest = min(r["spec"]["flops_per_element"] for r in recs)
         curve = sorted((r for r in recs if r["spec"]["flops_per_element"] == fewest), key=lambda r: r["wss_bytes"])
         if len(curve) < 3:
-            warnings.append(f"{precision} {access}: only {len(curve)} bandwidth points, too few for plateaus")
+            warnings.append(f"{_label(*key)}: only {len(curve)} bandwidth points, too few for plateaus")
             continue
-        wss = [r["wss_bytes"] for r in curve]
-        gbs = [rates(r)[0] for r in curve]
-        noisy = [r["noisy"] for r in curve]
-        plateaus = find_plateaus(wss, gbs, noisy=noisy)
-        label = f"{precision} {'read+write' if access == 'rw' else 'read-only'}"
-        tail = scattered_tail(wss, gbs, plateaus, noisy=noisy)
-        if tail is not None:
-            plateaus.append(tail)
-            warnings.append(f"{label}: the {tail.n_points} points from {tail.wss_bytes[0] / 2**20:.0f} MiB on "
-                            f"scatter too much to form a plateau (spread {tail.spread:.0%}); their median is "
-                            f"reported as the last level. Bandwidth changed during the run: measure again")
-        named, level_warnings = name_levels(plateaus, caches, threads=threads, memory_name=memory_name)
-        warnings.extend(f"{label}: {w}" for w in level_warnings)
+        curves[key] = curve
+        fits[key] = _own_levels(curve, caches, threads=threads, memory_name=memory_name, label=_label(*key))
+    if not fits:
+        return [], warnings
+    ref_key = max(fits, key=lambda k: _distinct_levels(fits[k][0]))  # first of the best, in report order
+    reference = fits[ref_key][0]
+
+    ceilings = []
+    for key, (named, own_warnings) in fits.items():
+        precision, access = key
+        label = _label(*key)
+        curve = curves[key]
+        if _distinct_levels(named) < _distinct_levels(reference):
+            own = ", ".join(lvl.name for lvl in named) or "none"
+            named = _levels_over_reference(curve, reference, _label(*ref_key))
+            warnings.append(f"{label}: its own curve separates fewer levels ({own}) than the {_label(*ref_key)} "
+                            f"curve; its levels are measured over that curve's level ranges")
+        else:
+            warnings.extend(own_warnings)
         for lvl in named:
             p = lvl.plateau
             entry = {
@@ -73,15 +126,16 @@ def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int
                 "n_points": p.n_points,
                 "precision": precision,
                 "access": access,
-                "flops_per_element": fewest,
+                "flops_per_element": curve[0]["spec"]["flops_per_element"],
                 "noisy_points": p.noisy_points,
                 "basis": lvl.basis,
                 "evidence": {"point_ids": [curve[i]["id"] for i in p.indices]},
             }
             ceilings.append(entry)
-            if p.spread > NOT_FLAT_SPREAD and p is not tail:
-                warnings.append(f"{label} {lvl.name}: not flat (spread {p.spread:.0%} over "
-                                f"{p.n_points} points): it may span levels that run at similar speeds here")
+            if p.spread > NOT_FLAT_SPREAD and "scatter" not in " ".join(own_warnings):
+                warnings.append(f"{label} {lvl.name}: not flat (spread {p.spread:.0%} over {p.n_points} points): "
+                                f"a ramp inside the level, levels of similar speed, or a machine that changed "
+                                f"during the run; read it as a range")
             if p.noisy_points:
                 warnings.append(f"{label} {lvl.name}: built on {p.noisy_points} noisy point(s) of {p.n_points}")
     return ceilings, warnings

@@ -409,3 +409,56 @@ def scattered_tail(
         indices=tuple(int(i) for i in np.sort(tail)),
         noisy_points=int(np.count_nonzero(flags[tail])),
     )
+
+
+def _densest_median(values: np.ndarray, *, window: float) -> float:
+    """Median of the largest cluster of values lying within +-``window`` (relative) of one another.
+
+    A range that the fit did not shape can hold a few disturbed points (a
+    busy host only ever slows a kernel down); a plain median would follow
+    them once they are many, the densest cluster does not.  Ties go to the
+    faster cluster.
+    """
+    y = np.sort(np.log(values))
+    h = math.log1p(window)
+    best = (0, -np.inf, 0, 0)
+    for i in range(y.size):
+        j = int(np.searchsorted(y, y[i] + 2 * h, side="right"))
+        best = max(best, (j - i, y[i], i, j))
+    _, _, i, j = best
+    return float(np.exp(np.median(y[i:j])))
+
+
+def level_over_range(
+    wss_bytes: Sequence[int],
+    gbytes_per_s: Sequence[float],
+    wss_range: tuple[int, int],
+    *,
+    noisy: Sequence[bool] | None = None,
+    min_points: int = 3,
+) -> Plateau | None:
+    """The points whose working set lies in ``wss_range`` (inclusive), as one level.
+
+    Used to measure one curve over the level ranges another curve of the same
+    run separated more clearly (cache capacities do not depend on the access
+    pattern).  The value is the median of the densest cluster of the clean
+    points (all points when fewer than ``min_points`` are clean); the spread
+    is over all of them, so disturbed points still widen it.  None when fewer than ``min_points`` points
+    fall in the range.
+    """
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+    inside = np.flatnonzero((wss >= wss_range[0]) & (wss <= wss_range[1]) & np.isfinite(bw) & (bw > 0))
+    if inside.size < min_points:
+        return None
+    clean = inside[~flags[inside]]
+    values = bw[clean if clean.size >= min_points else inside]
+    return Plateau(
+        gbytes_per_s=_densest_median(values, window=0.08),
+        spread=_spread(values),
+        wss_bytes=(int(wss[inside].min()), int(wss[inside].max())),
+        n_points=int(inside.size),
+        indices=tuple(int(i) for i in np.sort(inside)),
+        noisy_points=int(np.count_nonzero(flags[inside])),
+    )
