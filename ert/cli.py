@@ -285,6 +285,10 @@ def _guarded(func, args, prog: str) -> int:
     except BrokenPipeError:  # `ert show x | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # an unwritable directory, a full disk: the user's to fix, in one line
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 def main(argv: list[str] | None = None) -> int:

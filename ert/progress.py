@@ -6,19 +6,12 @@ import sys
 import time
 
 from ert.spec import KernelSpec
+from ert.units import human_bytes
 
 
 def _clock(seconds: float) -> str:
     seconds = int(max(0, seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def point_cost(point, min_seconds: float) -> float:
@@ -49,7 +42,7 @@ class Progress:
             self._emit(f"resuming: {already} of {total} points already measured", force=True, newline=True)
 
     def begin(self, point) -> None:
-        self._current = f"{point.spec.key} {_size(point.wss_bytes)}"
+        self._current = f"{point.spec.key} {human_bytes(point.wss_bytes)}"
         self._status("")
 
     def end(self, point, record: dict) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..hwinfo import CacheInfo, aggregate_capacity_bytes
+from ..units import human_bytes as fmt_bytes
 from .plateaus import Plateau
 
 # A break within this factor of a cache's aggregate capacity matches it.
@@ -42,16 +43,6 @@ class _Hint:
     def describe(self) -> str:
         shared = f" shared by {self.cache.shared_cpu_count} cpus" if self.cache.shared_cpu_count > 1 else ""
         return f"{self.instances} x {fmt_bytes(self.cache.size_bytes)} {self.label}{shared}"
-
-
-def fmt_bytes(n: float) -> str:
-    """Binary-prefixed size with up to 3 significant digits: 70 KiB, 1.5 MiB, 260 MiB."""
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            value = n / scale
-            text = f"{value:.0f}" if value >= 100 else f"{value:.3g}"
-            return f"{text} {unit}"
-    return f"{n:.0f} B"
 
 
 def _hints(caches: Sequence[CacheInfo], threads: int) -> list[_Hint]:

@@ -370,6 +370,21 @@ def find_plateaus(
     return plateaus
 
 
+def _level_of(idx: np.ndarray, wss: np.ndarray, bw: np.ndarray, flags: np.ndarray, *,
+              min_points: int, value) -> Plateau:
+    """A Plateau of the points ``idx``: ``value`` and spread over the clean ones when there are enough."""
+    clean = idx[~flags[idx]]
+    values = bw[clean if clean.size >= min_points else idx]
+    return Plateau(
+        gbytes_per_s=float(value(values)),
+        spread=_spread(values),
+        wss_bytes=(int(wss[idx].min()), int(wss[idx].max())),
+        n_points=int(idx.size),
+        indices=tuple(int(i) for i in np.sort(idx)),
+        noisy_points=int(np.count_nonzero(flags[idx])),
+    )
+
+
 def scattered_tail(
     wss_bytes: Sequence[int],
     gbytes_per_s: Sequence[float],
@@ -399,16 +414,7 @@ def scattered_tail(
         tail = tail[~np.isin(tail, plateaus[-1].indices)]
     if tail.size < min_points:
         return None
-    clean = tail[~flags[tail]]
-    values = bw[clean if clean.size >= min_points else tail]
-    return Plateau(
-        gbytes_per_s=float(np.median(values)),
-        spread=_spread(values),
-        wss_bytes=(int(wss[tail].min()), int(wss[tail].max())),
-        n_points=int(tail.size),
-        indices=tuple(int(i) for i in np.sort(tail)),
-        noisy_points=int(np.count_nonzero(flags[tail])),
-    )
+    return _level_of(tail, wss, bw, flags, min_points=min_points, value=np.median)
 
 
 def _densest_median(values: np.ndarray, *, window: float) -> float:
@@ -452,13 +458,5 @@ def level_over_range(
     inside = np.flatnonzero((wss >= wss_range[0]) & (wss <= wss_range[1]) & np.isfinite(bw) & (bw > 0))
     if inside.size < min_points:
         return None
-    clean = inside[~flags[inside]]
-    values = bw[clean if clean.size >= min_points else inside]
-    return Plateau(
-        gbytes_per_s=_densest_median(values, window=0.08),
-        spread=_spread(values),
-        wss_bytes=(int(wss[inside].min()), int(wss[inside].max())),
-        n_points=int(inside.size),
-        indices=tuple(int(i) for i in np.sort(inside)),
-        noisy_points=int(np.count_nonzero(flags[inside])),
-    )
+    return _level_of(inside, wss, bw, flags, min_points=min_points,
+                     value=lambda values: _densest_median(values, window=0.08))
