@@ -54,7 +54,7 @@ def _holds_run(path: Path) -> bool:
     return any((path / name).exists() for name in ("raw.jsonl", CONFIG_NAME, CEILINGS_NAME))
 
 
-def _resolve(config, comm, *, source, backend_flag: bool):
+def _resolve(config, *, source, backend_flag: bool):
     """Concrete backend and thread count, so the saved config reproduces the run."""
     from ert import hwinfo
     from ert.backends import REGISTRY
@@ -109,7 +109,7 @@ def cmd_run(args) -> int:
         source = args.config or config_mod.default_path()
         cfg = config_mod.load(source)
         cfg = config_mod.with_overrides(cfg, backend=args.backend, threads=args.threads)
-        cfg = _resolve(cfg, comm, source=source, backend_flag=bool(args.backend))
+        cfg = _resolve(cfg, source=source, backend_flag=bool(args.backend))
         if args.out:
             run_dir = Path(args.out)
             if run_dir.exists() and not run_dir.is_dir():
@@ -123,6 +123,8 @@ def cmd_run(args) -> int:
 
 
 def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool) -> int:
+    import socket
+
     from ert import metadata
     from ert.analysis.ceilings import build
     from ert.backends import REGISTRY
@@ -134,16 +136,16 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool) -> int:
     from ert.sweep import plan
 
     backend = REGISTRY.create(cfg.backend, threads=cfg.threads)
+    points = plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements)
     header = None
     if resume:
         old = read_raw(run_dir).header
         _refuse_other_hardware(old["metadata"], run_dir, threads=cfg.threads, ranks=comm.size)
     else:
-        hosts = comm.allgather(__import__("socket").gethostname())
+        hosts = comm.allgather(socket.gethostname())
         meta = metadata.collect(config=cfg, backend_info=backend.describe(), ranks=comm.size,
                                 threads_per_rank=cfg.threads, hosts=sorted(set(hosts)))
-        planned = len(plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements))
-        header = {"metadata": meta, "planned_points": planned}
+        header = {"metadata": meta, "planned_points": len(points)}
         if comm.rank == 0:
             run_dir.mkdir(parents=True, exist_ok=True)
             _write_config(cfg, run_dir / CONFIG_NAME)
@@ -151,7 +153,8 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool) -> int:
     if comm.rank == 0:
         print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}",
               file=sys.stderr)
-    result = run_sweep(config=cfg, run_dir=run_dir, backend=backend, comm=comm, header=header, progress=progress)
+    result = run_sweep(config=cfg, points=points, run_dir=run_dir, backend=backend, comm=comm, header=header,
+                       progress=progress)
     backend.close()
     if comm.rank != 0:
         return 130 if result.interrupted else 0

@@ -55,7 +55,7 @@ class RunConfig(_Strict):
     access: list[Literal["rw", "ro"]] = Field(default_factory=lambda: ["rw"], min_length=1)
     working_set: WorkingSet = Field(default_factory=WorkingSet)
     timing: Timing = Field(default_factory=Timing)
-    threads: Union[Literal["auto"], int] = Field("auto", description="threads per rank, or auto for cores / ranks")
+    threads: Union[Literal["auto"], int] = Field("auto", description="threads per rank, or auto for the cores this process may use")
     output_dir: str = Field("results", description="where timestamped run directories are created")
 
     @field_validator("flops_per_element")

@@ -11,7 +11,7 @@ from pathlib import Path
 from ert.config import RunConfig, Timing
 from ert.progress import Progress
 from ert.rawio import RAW_NAME, RAW_VERSION, RawWriter, read_raw
-from ert.sweep import Point, plan
+from ert.sweep import Point
 
 # Calibration never asks for more trials than this (a guard against a timer
 # that reports zero); 2**40 trials of even one element is days of work.
@@ -26,7 +26,7 @@ class Measurement:
     samples: list[float]          # seconds of each repeat (slowest rank's), best attempt
     spread: float                 # (max - min) / min of samples
     noisy: bool
-    remeasured: int
+    remeasured: int               # attempts after the first, set once the loop ends
     rank_seconds: list[dict] = field(default_factory=list)  # per repeat: min and max over ranks
 
 
@@ -73,7 +73,7 @@ def measure(backend, comm, *, timing: Timing) -> Measurement:
             trials = min(MAX_TRIALS, trials * 2 ** max(1, math.ceil(math.log2(factor))))
             slow, fast = zip(*(_timed(backend, comm, trials) for _ in range(timing.repeats)))
         spread = (max(slow) - min(slow)) / min(slow) if min(slow) > 0 else float("inf")
-        current = Measurement(trials, list(slow), spread, spread > timing.noise_threshold, attempt,
+        current = Measurement(trials, list(slow), spread, spread > timing.noise_threshold, 0,
                               [{"max": s, "min": f} for s, f in zip(slow, fast)])
         if best is None or current.spread < best.spread:
             best = current
@@ -117,9 +117,9 @@ class SweepResult:
     wall_seconds: float
 
 
-def run_sweep(*, config: RunConfig, run_dir: Path, backend, comm, header: dict | None,
+def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend, comm, header: dict | None,
               progress: Progress | None = None) -> SweepResult:
-    """Measure every planned point not already in RUN_DIR/raw.jsonl.
+    """Measure every point of ``points`` (the plan) not already in RUN_DIR/raw.jsonl.
 
     ``header`` is written first when the raw file is new (None on resume).
     Only rank 0 writes.  Ctrl-C stops between or inside points and leaves a
@@ -127,7 +127,6 @@ def run_sweep(*, config: RunConfig, run_dir: Path, backend, comm, header: dict |
     """
     raw_path = run_dir / RAW_NAME
     threads = backend.threads
-    points = plan(config, workers=threads * comm.size, granule_elements_of=backend.granule_elements)
     done: set[str] = set()
     if header is None:
         done = {r["id"] for r in read_raw(raw_path).points}

@@ -238,7 +238,8 @@ def test_truncated_last_line_is_tolerated_by_analyze_and_resume(tiny_copy):
     proc = run_cmd("ert", "analyze", tiny_copy, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["metadata"]["points"]["measured"] == len(before) == 67
+    planned = len(planned_ids(tiny_copy))
+    assert doc["metadata"]["points"]["measured"] == len(before) == planned - 5
     assert any("partial run" in w for w in doc["warnings"])
 
     resume(tiny_copy)
@@ -247,7 +248,7 @@ def test_truncated_last_line_is_tolerated_by_analyze_and_resume(tiny_copy):
     for line in text.splitlines():
         json.loads(line)  # the half line was cut, not left in the middle of the file
     assert_complete_and_unchanged(tiny_copy, before)
-    assert len(point_records(tiny_copy)) == 72
+    assert len(point_records(tiny_copy)) == planned
 
 
 def test_ctrl_c_leaves_a_valid_partial_run_that_resume_completes(tmp_path):

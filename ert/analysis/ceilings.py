@@ -35,7 +35,7 @@ def _label(precision: str, access: str) -> str:
 
 
 def _own_levels(curve: list[dict], caches, *, threads: int, memory_name: str, label: str):
-    """Plateaus of one curve, named: (named levels, warnings)."""
+    """Plateaus of one curve, named: (named levels, warnings, the scattered-tail plateau or None)."""
     wss = [r["wss_bytes"] for r in curve]
     gbs = [rates(r)[0] for r in curve]
     noisy = [r["noisy"] for r in curve]
@@ -49,7 +49,7 @@ def _own_levels(curve: list[dict], caches, *, threads: int, memory_name: str, la
                         f"reported as the last level. Bandwidth changed during the run: measure again")
     named, level_warnings = name_levels(plateaus, caches, threads=threads, memory_name=memory_name)
     warnings.extend(f"{label}: {w}" for w in level_warnings)
-    return named, warnings
+    return named, warnings, tail
 
 
 def _levels_over_reference(curve: list[dict], reference: list[NamedLevel], ref_label: str) -> list[NamedLevel]:
@@ -105,7 +105,7 @@ def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int
     reference = fits[ref_key][0]
 
     ceilings = []
-    for key, (named, own_warnings) in fits.items():
+    for key, (named, own_warnings, tail) in fits.items():
         precision, access = key
         label = _label(*key)
         curve = curves[key]
@@ -132,7 +132,7 @@ def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int
                 "evidence": {"point_ids": [curve[i]["id"] for i in p.indices]},
             }
             ceilings.append(entry)
-            if p.spread > NOT_FLAT_SPREAD and "scatter" not in " ".join(own_warnings):
+            if p.spread > NOT_FLAT_SPREAD and p is not tail:  # the tail has its own warning
                 warnings.append(f"{label} {lvl.name}: not flat (spread {p.spread:.0%} over {p.n_points} points): "
                                 f"a ramp inside the level, levels of similar speed, or a machine that changed "
                                 f"during the run; read it as a range")
