@@ -70,7 +70,9 @@ def _resolve(config, *, source, backend_flag: bool):
             raise ErtError(exc.message, path=None if backend_flag else source,
                            key="--backend" if backend_flag else "backend") from None
     threads = config.threads
-    if threads == "auto":
+    if not REGISTRY.entry(backend).host_threads:
+        threads = 1  # a device backend drives its device from one host thread per rank
+    elif threads == "auto":
         threads = max(1, hwinfo.usable_cpus())
     return with_overrides(config, backend=backend, threads=threads)
 
@@ -135,8 +137,10 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool) -> int:
     from ert.report import format_ceilings
     from ert.sweep import plan
 
-    backend = REGISTRY.create(cfg.backend, threads=cfg.threads)
-    points = plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements)
+    backend = REGISTRY.create(cfg.backend, threads=cfg.threads, config=cfg, local_rank=comm.local_rank,
+                              local_size=comm.local_size)
+    points = plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements,
+                  launches_of=getattr(backend, "launches", None))
     header = None
     if resume:
         old = read_raw(run_dir).header

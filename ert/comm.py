@@ -14,6 +14,8 @@ class SerialComm:
 
     rank = 0
     size = 1
+    local_rank = 0   # index of this rank among the ranks on its node
+    local_size = 1   # ranks on this node
     name = "serial"
 
     def barrier(self) -> None:
@@ -39,6 +41,14 @@ class MpiComm:
         self._comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        # Ranks that share this node's memory: their count and this rank's index
+        # among them pick its cores and its device.
+        from mpi4py import MPI
+
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.local_rank = node.Get_rank()
+        self.local_size = node.Get_size()
+        node.Free()
 
     def barrier(self) -> None:
         self._comm.Barrier()

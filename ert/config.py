@@ -45,6 +45,29 @@ class Timing(_Strict):
     max_remeasure: int = Field(2, ge=0, le=20, description="times a noisy point is measured again before it is flagged")
 
 
+class OpenCLOptions(_Strict):
+    """Options of the opencl backend (ignored by the others)."""
+
+    platform: Optional[Union[int, str]] = Field(None, description="platform index, or a substring of its name")
+    device: Optional[Union[int, str]] = Field(
+        None, description="device index among the matching devices, or a substring of its name; "
+                          "null: the rank's index within its node picks among them")
+    device_type: Literal["all", "cpu", "gpu", "accelerator"] = "all"
+    global_sizes: Optional[list[int]] = Field(
+        None, description="work-items per launch to try (ERT_OCL_SIZES); null: chosen from the compute units")
+    local_sizes: Optional[list[int]] = Field(None, description="work-group sizes to try; null: chosen by the device")
+
+
+class CudaOptions(_Strict):
+    """Options of the cuda backend (ignored by the others)."""
+
+    device: Optional[int] = Field(None, ge=0, description="GPU index; null: the rank's index within its node")
+    blocks: Optional[list[int]] = Field(None, description="grid sizes to try; null: multiples of the SM count")
+    threads_per_block: Optional[list[int]] = Field(None, description="block sizes to try; null: [256, 512, 1024]")
+    blocks_threads: Optional[int] = Field(
+        None, gt=0, description="only try blocks x threads_per_block <= this (ERT_BLOCKS_THREADS)")
+
+
 class RunConfig(_Strict):
     """One sweep: the cartesian product of working sets, FLOPs per element, precisions, FMA and access."""
 
@@ -57,6 +80,8 @@ class RunConfig(_Strict):
     timing: Timing = Field(default_factory=Timing)
     threads: Union[Literal["auto"], int] = Field("auto", description="threads per rank, or auto for the cores this process may use")
     output_dir: str = Field("results", description="where timestamped run directories are created")
+    opencl: OpenCLOptions = Field(default_factory=OpenCLOptions)
+    cuda: CudaOptions = Field(default_factory=CudaOptions)
 
     @field_validator("flops_per_element")
     @classmethod

@@ -92,6 +92,7 @@ def point_record(point: Point, m: Measurement, *, check_ok: bool, check_detail: 
         "spec": point.spec.to_dict(),
         "wss_bytes": point.wss_bytes,
         "elements_per_thread": point.elements_per_thread,
+        **({"launch": point.launch_dict()} if point.launch else {}),
         "elements": point.elements_per_thread * threads * ranks,
         "ranks": ranks,
         "threads_per_rank": threads,
@@ -143,7 +144,11 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
         for point in todo:
             if progress:
                 progress.begin(point)
-            backend.prepare(point.spec, elements_per_thread=point.elements_per_thread)
+            if point.launch:
+                backend.prepare(point.spec, elements_per_thread=point.elements_per_thread,
+                                launch=point.launch_dict())
+            else:
+                backend.prepare(point.spec, elements_per_thread=point.elements_per_thread)
             m = measure(backend, comm, timing=config.timing)
             check = backend.check()
             # Every rank's output must pass for the point to be used.

@@ -20,10 +20,19 @@ class Point:
     spec: KernelSpec
     wss_bytes: int
     elements_per_thread: int
+    # Launch geometry of accelerator backends, e.g. (("global", 4096), ("local", 256))
+    # or (("blocks", 80), ("threads", 256)); None where the backend has no such choice.
+    launch: tuple[tuple[str, int], ...] | None = None
 
     @property
     def id(self) -> str:
-        return f"{self.spec.key}-w{self.wss_bytes}"
+        base = f"{self.spec.key}-w{self.wss_bytes}"
+        if self.launch:
+            base += "-" + "-".join(f"{k[0]}{v}" for k, v in self.launch)
+        return base
+
+    def launch_dict(self) -> dict | None:
+        return dict(self.launch) if self.launch else None
 
 
 def working_sets(*, min_bytes: int, max_bytes: int, growth: float, granule_bytes: int) -> list[int]:
@@ -73,11 +82,14 @@ def interleaved(n: int) -> list[int]:
     return sorted(range(n), key=lambda i: (i * golden) % 1.0)
 
 
-def plan(config: RunConfig, *, workers: int, granule_elements_of) -> list[Point]:
+def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=None) -> list[Point]:
     """All points, spec by spec, each spec's working sets in interleaved order.
 
     ``workers`` is threads x ranks (each owns one block); ``granule_elements_of``
     maps a KernelSpec to the backend's per-thread element granule.
+    ``launches_of(spec, elements_per_thread)``, given by accelerator backends,
+    lists the launch geometries to try at one working set (a list of dicts);
+    each becomes its own point, and the analysis keeps the best per working set.
     """
     points: list[Point] = []
     ws = config.working_set
@@ -89,5 +101,9 @@ def plan(config: RunConfig, *, workers: int, granule_elements_of) -> list[Point]
             # The same geometric grid, cut: compute points line up with bandwidth points.
             sizes = [s for s in sizes if s <= ws.compute_max_bytes] or sizes[:1]
         for i in interleaved(len(sizes)):
-            points.append(Point(spec, sizes[i], sizes[i] // spec.itemsize // workers))
+            per_thread = sizes[i] // spec.itemsize // workers
+            launches = launches_of(spec, per_thread) if launches_of is not None else [None]
+            for launch in launches:
+                key = tuple(launch.items()) if launch else None
+                points.append(Point(spec, sizes[i], per_thread, key))
     return points

@@ -186,18 +186,42 @@ def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
     return warnings
 
 
+def best_launches(points: list[dict]) -> list[dict]:
+    """One record per (kernel variant, working set): the fastest valid launch geometry.
+
+    Accelerator backends measure each working set at several launch
+    geometries (global x local size, blocks x threads), as ERT does; a ceiling
+    is what the best geometry sustains.  Records without a launch pass through.
+    Invalid records are kept so they are still counted and reported.
+    """
+    best: dict[tuple, dict] = {}
+    out: list[dict] = []
+    for rec in points:
+        if "launch" not in rec or not rec["valid"]:
+            out.append(rec)
+            continue
+        key = (KernelSpec.from_dict(rec["spec"]).key, rec["wss_bytes"])
+        if key not in best or rates(rec)[0] > rates(best[key])[0]:
+            best[key] = rec
+    return out + list(best.values())
+
+
 def build(raw: RawData) -> dict:
     """The ceiling document (schema 1.0) from a raw file's records alone."""
     header = raw.header
     meta = dict(header["metadata"])
     threads = int(meta["threads_per_rank"]) * int(meta["ranks"])
+    # A device backend reports its own caches (e.g. a GPU's L1 and L2) and memory
+    # name (HBM); otherwise the host CPU's caches name the levels.
+    cache_list = meta.get("backend_info", {}).get("caches", meta.get("caches_reported", []))
     caches = [CacheInfo(level=c["level"], kind=c.get("kind", "Unified"), size_bytes=c["size_bytes"],
-                        shared_cpu_count=c.get("shared_cpu_count", 1)) for c in meta.get("caches_reported", [])]
+                        shared_cpu_count=c.get("shared_cpu_count", 1)) for c in cache_list]
     points = raw.points
-    memory, warnings = memory_ceilings(points, caches, threads=threads,
-                                       memory_name=meta.get("memory_name", "DRAM"))
-    compute, compute_warnings = compute_ceilings(points)
-    warnings += compute_warnings + _peak_at_edge(points, compute)
+    used = best_launches(points)
+    memory, warnings = memory_ceilings(used, caches, threads=threads,
+                                       memory_name=meta.get("backend_info", {}).get("memory_name", meta.get("memory_name", "DRAM")))
+    compute, compute_warnings = compute_ceilings(used)
+    warnings += compute_warnings + _peak_at_edge(used, compute)
 
     planned = header.get("planned_points", len(points))
     invalid = [r for r in points if not r["valid"]]

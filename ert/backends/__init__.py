@@ -34,8 +34,13 @@ class Backend(Protocol):
     def granule_elements(self, spec: KernelSpec) -> int:
         """Each thread's element count must be a multiple of this."""
 
-    def prepare(self, spec: KernelSpec, *, elements_per_thread: int) -> None:
-        """Compile (untimed, cached), allocate and initialise buffers for one point."""
+    def prepare(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None = None) -> None:
+        """Compile (untimed, cached), allocate and initialise buffers for one point.
+
+        ``launch`` is one of the geometries the backend's optional
+        ``launches(spec, elements_per_thread)`` listed (accelerators only);
+        backends without that method are never passed one.
+        """
 
     def run(self, trials: int) -> float:
         """Run ``trials`` trials of the prepared kernel; return the timed seconds."""
@@ -52,6 +57,9 @@ class BackendEntry:
     name: str
     module: str
     summary: str
+    # True where the config's `threads` means host threads that run the kernel
+    # (CPU backends); device backends use one host thread per rank.
+    host_threads: bool = True
 
 
 @dataclass(frozen=True)
@@ -91,16 +99,30 @@ class Registry:
         return BackendStatus(name, bool(ok), reason, detail)
 
     def best_available(self) -> str:
-        """The first available backend in registry order (most capable first)."""
-        reasons = []
-        for name in self._entries:
+        """The first available backend in registry order (most capable first).
+
+        A device backend whose probe reports ``accelerators: 0`` in its detail
+        (OpenCL seeing only a CPU device) is passed over while a later backend
+        is available: the CPU backend measures a CPU better.
+        """
+        reasons, fallback = [], None
+        for name, entry in self._entries.items():
             st = self.status(name)
             if st.available:
-                return name
+                if entry.host_threads or st.detail.get("accelerators", 1):
+                    return name
+                fallback = fallback or name
+                continue
             reasons.append(f"{name}: {st.reason}")
+        if fallback:
+            return fallback
         raise ErtError("no backend is available (" + "; ".join(reasons) + ")", key="backend")
 
     def create(self, name: str, **options) -> Backend:
+        """The backend object.  Options every backend's create() accepts (and may ignore):
+        ``threads`` (host threads per rank), ``config`` (the RunConfig),
+        ``local_rank`` and ``local_size`` (this rank's index and the rank count on its node).
+        """
         st = self.status(name)
         if not st.available:
             raise ErtError(f"backend '{name}' is not available: {st.reason}", key="backend")
@@ -109,5 +131,8 @@ class Registry:
 
 # Most capable first: a bare ert-run picks the first available one.
 REGISTRY = Registry([
+    BackendEntry("cuda", "ert.backends.cuda", "NVIDIA GPUs through CuPy", host_threads=False),
+    BackendEntry("opencl", "ert.backends.opencl", "OpenCL devices through PyOpenCL (GPUs, accelerators, CPUs)",
+                 host_threads=False),
     BackendEntry("numba-cpu", "ert.backends.numba_cpu", "CPU cores through Numba (LLVM), OpenMP-style threads"),
 ])
