@@ -222,6 +222,9 @@ def build(raw: RawData) -> dict:
                                        memory_name=meta.get("backend_info", {}).get("memory_name", meta.get("memory_name", "DRAM")))
     compute, compute_warnings = compute_ceilings(used)
     warnings += compute_warnings + _peak_at_edge(used, compute)
+    # What the backend knows makes its numbers misleading without context
+    # (an OpenCL driver on a CPU that does not vectorise, say).
+    warnings += [str(c) for c in meta.get("backend_info", {}).get("caveats", [])]
 
     planned = header.get("planned_points", len(points))
     invalid = [r for r in points if not r["valid"]]
