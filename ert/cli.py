@@ -54,8 +54,11 @@ def _holds_run(path: Path) -> bool:
     return any((path / name).exists() for name in ("raw.jsonl", CONFIG_NAME, CEILINGS_NAME))
 
 
-def _resolve(config, *, source, backend_flag: bool):
-    """Concrete backend and thread count, so the saved config reproduces the run."""
+def _resolve(config, *, source, backend_flag: bool, placement=None):
+    """Concrete backend and thread count, so the saved config reproduces the run.
+
+    Under MPI, ``threads: auto`` is the cores this rank was given (placement).
+    """
     from ert import hwinfo
     from ert.backends import REGISTRY
     from ert.config import with_overrides
@@ -73,7 +76,7 @@ def _resolve(config, *, source, backend_flag: bool):
     if not REGISTRY.entry(backend).host_threads:
         threads = 1  # a device backend drives its device from one host thread per rank
     elif threads == "auto":
-        threads = max(1, hwinfo.usable_cpus())
+        threads = placement.threads if placement else max(1, hwinfo.usable_cpus())
     return with_overrides(config, backend=backend, threads=threads)
 
 
@@ -87,11 +90,55 @@ def _write_config(config, path: Path) -> None:
     write_text_atomic(text, path)
 
 
-def cmd_run(args) -> int:
-    from ert import config as config_mod
-    from ert.comm import world
+class QuietExit(Exception):
+    """End this rank with ``code``; the error was already printed once (by rank 0 or the failing rank)."""
 
-    comm = world()
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ErtError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _agreed(comm, func):
+    """Run ``func`` on every rank; if it fails with a user error anywhere, report it once and end all ranks.
+
+    For the steps before the sweep (config, run directory, backend): they
+    usually fail the same way on every rank, and N copies of one message help
+    nobody.  Rank 0 prints the error (tagged with the rank when only some
+    ranks failed) and every rank exits with 2; nothing hangs, because every
+    rank reaches the one allgather.
+    """
+    if comm.size == 1:
+        return func()
+    try:
+        value, error = func(), None
+    except (ErtError, OSError) as exc:
+        value, error = None, _one_line(exc)
+    errors = comm.allgather(error)
+    failed = [(rank, e) for rank, e in enumerate(errors) if e]
+    if not failed:
+        return value
+    if comm.rank == 0:
+        rank, text = failed[0]
+        if len(failed) < comm.size or len({e for _, e in failed}) > 1:
+            more = f" (and {len(failed) - 1} more rank(s))" if len(failed) > 1 else ""
+            text = f"rank {rank}: {text}{more}"
+        print(f"ert-run: error: {text}", file=sys.stderr)
+    raise QuietExit(2)
+
+
+def _prepare_run(args, comm, placement):
+    """(resolved config, run directory, resume?) from the command line; ErtError for every user fault."""
+    from ert import config as config_mod
+
     if args.resume and args.config:
         raise ErtError("give either CONFIG or --resume RUN_DIR, not both", key="--resume")
     if args.resume and args.out:
@@ -107,60 +154,107 @@ def cmd_run(args) -> int:
         if args.threads and args.threads != cfg.threads:
             raise ErtError(f"the run used {cfg.threads} threads; a resume cannot change that",
                            path=run_dir, key="--threads")
+        return cfg, run_dir, True
+    source = args.config or config_mod.default_path()
+    cfg = config_mod.load(source)
+    cfg = config_mod.with_overrides(cfg, backend=args.backend, threads=args.threads)
+    cfg = _resolve(cfg, source=source, backend_flag=bool(args.backend), placement=placement)
+    if args.out:
+        run_dir = Path(args.out)
+        if run_dir.exists() and not run_dir.is_dir():
+            raise ErtError("exists and is not a directory", path=run_dir, key="--out")
+        if run_dir.is_dir() and _holds_run(run_dir):
+            raise ErtError("already holds a run; continue it with --resume or choose a new --out",
+                           path=run_dir, key="--out")
     else:
-        source = args.config or config_mod.default_path()
-        cfg = config_mod.load(source)
-        cfg = config_mod.with_overrides(cfg, backend=args.backend, threads=args.threads)
-        cfg = _resolve(cfg, source=source, backend_flag=bool(args.backend))
-        if args.out:
-            run_dir = Path(args.out)
-            if run_dir.exists() and not run_dir.is_dir():
-                raise ErtError("exists and is not a directory", path=run_dir, key="--out")
-            if run_dir.is_dir() and _holds_run(run_dir):
-                raise ErtError("already holds a run; continue it with --resume or choose a new --out",
-                               path=run_dir, key="--out")
-        else:
-            run_dir = _new_run_dir(cfg.output_dir)
-    return _execute(cfg, run_dir, comm=comm, resume=bool(args.resume), quiet=args.quiet)
+        # Rank 0 names the directory (clock and host name differ between ranks).
+        run_dir = comm.bcast(_new_run_dir(cfg.output_dir) if comm.rank == 0 else None)
+    return cfg, run_dir, False
 
 
-def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool) -> int:
+def cmd_run(args) -> int:
+    from ert import placement as placement_mod
+    from ert.comm import world
+
+    comm = world()
+    placement = None
+    if comm.size > 1:
+        # Before anything starts threads: this rank's own cores, pinned.
+        placement = placement_mod.place(comm)
+        placement_mod.apply(placement)
+    cfg, run_dir, resume = _agreed(comm, lambda: _prepare_run(args, comm, placement))
+    if comm.size == 1:
+        return _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement)
+    try:
+        return _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement)
+    except QuietExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any failure on one rank must end the whole job
+        # The other ranks wait in a collective for this one: print once, then
+        # Abort, which ends every rank (and mpiexec) instead of hanging it.
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        what = "interrupted" if interrupted else f"error: rank {comm.rank}: {_one_line(exc)}"
+        print(f"ert-run: {what}", file=sys.stderr)
+        comm.abort(130 if interrupted else 2)
+        raise  # not reached
+
+
+def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None) -> int:
     import socket
 
-    from ert import metadata
+    from ert import faults, metadata
     from ert.analysis.ceilings import build
     from ert.backends import REGISTRY
     from ert.ceilings_io import write_ceilings
+    from ert.comm import merge_rank_warnings
     from ert.driver import run_sweep
     from ert.progress import Progress
     from ert.rawio import read_raw
     from ert.report import format_ceilings
     from ert.sweep import plan
 
-    backend = REGISTRY.create(cfg.backend, threads=cfg.threads, config=cfg, local_rank=comm.local_rank,
-                              local_size=comm.local_size)
+    def setup():
+        backend = REGISTRY.create(cfg.backend, threads=cfg.threads, config=cfg, local_rank=comm.local_rank,
+                                  local_size=comm.local_size)
+        if resume and comm.rank == 0:
+            _refuse_other_hardware(read_raw(run_dir).header["metadata"], run_dir, threads=cfg.threads,
+                                   ranks=comm.size)
+        return backend
+
+    backend = _agreed(comm, setup)
+    backend = faults.maybe_wrap(backend, rank=comm.rank)
     points = plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements,
                   launches_of=getattr(backend, "launches", None))
+    own_warnings = list(placement.warnings if placement else []) + list(getattr(backend, "warnings", []))
+    rank_warnings = merge_rank_warnings(comm.allgather(own_warnings))
     header = None
-    if resume:
-        old = read_raw(run_dir).header
-        _refuse_other_hardware(old["metadata"], run_dir, threads=cfg.threads, ranks=comm.size)
-    else:
+    if not resume:
         hosts = comm.allgather(socket.gethostname())
+        placements = comm.allgather(placement.to_dict() if placement else None)
         meta = metadata.collect(config=cfg, backend_info=backend.describe(), ranks=comm.size,
                                 threads_per_rank=cfg.threads, hosts=sorted(set(hosts)))
+        meta["ranks_per_host"] = {h: hosts.count(h) for h in sorted(set(hosts))}
+        if comm.size > 1:
+            meta["mpi_library"] = comm.library()
+            meta["placement"] = placements
+        if rank_warnings:
+            meta["rank_warnings"] = rank_warnings
         header = {"metadata": meta, "planned_points": len(points)}
         if comm.rank == 0:
             run_dir.mkdir(parents=True, exist_ok=True)
             _write_config(cfg, run_dir / CONFIG_NAME)
     progress = Progress(min_seconds=cfg.timing.min_seconds, enabled=not quiet and comm.rank == 0)
     if comm.rank == 0:
+        for warning in rank_warnings:
+            print(f"ert-run: warning: {warning}", file=sys.stderr)
         print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}",
               file=sys.stderr)
     result = run_sweep(config=cfg, points=points, run_dir=run_dir, backend=backend, comm=comm, header=header,
                        progress=progress)
     backend.close()
     if comm.rank != 0:
+        if result.interrupted and comm.size > 1:
+            raise KeyboardInterrupt  # cmd_run aborts the job: rank 0 may be waiting for this rank
         return 130 if result.interrupted else 0
     doc = build(read_raw(run_dir))
     write_ceilings(doc, run_dir / CEILINGS_NAME)
@@ -169,6 +263,8 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool) -> int:
     if result.interrupted:
         print(f"ert-run: interrupted after {doc['metadata']['points']['measured']} of {result.planned} points; "
               f"resume with: ert-run --resume {run_dir}", file=sys.stderr)
+        if comm.size > 1:
+            comm.abort(130)  # other ranks may be waiting in a collective
         return 130
     return 0
 
@@ -283,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _guarded(func, args, prog: str) -> int:
     try:
         return func(args)
+    except QuietExit as exc:
+        return exc.code
     except ErtError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

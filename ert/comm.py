@@ -31,6 +31,9 @@ class SerialComm:
         sys.stderr.flush()
         os._exit(code)
 
+    def library(self) -> str:
+        return ""
+
 
 class MpiComm:
     """A thin wrapper over an mpi4py communicator with the same small surface."""
@@ -62,6 +65,34 @@ class MpiComm:
     def abort(self, code: int = 1) -> None:
         sys.stderr.flush()
         self._comm.Abort(code)
+
+    def library(self) -> str:
+        """First line of the MPI library's version string (e.g. "MPICH Version: 4.2.0")."""
+        from mpi4py import MPI
+
+        return " ".join(MPI.Get_library_version().splitlines()[0].split())
+
+
+def merge_rank_warnings(per_rank: list[list[str]]) -> list[str]:
+    """Warnings gathered from every rank, each once, tagged with the ranks that raised it.
+
+    ``per_rank[r]`` is rank r's list.  A warning every rank raised carries no
+    tag; others read "[rank 1] ..." or "[ranks 0,2,3] ...".  Order: first seen.
+    """
+    seen: dict[str, list[int]] = {}
+    for rank, messages in enumerate(per_rank):
+        for message in messages:
+            seen.setdefault(message, [])
+            if rank not in seen[message]:
+                seen[message].append(rank)
+    out = []
+    for message, ranks in seen.items():
+        if len(per_rank) == 1 or len(ranks) == len(per_rank):
+            out.append(message)
+        else:
+            tag = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ",".join(map(str, ranks))
+            out.append(f"[{tag}] {message}")
+    return out
 
 
 def launched_size() -> int:

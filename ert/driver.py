@@ -129,8 +129,9 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
     raw_path = run_dir / RAW_NAME
     threads = backend.threads
     done: set[str] = set()
-    if header is None:
+    if header is None and comm.rank == 0:  # only rank 0 may see the file (no shared file system)
         done = {r["id"] for r in read_raw(raw_path).points}
+    done = comm.bcast(done)
     todo = [p for p in points if p.id not in done]
     writer = RawWriter(raw_path) if comm.rank == 0 else None
     if writer and header is not None:
