@@ -27,15 +27,18 @@ class Measurement:
     spread: float                 # (max - min) / min of samples
     noisy: bool
     remeasured: int               # attempts after the first, set once the loop ends
-    rank_seconds: list[dict] = field(default_factory=list)  # per repeat: min and max over ranks
+    rank_seconds: list[list[float]] = field(default_factory=list)  # per repeat: every rank's seconds
 
 
-def _timed(backend, comm, trials: int) -> tuple[float, float]:
-    """One timed region on every rank after a barrier: (slowest, fastest) rank seconds."""
+def _timed(backend, comm, trials: int) -> tuple[float, list[float]]:
+    """One timed region on every rank after a barrier: (slowest rank's seconds, every rank's seconds).
+
+    The slowest rank decides: aggregate rates are all ranks' work over it.
+    """
     comm.barrier()
     seconds = backend.run(trials)
     everyone = comm.allgather(seconds)
-    return max(everyone), min(everyone)
+    return max(everyone), everyone
 
 
 def calibrate(backend, comm, *, min_seconds: float) -> tuple[int, float]:
@@ -65,16 +68,16 @@ def measure(backend, comm, *, timing: Timing) -> Measurement:
     trials, _ = calibrate(backend, comm, min_seconds=timing.min_seconds)
     best: Measurement | None = None
     for attempt in range(timing.max_remeasure + 1):
-        slow, fast = zip(*(_timed(backend, comm, trials) for _ in range(timing.repeats)))
+        slow, per_rank = zip(*(_timed(backend, comm, trials) for _ in range(timing.repeats)))
         while statistics.median(slow) < timing.min_seconds / 2 and trials < MAX_TRIALS:
             # Calibration was fooled by a stalled region: the repeats are far
             # shorter than asked.  Scale the trial count up and time them again.
             factor = timing.min_seconds / max(statistics.median(slow), 1e-9)
             trials = min(MAX_TRIALS, trials * 2 ** max(1, math.ceil(math.log2(factor))))
-            slow, fast = zip(*(_timed(backend, comm, trials) for _ in range(timing.repeats)))
+            slow, per_rank = zip(*(_timed(backend, comm, trials) for _ in range(timing.repeats)))
         spread = (max(slow) - min(slow)) / min(slow) if min(slow) > 0 else float("inf")
         current = Measurement(trials, list(slow), spread, spread > timing.noise_threshold, 0,
-                              [{"max": s, "min": f} for s, f in zip(slow, fast)])
+                              [list(r) for r in per_rank])
         if best is None or current.spread < best.spread:
             best = current
         if not current.noisy:
@@ -99,8 +102,11 @@ def point_record(point: Point, m: Measurement, *, check_ok: bool, check_detail: 
         "trials": m.trials,
         "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
         "samples": samples,
-        "rank_seconds": {"min": min(r["min"] for r in m.rank_seconds),
-                         "max": max(r["max"] for r in m.rank_seconds)},
+        # Imbalance shows here: the fastest and slowest region of any rank,
+        # and each rank's own fastest and slowest over the repeats.
+        "rank_seconds": {"min": min(min(r) for r in m.rank_seconds),
+                         "max": max(max(r) for r in m.rank_seconds),
+                         "per_rank": [{"min": min(col), "max": max(col)} for col in zip(*m.rank_seconds)]},
         "spread": m.spread,
         "noisy": m.noisy,
         "remeasured": m.remeasured,
