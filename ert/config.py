@@ -62,10 +62,37 @@ class CudaOptions(_Strict):
     """Options of the cuda backend (ignored by the others)."""
 
     device: Optional[int] = Field(None, ge=0, description="GPU index; null: the rank's index within its node")
-    blocks: Optional[list[int]] = Field(None, description="grid sizes to try; null: multiples of the SM count")
-    threads_per_block: Optional[list[int]] = Field(None, description="block sizes to try; null: [256, 512, 1024]")
-    blocks_threads: Optional[int] = Field(
-        None, gt=0, description="only try blocks x threads_per_block <= this (ERT_BLOCKS_THREADS)")
+    blocks: Optional[list[int]] = Field(
+        None, min_length=1, description="grid sizes to try; null: the SM count x 1, 2, 4, ..., 32 (ERT's V100 set, "
+                                        "scaled)")
+    threads_per_block: Optional[list[int]] = Field(
+        None, min_length=1, description="block sizes to try; null: [64, 128, 256, 512, 1024]")
+    blocks_threads: Optional[list[int]] = Field(
+        None, min_length=1, description="only pairs whose blocks x threads_per_block is one of these "
+                                        "(ERT_BLOCKS_THREADS); null: SMs x threads per SM when blocks and "
+                                        "threads_per_block are defaults, else every pair")
+
+    @field_validator("blocks_threads", mode="before")
+    @classmethod
+    def _one_or_list(cls, value):
+        # ERT configs give one product (`ERT_BLOCKS_THREADS 163840`).
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("blocks", "threads_per_block", "blocks_threads")
+    @classmethod
+    def _positive(cls, values):
+        if values is not None and any(v < 1 for v in values):
+            raise ValueError("values must be positive")
+        if values is not None and len(set(values)) != len(values):
+            raise ValueError("values repeat")
+        return values
+
+    @field_validator("threads_per_block")
+    @classmethod
+    def _block_limit(cls, values):
+        if values is not None and max(values) > 1024:
+            raise ValueError("CUDA blocks hold at most 1024 threads")
+        return values
 
 
 class RunConfig(_Strict):

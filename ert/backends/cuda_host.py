@@ -1,0 +1,403 @@
+"""Host logic of the CUDA backend, testable without a GPU: device facts, rated peaks, launch geometry, replay and checks."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ert.errors import ErtError
+from ert.spec import KernelSpec
+
+KERNEL_FILE = "ert_cuda.cu"
+PRECISION_BITS = {"fp64": 64, "fp32": 32, "fp16": 16}
+# Elements per kernel unit: FP16 runs on half2 pairs (see kernels/ert_cuda.cu).
+UNIT_ELEMENTS = {"fp64": 1, "fp32": 1, "fp16": 2}
+NUMPY_DTYPE = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16}
+
+# The recurrence's constants; dyadic, so exact in every precision.
+A_VALUE = 0.9375
+C_VALUE = 0.0625
+
+# ERT's shipped CUDA config (V100): blocks 80..2560 = SMs x 1..32, threads
+# 64..1024, blocks x threads = 163840 = SMs x 2048 (one full wave).  The same
+# rules are applied to the device's own SM count and threads per SM.
+DEFAULT_BLOCKS_PER_SM = (1, 2, 4, 8, 16, 32)
+DEFAULT_THREADS_PER_BLOCK = (64, 128, 256, 512, 1024)
+
+# Unified L1 data cache / shared memory per SM, bytes, by compute capability
+# (CUDA C++ Programming Guide, "Compute Capabilities": 128 KB on 7.0, 96 KB on
+# 7.5, 192 KB on 8.0 and 8.7, 128 KB on 8.6 and 8.9, 256 KB on 9.0 and 10.0).
+# The kernels use no shared memory, so the driver may give all of it to L1.
+L1_PER_SM_BYTES = {
+    (7, 0): 128 << 10, (7, 5): 96 << 10, (8, 0): 192 << 10, (8, 6): 128 << 10, (8, 7): 192 << 10,
+    (8, 9): 128 << 10, (9, 0): 256 << 10, (10, 0): 256 << 10,
+}
+
+# FLOPs per cycle per SM of the CUDA cores (not tensor cores), an FMA counted
+# as 2, by compute capability.  They reproduce NVIDIA's published non-tensor
+# peaks: V100 SXM2 (80 SMs, 1530 MHz) 7.8 / 15.7 / 31.4 TFLOP/s FP64/FP32/FP16;
+# A100 (108 SMs, 1410 MHz) 9.7 / 19.5 / 78; H100 SXM5 (132 SMs, 1980 MHz)
+# 33.5 / 66.9 / 133.8 (the A100 and H100 whitepapers); T4 and GA10x/AD10x run
+# FP64 at 1/32 and 1/64 of FP32.
+FLOPS_PER_CYCLE_PER_SM = {
+    (7, 0): {"fp64": 64, "fp32": 128, "fp16": 256},
+    (7, 5): {"fp64": 4, "fp32": 128, "fp16": 256},
+    (8, 0): {"fp64": 64, "fp32": 128, "fp16": 512},
+    (8, 6): {"fp64": 4, "fp32": 256, "fp16": 256},
+    (8, 9): {"fp64": 4, "fp32": 256, "fp16": 256},
+    (9, 0): {"fp64": 128, "fp32": 256, "fp16": 512},
+}
+
+# A memory bus this wide is stacked memory (HBM: 3072 to 8192 bits); GDDR
+# boards stop at 512 bits.
+HBM_MIN_BUS_BITS = 1024
+
+
+# ----------------------------------------------------------------------------- kernel variants
+def compile_defines(spec: KernelSpec) -> tuple[str, ...]:
+    """The -D options that specialise kernels/ert_cuda.cu for one KernelSpec."""
+    return (f"-DERT_PRECISION={PRECISION_BITS[spec.precision]}", f"-DERT_FLOPS={spec.flops_per_element}",
+            f"-DERT_FMA={int(spec.fma)}", f"-DERT_RO={int(spec.access == 'ro')}")
+
+
+def kernel_name(spec: KernelSpec) -> str:
+    return "ert_ro" if spec.access == "ro" else "ert_rw"
+
+
+def granule_elements(spec: KernelSpec) -> int:
+    """Elements per kernel unit: a rank's element count must be a multiple (FP16: even)."""
+    return UNIT_ELEMENTS[spec.precision]
+
+
+def units_of(spec: KernelSpec, elements: int) -> int:
+    if elements % UNIT_ELEMENTS[spec.precision]:
+        raise ValueError(f"{spec.precision} needs an even element count (half2 units), not {elements}")
+    return elements // UNIT_ELEMENTS[spec.precision]
+
+
+# ----------------------------------------------------------------------------- device facts
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the runtime (and NVML, where present) says about one GPU; clocks in kHz, sizes in bytes."""
+
+    name: str
+    compute_capability: tuple[int, int]
+    sm_count: int
+    sm_clock_khz: int
+    memory_clock_khz: int
+    memory_bus_bits: int
+    l2_bytes: int
+    total_memory_bytes: int
+    max_threads_per_sm: int
+    shared_memory_per_sm_bytes: int = 0
+    pci_bus_id: str = ""
+    sources: dict = field(default_factory=dict)  # where each clock came from
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+    @property
+    def l1_per_sm_bytes(self) -> int:
+        """The unified L1/shared size of this architecture, or the shared memory size where unknown."""
+        return L1_PER_SM_BYTES.get(self.compute_capability, self.shared_memory_per_sm_bytes)
+
+    @property
+    def memory_name(self) -> str:
+        return "HBM" if self.memory_bus_bits >= HBM_MIN_BUS_BITS else "DRAM"
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["compute_capability"] = f"{self.compute_capability[0]}.{self.compute_capability[1]}"
+        out["arch"] = self.arch
+        out["l1_per_sm_bytes"] = self.l1_per_sm_bytes
+        out["memory_name"] = self.memory_name
+        return out
+
+
+def _text(value) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return value.split(b"\0", 1)[0].decode(errors="replace")
+    return str(value)
+
+
+def device_info(props: dict, *, attributes: dict | None = None, nvml: dict | None = None,
+                pci_bus_id: str = "") -> DeviceInfo:
+    """A DeviceInfo from cupy.cuda.runtime.getDeviceProperties() and, where needed, other sources.
+
+    CUDA 13 removed ``clockRate`` and ``memoryClockRate`` from the device
+    properties; ``attributes`` carries them from cudaDeviceGetAttribute
+    (``clock_rate_khz``, ``memory_clock_rate_khz``).  NVML's maximum clocks
+    (``max_sm_clock_mhz``, ``max_memory_clock_mhz``) fill what is still missing.
+    """
+    attributes = attributes or {}
+    nvml = nvml or {}
+    sources = {}
+
+    def clock(prop_key: str, attr_key: str, nvml_key: str) -> int:
+        for where, value, scale in (("device properties", props.get(prop_key), 1),
+                                    ("device attribute", attributes.get(attr_key), 1),
+                                    ("NVML maximum clock", nvml.get(nvml_key), 1000)):
+            if value:
+                sources[prop_key] = where
+                return int(value) * scale
+        sources[prop_key] = "unknown"
+        return 0
+
+    return DeviceInfo(
+        name=_text(props.get("name", "unknown GPU")),
+        compute_capability=(int(props["major"]), int(props["minor"])),
+        sm_count=int(props["multiProcessorCount"]),
+        sm_clock_khz=clock("clockRate", "clock_rate_khz", "max_sm_clock_mhz"),
+        memory_clock_khz=clock("memoryClockRate", "memory_clock_rate_khz", "max_memory_clock_mhz"),
+        memory_bus_bits=int(props.get("memoryBusWidth", 0)),
+        l2_bytes=int(props.get("l2CacheSize", 0)),
+        total_memory_bytes=int(props.get("totalGlobalMem", 0)),
+        max_threads_per_sm=int(props.get("maxThreadsPerMultiProcessor", 2048)),
+        shared_memory_per_sm_bytes=int(props.get("sharedMemPerMultiprocessor", 0)),
+        pci_bus_id=pci_bus_id,
+        sources=sources,
+    )
+
+
+def caches(info: DeviceInfo) -> list[dict]:
+    """Level hints for the analysis: every SM's L1 together as level 1, the L2 as level 2.
+
+    One rank drives one GPU, so ``shared_cpu_count`` 1 makes the analysis
+    count one GPU's caches per rank.
+    """
+    out = []
+    if info.l1_per_sm_bytes:
+        out.append({"level": 1, "kind": "Data", "size_bytes": info.l1_per_sm_bytes * info.sm_count,
+                    "shared_cpu_count": 1})
+    if info.l2_bytes:
+        out.append({"level": 2, "kind": "Unified", "size_bytes": info.l2_bytes, "shared_cpu_count": 1})
+    return out
+
+
+def rated_peaks(info: DeviceInfo) -> dict:
+    """Rated (datasheet-style) peaks from the device's own facts, each with how it was derived."""
+    mhz = info.sm_clock_khz / 1000
+    rates = FLOPS_PER_CYCLE_PER_SM.get(info.compute_capability)
+    compute = []
+    for precision in ("fp64", "fp32", "fp16"):
+        if rates is None or not mhz:
+            why = (f"no per-SM FLOP rate recorded for {info.arch}" if rates is None else "SM clock unknown")
+            compute.append({"precision": precision, "fma": True, "gflops_per_s": None, "derivation": why})
+            continue
+        per_sm = rates[precision]
+        gflops = info.sm_count * mhz * 1e6 * per_sm / 1e9
+        base = f"{info.sm_count} SMs x {mhz:.0f} MHz x {per_sm} {precision.upper()} FLOP/cycle/SM ({info.arch}"
+        compute.append({"precision": precision, "fma": True, "gflops_per_s": round(gflops, 1),
+                        "derivation": base + ", an FMA counted as 2 FLOPs)"})
+        # A separate multiply and add take two issue slots for 2 FLOPs.
+        compute.append({"precision": precision, "fma": False, "gflops_per_s": round(gflops / 2, 1),
+                        "derivation": base + " / 2: a multiply and an add issue separately)"})
+    memory = {"level": info.memory_name, "gbytes_per_s": None, "derivation": "memory clock or bus width unknown"}
+    if info.memory_clock_khz and info.memory_bus_bits:
+        gbytes = info.memory_clock_khz * 1e3 * 2 * info.memory_bus_bits / 8 / 1e9
+        memory.update(gbytes_per_s=round(gbytes, 1),
+                      derivation=f"{info.memory_clock_khz / 1000:.0f} MHz x 2 (double data rate) x "
+                                 f"{info.memory_bus_bits}-bit bus / 8")
+    return {"compute": compute, "memory": [memory],
+            "clock_source": info.sources.get("clockRate", "unknown")}
+
+
+# ----------------------------------------------------------------------------- launches and ranks
+def default_geometry(info: DeviceInfo) -> tuple[list[int], list[int], list[int]]:
+    """ERT's V100 settings scaled to this GPU: (blocks, threads per block, allowed blocks x threads)."""
+    blocks = [info.sm_count * k for k in DEFAULT_BLOCKS_PER_SM]
+    return blocks, list(DEFAULT_THREADS_PER_BLOCK), [info.sm_count * info.max_threads_per_sm]
+
+
+def launches(*, n_units: int, blocks: list[int], threads_per_block: list[int],
+             blocks_threads: list[int] | None, max_threads_per_block: int = 1024) -> list[dict]:
+    """Launch geometries for one working set of ``n_units`` kernel units (elements; half2 pairs for FP16).
+
+    Every (blocks, threads) pair whose product is in ``blocks_threads`` (all
+    pairs when it is None), as ERT_BLOCKS_THREADS does, and none with more
+    threads than units (they would idle).  A working set smaller than every
+    such geometry gets one unit per thread instead: for each block size that
+    fits, as many blocks as fill the units.
+    """
+    if n_units < 1:
+        raise ValueError("a launch needs at least one unit")
+    sizes = sorted({t for t in threads_per_block if 1 <= t <= max_threads_per_block})
+    allowed = None if blocks_threads is None else set(blocks_threads)
+    out = [{"blocks": b, "threads": t} for b in sorted(set(blocks)) for t in sizes
+           if b >= 1 and (allowed is None or b * t in allowed) and b * t <= n_units]
+    if out:
+        return out
+    fitted = [{"blocks": n_units // t, "threads": t} for t in sizes if t <= n_units]
+    return fitted or [{"blocks": 1, "threads": n_units}]
+
+
+def device_for_rank(*, local_rank: int, local_size: int, visible: int, configured: int | None) -> tuple[int, list[str]]:
+    """The GPU index this rank uses, and caveats when ranks share a GPU.
+
+    Without ``configured``, the rank's index within its node picks the GPU
+    (modulo the visible count: under ``srun --gpus-per-task=1`` each rank sees
+    one GPU, index 0).
+    """
+    if visible < 1:
+        raise ErtError("no CUDA device is visible", key="backend")
+    caveats = []
+    if configured is not None:
+        if configured >= visible:
+            raise ErtError(f"device {configured} does not exist: {visible} GPU(s) are visible", key="cuda.device")
+        if local_size > 1:
+            caveats.append(f"cuda.device fixes GPU {configured} for all {local_size} ranks of this node: "
+                           f"they share it, and each measures a share of its bandwidth")
+        return configured, caveats
+    if local_size > visible:
+        caveats.append(f"{local_size} ranks on this node share {visible} visible GPU(s): each measures a share")
+    return local_rank % visible, caveats
+
+
+# ----------------------------------------------------------------------------- replay and checks
+def initial_values(precision: str) -> np.ndarray:
+    """The 16 starting values, by element index mod 16 (what ert_init writes)."""
+    return (0.5 + np.arange(16) * 0.0625).astype(NUMPY_DTYPE[precision])
+
+
+def _fused(b: np.ndarray, a, c, dtype) -> np.ndarray:
+    # b*a is exact in float64 for FP32/FP16 inputs and, with |c| = 1/16 and
+    # |b| < 2, so is the sum: one rounding to the precision, as the GPU's FMA.
+    return (b.astype(np.float64) * float(a) + float(c)).astype(dtype)
+
+
+def replay_rw(*, precision: str, flops_per_element: int, fma: bool, trials: int) -> np.ndarray:
+    """The 16 element values ert_rw leaves after ``trials`` trials from initial_values.
+
+    Bit-exact for the add, the no-FMA kernels and FP32/FP16 FMA; FP64 FMA is
+    replayed with two roundings, so it matches within rw_tolerance.  The
+    values settle into a cycle of even length within a few hundred trials;
+    the replay then jumps ahead, so its cost is bounded at any trial count.
+    """
+    dtype = NUMPY_DTYPE[precision]
+    x = initial_values(precision)
+    a, c = dtype(A_VALUE), dtype(C_VALUE)
+    k_ops = 0 if flops_per_element == 1 else flops_per_element // 2
+    seen: dict[bytes, int] = {}
+    t = 0
+    while t < trials:
+        if t % 2 == 0:
+            key = x.tobytes()
+            if key in seen:  # the state at this trial parity repeats: jump whole cycles ahead
+                cycle = t - seen[key]
+                t += (trials - t) // cycle * cycle
+                seen = {}
+                if t >= trials:
+                    break
+            seen[key] = t
+        ct = c if t % 2 == 0 else -c
+        if k_ops == 0:
+            x = (x + ct).astype(dtype)
+        elif fma and precision != "fp64":
+            for _ in range(k_ops):
+                x = _fused(x, a, ct, dtype)
+        else:
+            for _ in range(k_ops):
+                x = (x * a).astype(dtype)
+                x = (x + ct).astype(dtype)
+        t += 1
+    return x
+
+
+def rw_tolerance(spec: KernelSpec) -> float:
+    """Relative tolerance of the rw check: 0 (bit-exact) except FP64 FMA (a few ulp; a < 1 damps them)."""
+    return 1e-12 if spec.precision == "fp64" and spec.fma and spec.flops_per_element > 1 else 0.0
+
+
+def rw_errors(values: np.ndarray, *, first_element: int, expected16: np.ndarray) -> tuple[float, int]:
+    """(largest relative error, its index in ``values``) of a run of elements starting at ``first_element``.
+
+    NaN counts as an infinite error, so a lost or garbage store is caught.
+    """
+    idx = (np.arange(values.size, dtype=np.int64) + first_element) % 16
+    expected = expected16.astype(np.float64)[idx]
+    err = np.abs(values.astype(np.float64) - expected) / np.maximum(np.abs(expected), 1.0)
+    err[np.isnan(err)] = np.inf
+    worst = int(err.argmax()) if err.size else 0
+    return (float(err[worst]) if err.size else 0.0), worst
+
+
+def unit_values(precision: str) -> np.ndarray:
+    """The 16-periodic starting value of each unit, summed over its elements, in float64."""
+    start = initial_values(precision).astype(np.float64)
+    if UNIT_ELEMENTS[precision] == 1:
+        return start
+    # Unit u holds elements 2u, 2u+1: period 8 in units, written out to 16.
+    pairs = start[0::2] + start[1::2]
+    return np.concatenate([pairs, pairs])
+
+
+def ro_expected_sums(*, precision: str, n_units: int, stride: int, trials: int) -> np.ndarray:
+    """Each launched thread's total in ert_ro after ``trials`` trials (float64, one per thread).
+
+    Thread g sums units g, g + stride, ... below n_units.  When the stride is
+    a multiple of 16 every unit of a thread has the same value, so the sum is
+    value x count; otherwise the units are counted in chunks.
+    """
+    values = unit_values(precision)
+    g = np.arange(stride, dtype=np.int64)
+    counts = np.where(g < n_units, (n_units - g + stride - 1) // stride, 0)
+    if stride % 16 == 0:
+        return values[g % 16] * counts * trials
+    sums = np.zeros(stride, dtype=np.float64)
+    chunk = max(stride, 1 << 22)
+    for lo in range(0, n_units, chunk):
+        u = np.arange(lo, min(n_units, lo + chunk), dtype=np.int64)
+        sums += np.bincount(u % stride, weights=values[u % 16], minlength=stride)
+    return sums * trials
+
+
+def ro_tolerance(spec: KernelSpec) -> float:
+    """The per-trial sum is exact for the starting values up to 2**20 per thread in FP32/FP16; beyond, float rounds."""
+    return 1e-12 if spec.precision == "fp64" else 1e-5
+
+
+def ro_errors(sums: np.ndarray, expected: np.ndarray) -> tuple[float, int]:
+    err = np.abs(sums - expected) / np.maximum(np.abs(expected), 1.0)
+    err[np.isnan(err)] = np.inf
+    worst = int(err.argmax()) if err.size else 0
+    return (float(err[worst]) if err.size else 0.0), worst
+
+
+# ----------------------------------------------------------------------------- NVML (optional)
+def read_nvml(pci_bus_id: str) -> dict:
+    """Driver version, maximum clocks and power limit from NVML; {} where pynvml is absent or fails."""
+    try:
+        import pynvml
+    except Exception:  # optional: NVML only refines what the runtime already says
+        return {}
+    out: dict = {}
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if pci_bus_id else b"")
+        probes = {
+            "driver_version": lambda: pynvml.nvmlSystemGetDriverVersion(),
+            "max_sm_clock_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "max_memory_clock_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+            "power_limit_watts": lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000,
+        }
+        for key, get in probes.items():
+            try:
+                value = get()
+                out[key] = _text(value) if isinstance(value, (bytes, bytearray)) else value
+            except Exception:  # a field this GPU or driver does not report
+                continue
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return out
+
