@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 # Variables that MPI launchers (MPICH/Hydra, Open MPI, Slurm, PALS) set on every rank.
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "PALS_SIZE")
@@ -63,8 +64,19 @@ class MpiComm:
         return self._comm.bcast(value, root=root)
 
     def abort(self, code: int = 1) -> None:
+        """End every rank of the job.  Never returns.
+
+        The pause lets the launcher forward this rank's last stderr line (the
+        error) before the job is torn down; MPI_Abort may also return on some
+        implementations, so the process then exits by itself.
+        """
+        sys.stdout.flush()
         sys.stderr.flush()
-        self._comm.Abort(code)
+        time.sleep(0.2)
+        try:
+            self._comm.Abort(code)
+        finally:
+            os._exit(code)
 
     def library(self) -> str:
         """First line of the MPI library's version string (e.g. "MPICH Version: 4.2.0")."""

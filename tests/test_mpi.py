@@ -1,0 +1,248 @@
+"""MPI for real: `mpiexec -n 2 ert-run` (MPICH from PyPI), placement, aggregation, failures and kills.
+
+The pure pieces (placement decisions, warning merging, fault parsing) are tested
+on plain values; everything else runs the installed commands under the mpiexec
+that the `mpich` wheel puts next to the interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY, command, point_records, write_config
+from ert import placement
+from ert.comm import SerialComm, merge_rank_warnings
+from ert.errors import ErtError
+from ert.faults import parse
+from ert.spec import KernelSpec
+
+pytestmark = pytest.mark.mpi
+
+
+def mpiexec(*args, env=None, timeout=240) -> subprocess.CompletedProcess:
+    return subprocess.run([command("mpiexec"), "-n", "2", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def ert_run() -> str:
+    return command("ert-run")
+
+
+# ----------------------------------------------------------------------------- placement on plain values
+def fake_sysfs(root: Path, topology: dict[int, tuple[int, int]]) -> str:
+    """cpuN/topology/{physical_package_id,core_id} for each cpu: (package, core)."""
+    for cpu, (package, core) in topology.items():
+        d = root / f"cpu{cpu}" / "topology"
+        d.mkdir(parents=True)
+        (d / "physical_package_id").write_text(f"{package}\n")
+        (d / "core_id").write_text(f"{core}\n")
+    return str(root)
+
+
+def test_hyperthread_siblings_form_one_core(tmp_path):
+    # 4 cores with 2 hyperthreads each, numbered the Linux way: cpu N and N+4 are siblings.
+    sysfs = fake_sysfs(tmp_path, {c: (0, c % 4) for c in range(8)})
+    assert placement.physical_cores(list(range(8)), sysfs) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_unreadable_topology_makes_each_cpu_its_own_core(tmp_path):
+    assert placement.physical_cores([3, 1], str(tmp_path)) == [[1], [3]]
+
+
+@pytest.mark.parametrize("n_cores, ranks, expected", [
+    (8, 2, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    (8, 4, [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    (3, 2, [[0], [1, 2]]),
+    (2, 2, [[0], [1]]),
+])
+def test_ranks_get_disjoint_contiguous_slices_covering_the_node(n_cores, ranks, expected):
+    cores = [[c] for c in range(n_cores)]
+    slices = [split_cpus(cores, r, ranks) for r in range(ranks)]
+    assert slices == expected
+    flat = [c for s in slices for c in s]
+    assert sorted(flat) == list(range(n_cores)) and len(set(flat)) == len(flat)
+
+
+def split_cpus(cores, rank, ranks):
+    mine, warning = placement.split_cores(cores, local_rank=rank, local_size=ranks)
+    assert warning is None
+    return [c for core in mine for c in core]
+
+
+def test_more_ranks_than_cores_share_cores_with_a_warning():
+    mine, warning = placement.split_cores([[0], [1]], local_rank=2, local_size=3)
+    assert mine == [[0]]
+    assert "3 ranks" in warning and "2 usable core" in warning
+
+
+def test_unbound_peers_are_split_and_a_launcher_binding_is_kept(tmp_path):
+    sysfs = fake_sysfs(tmp_path, {c: (0, c) for c in range(4)})
+    everyone = [0, 1, 2, 3]
+    p = placement.decide(host="n1", rank=1, local_rank=1, local_size=2, mask=everyone,
+                         peer_masks=[everyone, everyone], sysfs_root=sysfs)
+    assert (p.how, p.cpus, p.omp_places()) == ("split", [2, 3], "{2},{3}")
+    bound = placement.decide(host="n1", rank=1, local_rank=1, local_size=2, mask=[3],
+                             peer_masks=[[0], [3]], sysfs_root=sysfs)
+    assert (bound.how, bound.cpus, bound.warnings) == ("launcher", [3], [])
+    overlapping = placement.decide(host="n1", rank=0, local_rank=0, local_size=2, mask=[0, 1],
+                                   peer_masks=[[0, 1], [1, 2]], sysfs_root=sysfs)
+    assert overlapping.how == "launcher" and "overlaps 1 other rank" in overlapping.warnings[0]
+
+
+def test_a_single_rank_keeps_the_whole_mask(tmp_path):
+    sysfs = fake_sysfs(tmp_path, {c: (0, c) for c in range(2)})
+    p = placement.decide(host="h", rank=0, local_rank=0, local_size=1, mask=[0, 1], peer_masks=[[0, 1]],
+                         sysfs_root=sysfs)
+    assert (p.how, p.cpus) == ("whole node", [0, 1])
+
+
+def test_rank_warnings_are_reported_once_and_tagged():
+    merged = merge_rank_warnings([["same everywhere", "only 0"], ["same everywhere", "odd", "odd"],
+                                  ["same everywhere", "odd"]])
+    assert merged == ["same everywhere", "[rank 0] only 0", "[ranks 1,2] odd"]
+    assert merge_rank_warnings([["alone"]]) == ["alone"]
+
+
+def test_fault_spec_parsing():
+    assert parse("rank=1,point=3") == (1, 3)
+    for bad in ("rank=1", "rank=x,point=2", "rank=0,point=0", "node=1,point=2"):
+        with pytest.raises(ErtError, match="ERT_INJECT_FAULT"):
+            parse(bad)
+
+
+def test_serial_stand_in_has_the_same_surface():
+    comm = SerialComm()
+    assert (comm.rank, comm.size, comm.local_rank, comm.local_size) == (0, 1, 0, 1)
+    assert comm.allgather(5) == [5] and comm.bcast("x") == "x"
+
+
+# ----------------------------------------------------------------------------- real runs under mpiexec
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("mpi") / "run"
+    proc = mpiexec(ert_run(), TINY, "--out", run_dir, "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    # Only rank 0 prints: one table, one "ceilings:" line.
+    assert proc.stdout.count("ceilings:") == 1
+    assert proc.stderr.count("ert-run: numba-cpu, 2 rank(s)") == 1
+    return run_dir
+
+
+def test_two_ranks_are_recorded_with_their_placement(two_rank_run):
+    meta = json.loads((two_rank_run / "ceilings.json").read_text())["metadata"]
+    assert meta["ranks"] == 2
+    assert sum(meta["ranks_per_host"].values()) == 2
+    assert meta["mpi_library"].startswith("MPICH")
+    ranks = meta["placement"]
+    assert [p["rank"] for p in ranks] == [0, 1]
+    usable = len(os.sched_getaffinity(0))
+    if usable >= 2:  # each rank its own cores, pinned, with threads = cores / ranks
+        assert not set(ranks[0]["cpus"]) & set(ranks[1]["cpus"])
+        assert meta["threads_per_rank"] == min(p["cores"] for p in ranks)
+        assert all(p["pinning"]["OMP_PLACES"] for p in ranks)
+
+
+def test_aggregates_are_all_ranks_work_over_the_slowest_rank(two_rank_run):
+    points = point_records(two_rank_run)
+    assert points
+    for rec in points:
+        rs = rec["rank_seconds"]
+        assert len(rs["per_rank"]) == 2
+        assert rec["elements"] == rec["elements_per_thread"] * rec["threads_per_rank"] * 2
+        # Each repeat's sample is its slowest rank: the largest sample is the slowest region of any rank.
+        assert max(rec["samples"]) == pytest.approx(rs["max"])
+        assert max(r["max"] for r in rs["per_rank"]) == pytest.approx(rs["max"])
+        assert min(rec["samples"]) >= rs["min"]
+    doc = json.loads((two_rank_run / "ceilings.json").read_text())
+    by_id = {r["id"]: r for r in points}
+    for c in doc["ceilings"]["compute"]:
+        rec = by_id[c["evidence"]["point_id"]]
+        spec = KernelSpec.from_dict(rec["spec"])
+        flops = rec["elements_per_thread"] * rec["threads_per_rank"] * 2 * rec["trials"] * spec.flops_per_element
+        assert c["gflops_per_s"] == pytest.approx(flops / rec["seconds"]["median"] / 1e9, rel=1e-3)
+
+
+def test_an_error_before_the_sweep_is_printed_once(tmp_path):
+    proc = mpiexec(ert_run(), tmp_path / "missing.yaml", "--out", tmp_path / "r")
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert errors == [f"ert-run: error: {tmp_path / 'missing.yaml'}: no such file"]
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_failure_on_one_rank_aborts_the_job_with_one_message(tmp_path):
+    run_dir = tmp_path / "run"
+    start = time.monotonic()
+    proc = mpiexec(ert_run(), TINY, "--out", run_dir, "-q", env={"ERT_INJECT_FAULT": "rank=1,point=3"},
+                   timeout=60)
+    assert time.monotonic() - start < 30
+    assert proc.returncode != 0
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("ert-run: error")]
+    assert ours == ["ert-run: error: rank 1: InjectedFault: injected fault (ERT_INJECT_FAULT) in point 3"], proc.stderr
+    assert "Traceback" not in proc.stderr
+    # The two points finished before the fault are on disk; no ceilings were written.
+    assert len(point_records(run_dir)) == 2
+    assert not (run_dir / "ceilings.json").exists()
+
+
+def _rank_pid(tag: str, rank: int) -> int | None:
+    """The pid of the ert-run process of ``rank`` in the job whose environment carries ``tag``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"ERT_TEST_TAG={tag}".encode() in env and f"PMI_RANK={rank}".encode() in env:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+def test_killing_one_rank_ends_the_job_within_seconds_and_the_run_resumes(tmp_path):
+    cfg = write_config(tmp_path / "slow.yaml", threads=1)
+    run_dir = tmp_path / "run"
+    tag = uuid.uuid4().hex
+    job = subprocess.Popen([command("mpiexec"), "-n", "2", ert_run(), cfg, "--out", run_dir, "-q"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "ERT_TEST_TAG": tag})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (run_dir / "raw.jsonl").exists() and len(point_records(run_dir)) >= 3:
+                break
+            assert job.poll() is None, job.communicate()
+            time.sleep(0.1)
+        else:
+            pytest.fail("no progress within 120 s")
+        victim = _rank_pid(tag, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        job.wait(timeout=30)
+        assert time.monotonic() - killed_at < 10
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode != 0
+    before = point_records(run_dir)
+    assert len(before) >= 3
+    proc = mpiexec(ert_run(), "--resume", run_dir, "-q")
+    assert proc.returncode == 0, proc.stderr
+    after = point_records(run_dir)
+    ids = [r["id"] for r in after]
+    assert len(ids) == len(set(ids))
+    assert after[:len(before)] == before
+    doc = json.loads((run_dir / "ceilings.json").read_text())
+    assert doc["metadata"]["points"]["measured"] == doc["metadata"]["points"]["planned"]
