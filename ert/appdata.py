@@ -1,0 +1,372 @@
+"""Application data for rooflines: Nsight Compute CSV (long form and --page raw) and hand-written YAML/JSON."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ert.errors import ErtError
+
+# Seconds per unit of time, as ncu writes them (older releases spell them out).
+_TIME_UNITS = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
+               "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+# ncu scales units with decimal SI prefixes (--print-units auto): 1 Kbyte = 1000 byte.
+_PREFIXES = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_BASE_UNITS = ("byte", "inst", "cycle", "sector", "hz", "B")
+SECTOR_BYTES = 32  # one L1/L2/DRAM sector (the seeds' transaction size)
+
+PRECISION_LETTERS = (("fp64", "d"), ("fp32", "f"), ("fp16", "h"))
+_FLOP_OPS = ("add", "mul", "fma")
+# Time: gpu__time_duration.sum, or elapsed cycles over cycles per second (seed 002).
+TIME_METRIC = "gpu__time_duration.sum"
+_CYCLE_PAIRS = (("sm__cycles_elapsed.avg", "sm__cycles_elapsed.avg.per_second"),
+                ("smsp__cycles_elapsed.avg", "smsp__cycles_elapsed.avg.per_second"),
+                ("smsp__cycles_elapsed.sum", "smsp__cycles_elapsed.sum.per_second"))
+# Bytes per level: the total metric first, then read+write splits (bytes or 32-byte sectors).
+LEVEL_METRICS = {
+    "L1": [["l1tex__t_bytes.sum"], ["l1tex__t_sectors.sum"]],
+    "L2": [["lts__t_bytes.sum"], ["lts__t_sectors.sum"], ["lts__t_sectors_op_read.sum", "lts__t_sectors_op_write.sum"]],
+    "DRAM": [["dram__bytes.sum"], ["dram__bytes_read.sum", "dram__bytes_write.sum"],
+             ["dram__sectors_read.sum", "dram__sectors_write.sum"]],
+}
+_THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$")
+
+
+@dataclass
+class KernelData:
+    """One application kernel: time, FLOPs per precision (FMA counted twice), bytes per memory level."""
+
+    name: str
+    seconds: float
+    flops: dict[str, float]
+    bytes: dict[str, float]
+    fma_ratio: dict[str, float] = field(default_factory=dict)  # precision -> fma/(add+mul+fma) instructions
+    launches: int = 1
+
+    def main_precision(self) -> str:
+        """The precision with the most FLOPs (what the roofline of this kernel is drawn in)."""
+        return max(self.flops, key=lambda p: self.flops[p])
+
+
+# ----------------------------------------------------------------------------------------- numbers and units
+def parse_number(text: str, *, where: str, path) -> float | None:
+    """A metric value as ncu prints it ("1,234.5", "n/a"); None when ncu had no value."""
+    value = text.strip()
+    if value in ("", "n/a", "N/A", "(!) n/a", "-"):
+        return None
+    if "," in value:
+        if not _THOUSANDS_RE.match(value):
+            raise ErtError(f"cannot read number {text!r} (a decimal comma? export with a C/English locale)",
+                           path=path, key=where)
+        value = value.replace(",", "")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ErtError(f"not a number: {text!r}", path=path, key=where) from None
+    if not math.isfinite(number):
+        raise ErtError(f"not a finite number: {text!r}", path=path, key=where)
+    return number
+
+
+def unit_scale(unit: str, *, where: str, path) -> tuple[str, float]:
+    """(kind, factor to base units): 'usecond' -> ('time', 1e-6), 'Kbyte' -> ('byte', 1e3), 'cycle/nsecond' -> ..."""
+    text = unit.strip()
+    if text in _TIME_UNITS:
+        return "time", _TIME_UNITS[text]
+    if text in ("", "inst", "count"):
+        return "count", 1.0
+    if "/" in text:
+        top, bottom = text.split("/", 1)
+        kind_top, f_top = unit_scale(top, where=where, path=path)
+        kind_bottom, f_bottom = unit_scale(bottom, where=where, path=path)
+        return f"{kind_top}/{kind_bottom}", f_top / f_bottom
+    for base in _BASE_UNITS:
+        if text.endswith(base) and text[: -len(base)] in _PREFIXES:
+            factor = _PREFIXES[text[: -len(base)]]
+            kind = {"B": "byte", "inst": "count", "hz": "cycle/time"}.get(base, base)
+            return kind, factor
+    raise ErtError(f"unknown unit {unit!r}", path=path, key=where)
+
+
+# ----------------------------------------------------------------------------------------- reading files
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ErtError("no such file", path=path) from None
+    except IsADirectoryError:
+        raise ErtError("is a directory, expected an application data file", path=path) from None
+    except OSError as exc:
+        raise ErtError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ErtError(f"not UTF-8 text (bad byte at offset {exc.start})", path=path) from None
+    if not text.strip():
+        raise ErtError("file is empty", path=path)
+    return text
+
+
+def load_app(path) -> list[KernelData]:
+    """Kernels from an ncu CSV (either layout) or a hand-written YAML/JSON file; ErtError on any fault."""
+    path = Path(path)
+    text = _read_text(path)
+    suffix = path.suffix.lower()
+    if suffix == ".csv" or (suffix not in (".yaml", ".yml", ".json") and '"Kernel Name"' in text):
+        return read_ncu_csv(text, path=path)
+    return read_handwritten(text, path=path, as_json=suffix == ".json" or text.lstrip().startswith("{"))
+
+
+# ----------------------------------------------------------------------------------------- Nsight Compute CSV
+def _csv_rows(text: str, path) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of the CSV lines; ncu's ==PROF== lines and the application's output are skipped."""
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.startswith('"'):
+            continue
+        try:
+            cells = next(csv.reader([line]))
+        except csv.Error as exc:
+            raise ErtError(f"malformed CSV: {exc}", path=path, key=f"line {number}") from None
+        rows.append((number, cells))
+    return rows
+
+
+def read_ncu_csv(text: str, *, path) -> list[KernelData]:
+    """Both CSV layouts ncu writes: `--csv` (one metric per row) and `--csv --page raw` (one launch per row)."""
+    rows = _csv_rows(text, path)
+    for index, (number, cells) in enumerate(rows):
+        if "Kernel Name" not in cells:
+            continue
+        if "Metric Name" in cells and "Metric Value" in cells:
+            launches = _long_form(cells, rows[index + 1:], path)
+        elif any("__" in c for c in cells):
+            launches = _raw_form(cells, rows[index + 1:], path)
+        else:
+            break
+        if not launches:
+            raise ErtError("the ncu CSV has a header but no kernel rows", path=path, key=f"line {number}")
+        return _aggregate([_kernel_of(name, metrics, where, path) for name, metrics, where in launches])
+    raise ErtError('unknown ncu CSV layout: expected a header with "Kernel Name" and either "Metric Name", '
+                   '"Metric Unit", "Metric Value" (ncu --csv) or metric columns (ncu --csv --page raw)', path=path)
+
+
+def _check_width(cells: list[str], width: int, number: int, path) -> None:
+    if len(cells) != width:
+        raise ErtError(f"CSV of the wrong shape: {len(cells)} fields where the header has {width}",
+                       path=path, key=f"line {number}")
+
+
+def _long_form(header: list[str], rows, path):
+    col = {name: header.index(name) for name in ("Kernel Name", "Metric Name", "Metric Value")}
+    id_col = header.index("ID") if "ID" in header else None
+    unit_col = header.index("Metric Unit") if "Metric Unit" in header else None
+    launches: dict[str, tuple[str, dict, str]] = {}
+    for number, cells in rows:
+        _check_width(cells, len(header), number, path)
+        metric = cells[col["Metric Name"]]
+        if not metric:  # a rule row of `--page details`: no metric
+            continue
+        launch_id = cells[id_col] if id_col is not None else cells[col["Kernel Name"]]
+        name = cells[col["Kernel Name"]]
+        entry = launches.setdefault(launch_id, (name, {}, f"ID {launch_id} (line {number})"))
+        unit = cells[unit_col] if unit_col is not None else ""
+        entry[1][metric] = (cells[col["Metric Value"]], unit, f"line {number}")
+    return list(launches.values())
+
+
+def _raw_form(header: list[str], rows, path):
+    name_col = header.index("Kernel Name")
+    units = [""] * len(header)
+    launches = []
+    for position, (number, cells) in enumerate(rows):
+        _check_width(cells, len(header), number, path)
+        if position == 0 and not cells[0].strip():  # the units row: no ID, a unit under each metric
+            units = cells
+            continue
+        metrics = {h: (cells[i], units[i], f"line {number}, column {h!r}") for i, h in enumerate(header) if "__" in h}
+        launches.append((cells[name_col], metrics, f"ID {cells[0]} (line {number})"))
+    return launches
+
+
+def _metric(metrics: dict, name: str, *, kinds: tuple[str, ...], path) -> float | None:
+    """The value of one metric in base units (bytes, seconds, counts), or None when absent or n/a."""
+    if name not in metrics:
+        return None
+    text, unit, where = metrics[name]
+    value = parse_number(text, where=where, path=path)
+    if value is None:
+        return None
+    kind, factor = unit_scale(unit, where=where, path=path)
+    if kind not in kinds:
+        raise ErtError(f"metric {name} has unit {unit!r}; expected {' or '.join(kinds)}", path=path, key=where)
+    return value * factor
+
+
+def _seconds_of(metrics: dict, name: str, where: str, path) -> float:
+    seconds = _metric(metrics, TIME_METRIC, kinds=("time",), path=path)
+    if seconds is None:
+        for cycles_name, rate_name in _CYCLE_PAIRS:
+            cycles = _metric(metrics, cycles_name, kinds=("cycle", "count"), path=path)
+            rate = _metric(metrics, rate_name, kinds=("cycle/time", "count/time"), path=path)
+            if cycles is not None and rate:
+                seconds = cycles / rate
+                break
+    if seconds is None or seconds <= 0:
+        raise ErtError(f"kernel {name!r} has no time: missing metric {TIME_METRIC} (or "
+                       f"{_CYCLE_PAIRS[0][0]} with {_CYCLE_PAIRS[0][1]})", path=path, key=where)
+    return seconds
+
+
+def _flops_of(metrics: dict, name: str, where: str, path) -> tuple[dict[str, float], dict[str, float]]:
+    flops, ratios = {}, {}
+    for precision, letter in PRECISION_LETTERS:
+        counts = {}
+        for op in _FLOP_OPS:
+            for prefix in ("sm__", "smsp__"):
+                metric = f"{prefix}sass_thread_inst_executed_op_{letter}{op}_pred_on.sum"
+                if metric in metrics:
+                    counts[op] = _metric(metrics, metric, kinds=("count",), path=path)
+                    break
+        if not counts:
+            continue
+        missing = [op for op in _FLOP_OPS if counts.get(op) is None]
+        if missing:
+            raise ErtError(f"kernel {name!r}: missing metric sm__sass_thread_inst_executed_op_{letter}{missing[0]}"
+                           f"_pred_on.sum ({precision} FLOPs need add, mul and fma counts)", path=path, key=where)
+        total = counts["add"] + counts["mul"] + 2 * counts["fma"]  # an FMA is two FLOPs
+        if total > 0:
+            flops[precision] = total
+            ratios[precision] = counts["fma"] / (counts["add"] + counts["mul"] + counts["fma"])
+    if not flops:
+        raise ErtError(f"kernel {name!r}: missing metric: no FLOP counts (need "
+                       "sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum)", path=path, key=where)
+    return flops, ratios
+
+
+def _bytes_of(metrics: dict, name: str, where: str, path) -> dict[str, float]:
+    out = {}
+    for level, alternatives in LEVEL_METRICS.items():
+        for names in alternatives:
+            values = [_metric(metrics, m, kinds=("byte", "sector", "count"), path=path) for m in names]
+            if all(v is not None for v in values):
+                out[level] = sum(values) * (SECTOR_BYTES if "sectors" in names[0] else 1)
+                break
+    if not out:
+        raise ErtError(f"kernel {name!r}: missing metric: no bytes at any level (need dram__bytes.sum, "
+                       "lts__t_bytes.sum or l1tex__t_bytes.sum)", path=path, key=where)
+    return out
+
+
+def _kernel_of(name: str, metrics: dict, where: str, path) -> KernelData:
+    seconds = _seconds_of(metrics, name, where, path)
+    flops, ratios = _flops_of(metrics, name, where, path)
+    return KernelData(name=name, seconds=seconds, flops=flops, bytes=_bytes_of(metrics, name, where, path),
+                      fma_ratio=ratios)
+
+
+def _aggregate(launches: list[KernelData]) -> list[KernelData]:
+    """One entry per kernel name: times, FLOPs and bytes summed over its launches (first-seen order)."""
+    by_name: dict[str, list[KernelData]] = {}
+    for k in launches:
+        by_name.setdefault(k.name, []).append(k)
+    out = []
+    for name, group in by_name.items():
+        flops = {p: sum(k.flops.get(p, 0.0) for k in group) for p in {p for k in group for p in k.flops}}
+        levels = [lvl for lvl in LEVEL_METRICS if all(lvl in k.bytes for k in group)]
+        ratios = {}
+        for p in flops:
+            # FMA share of all launches' instructions: weight each launch's ratio by its instruction count.
+            weights = [(k.fma_ratio[p], k.flops[p] / (1 + k.fma_ratio[p])) for k in group if p in k.fma_ratio]
+            total = sum(w for _, w in weights)
+            if total > 0:
+                ratios[p] = sum(r * w for r, w in weights) / total
+        out.append(KernelData(name=name, seconds=sum(k.seconds for k in group), flops=flops,
+                              bytes={lvl: sum(k.bytes[lvl] for k in group) for lvl in levels},
+                              fma_ratio=ratios, launches=len(group)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- hand-written
+_KERNEL_KEYS = {"name", "seconds", "flops", "bytes", "fma_ratio", "launches"}
+
+
+def read_handwritten(text: str, *, path, as_json: bool) -> list[KernelData]:
+    """YAML or JSON: {kernels: [{name, seconds, flops: {fp64: N}, bytes: {L1: N, L2: N, DRAM: N}, fma_ratio?}]}."""
+    if as_json:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ErtError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, key=f"line {exc.lineno}") \
+                from None
+    else:
+        import yaml
+
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise ErtError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", path=path,
+                           key=f"line {mark.line + 1}" if mark else None) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("kernels"), list) or not doc["kernels"]:
+        raise ErtError("expected a mapping with a non-empty list 'kernels'", path=path, key="kernels")
+    return [_handwritten_kernel(k, i, path) for i, k in enumerate(doc["kernels"])]
+
+
+def _positive(value, key: str, path, *, allow_zero: bool = False) -> float:
+    if isinstance(value, str):
+        # YAML 1.1 reads 2.0e8 (no sign in the exponent) as a string; take it as the number it was meant to be.
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or (value == 0 and not allow_zero):
+        raise ErtError(f"expected a positive number, got {value!r}", path=path, key=key)
+    return float(value)
+
+
+def _handwritten_kernel(entry, index: int, path) -> KernelData:
+    where = f"kernels[{index}]"
+    if not isinstance(entry, dict):
+        raise ErtError("expected a mapping", path=path, key=where)
+    unknown = sorted(set(entry) - _KERNEL_KEYS)
+    if unknown:
+        raise ErtError(f"unknown key (allowed: {', '.join(sorted(_KERNEL_KEYS))})", path=path,
+                       key=f"{where}.{unknown[0]}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ErtError("every kernel needs a name", path=path, key=f"{where}.name")
+    if "seconds" not in entry:
+        raise ErtError(f"kernel {name!r} has no time: give seconds", path=path, key=f"{where}.seconds")
+    seconds = _positive(entry["seconds"], f"{where}.seconds", path)
+    flops = entry.get("flops")
+    if not isinstance(flops, dict) or not flops:
+        raise ErtError(f"kernel {name!r}: give flops per precision, e.g. {{fp64: 1.0e9}}", path=path,
+                       key=f"{where}.flops")
+    for p in flops:
+        if p not in dict(PRECISION_LETTERS):
+            raise ErtError("unknown precision (fp64, fp32, fp16)", path=path, key=f"{where}.flops.{p}")
+    flops = {p: _positive(v, f"{where}.flops.{p}", path, allow_zero=True) for p, v in flops.items()}
+    if not any(flops.values()):
+        raise ErtError(f"kernel {name!r} does no FLOPs", path=path, key=f"{where}.flops")
+    levels = entry.get("bytes")
+    if not isinstance(levels, dict) or not levels:
+        raise ErtError(f"kernel {name!r}: give bytes per level, e.g. {{L1: ..., L2: ..., DRAM: ...}}", path=path,
+                       key=f"{where}.bytes")
+    levels = {str(k): _positive(v, f"{where}.bytes.{k}", path) for k, v in levels.items()}
+    ratios = {}
+    if "fma_ratio" in entry:
+        f = entry["fma_ratio"]
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
+            raise ErtError(f"expected a fraction from 0 to 1, got {f!r}", path=path, key=f"{where}.fma_ratio")
+        ratios = {p: float(f) for p in flops}
+    launches = entry.get("launches", 1)
+    if isinstance(launches, bool) or not isinstance(launches, int) or launches < 1:
+        raise ErtError(f"expected a positive integer, got {launches!r}", path=path, key=f"{where}.launches")
+    return KernelData(name=name, seconds=seconds, flops={p: v for p, v in flops.items() if v > 0}, bytes=levels,
+                      fma_ratio=ratios, launches=launches)

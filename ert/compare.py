@@ -1,0 +1,174 @@
+"""Put the ceilings of several machines side by side, with ratios; unpaired levels and precisions are reported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ert import roofs as roofs_mod
+
+# Two plateaus named alike whose working-set ranges differ more than this are
+# probably not the same thing (a VM that reports the host's caches, say).
+_RANGE_FACTOR = 4.0
+
+
+@dataclass
+class Row:
+    """One ceiling across the files: its values (None where a file lacks it) and ratios to the first file."""
+
+    kind: str  # "memory" or "compute"
+    key: tuple
+    label: str
+    unit: str
+    values: list[float | None]
+    wss: list[tuple[int, int] | None] = field(default_factory=list)
+
+    @property
+    def paired(self) -> bool:
+        return all(v is not None for v in self.values)
+
+    def ratios(self) -> list[float | None]:
+        base = self.values[0]
+        return [None if (v is None or not base) else v / base for v in self.values]
+
+
+def _memory_key(e: dict) -> tuple:
+    return (e.get("precision") or "?", e.get("access") or "?", e["level"])
+
+
+def _rows(docs: list[dict]) -> list[Row]:
+    rows: dict[tuple, Row] = {}
+    n = len(docs)
+    for i, doc in enumerate(docs):
+        for e in doc["ceilings"]["memory"]:
+            key = ("memory",) + _memory_key(e)
+            label = f"{e['level']} {roofs_mod.basis_label(e.get('precision'), e.get('access'))}"
+            row = rows.setdefault(key, Row("memory", key, label, "GB/s", [None] * n, [None] * n))
+            row.values[i] = float(e["gbytes_per_s"])
+            row.wss[i] = tuple(e["wss_bytes"])
+        for e in doc["ceilings"]["compute"]:
+            key = ("compute", e["precision"], bool(e["fma"]))
+            label = f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak"
+            row = rows.setdefault(key, Row("compute", key, label, "GFLOP/s", [None] * n, [None] * n))
+            row.values[i] = float(e["gflops_per_s"])
+    # Memory by precision, access, then level order within the first file that has it; compute last.
+    level_rank = {}
+    for doc in docs:
+        for e in sorted(doc["ceilings"]["memory"], key=lambda e: e["wss_bytes"][0]):
+            level_rank.setdefault(e["level"], len(level_rank))
+    prec = {p: i for i, p in enumerate(roofs_mod.PRECISIONS)}
+
+    def order(row: Row):
+        if row.kind == "memory":
+            _, p, a, level = row.key
+            return (0, prec.get(p, 9), a, level_rank.get(level, 99))
+        return (1, prec.get(row.key[1], 9), not row.key[2], 0)
+
+    return sorted(rows.values(), key=order)
+
+
+def mismatches(docs: list[dict], labels: list[str], rows: list[Row]) -> list[str]:
+    """Everything that could not be paired, and pairs that may not be like for like."""
+    notes = []
+    for row in rows:
+        if not row.paired:
+            have = [labels[i] for i, v in enumerate(row.values) if v is not None]
+            lack = [labels[i] for i, v in enumerate(row.values) if v is None]
+            notes.append(f"{row.label}: only in {', '.join(have)} (missing in {', '.join(lack)}); not compared")
+            continue
+        if row.kind == "memory":
+            ranges = [w for w in row.wss if w]
+            lows = [max(w[0], 1) for w in ranges]
+            highs = [max(w[1], 1) for w in ranges]
+            if max(lows) / min(lows) > _RANGE_FACTOR or max(highs) / min(highs) > _RANGE_FACTOR:
+                from ert.units import human_bytes
+
+                spans = "; ".join(f"{labels[i]} {human_bytes(w[0])}-{human_bytes(w[1])}"
+                                  for i, w in enumerate(row.wss) if w)
+                notes.append(f"{row.label}: working-set ranges differ ({spans}); the same name may not be the "
+                             f"same level on both machines")
+    precisions = [sorted({e["precision"] for e in d["ceilings"]["compute"]}) for d in docs]
+    if any(p != precisions[0] for p in precisions):
+        notes.append("precisions differ: " + "; ".join(f"{labels[i]} {', '.join(p) or 'none'}"
+                                                       for i, p in enumerate(precisions)))
+    for i, doc in enumerate(docs):
+        for w in doc.get("warnings", []):
+            if "noisy" in w or "not flat" in w or "scatter" in w:
+                notes.append(f"{labels[i]} warns: {w}")
+    return notes
+
+
+def default_labels(docs: list[dict], paths: list[str]) -> list[str]:
+    """A short distinct name per file: its host, or the file path when hosts repeat."""
+    hosts = [str(d["metadata"].get("host", "?")) for d in docs]
+    if len(set(hosts)) == len(hosts):
+        return hosts
+    return [str(p) for p in paths]
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if value < 1000 else f"{value:.0f}"
+
+
+def format_comparison(docs: list[dict], labels: list[str]) -> str:
+    rows = _rows(docs)
+    lines = []
+    for i, doc in enumerate(docs):
+        lines.append(f"{chr(65 + i) if i < 26 else i}: {labels[i]}  ({roofs_mod.machine_label(doc)})")
+    letters = [chr(65 + i) if i < 26 else str(i) for i in range(len(docs))]
+    header = ["ceiling", "unit"] + letters + [f"{x}/A" for x in letters[1:]]
+    table = []
+    for row in rows:
+        ratios = row.ratios()[1:]
+        table.append([row.label, row.unit] + [_fmt(v) for v in row.values]
+                     + ["-" if r is None else f"{r:.2f}x" for r in ratios])
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *table)]
+    lines.append("")
+    for cells in [header] + table:
+        lines.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(cells, widths))))
+    notes = mismatches(docs, letters, rows)
+    if notes:
+        lines += ["", "Not compared / read with care"] + [f"  - {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def to_json(docs: list[dict], labels: list[str]) -> dict:
+    rows = _rows(docs)
+    return {"machines": [{"label": labels[i], "machine": roofs_mod.machine_label(d)} for i, d in enumerate(docs)],
+            "ceilings": [{"kind": r.kind, "ceiling": r.label, "unit": r.unit, "values": r.values,
+                          "ratios_to_first": r.ratios(), "paired": r.paired} for r in rows],
+            "notes": mismatches(docs, labels, rows)}
+
+
+def plot_comparison(docs: list[dict], labels: list[str], out_path) -> None:
+    """Horizontal bars: each paired ceiling of every machine relative to the first (1.0 = equal)."""
+    from ert.plot import _pyplot, save_figure
+
+    plt = _pyplot()
+    rows = [r for r in _rows(docs) if r.paired]
+    if not rows:
+        from ert.errors import ErtError
+
+        raise ErtError("no ceiling is present in every file: nothing to chart", key="--plot")
+    n_other = len(docs) - 1
+    height = 0.8 / max(n_other, 1)
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) * max(n_other, 1) + 1.8))
+    for j in range(1, len(docs)):
+        ys = [i + (j - 1) * height for i in range(len(rows))]
+        ratios = [r.ratios()[j] for r in rows]
+        bars = ax.barh(ys, ratios, height=height, label=f"{labels[j]} / {labels[0]}", color=f"C{j - 1}")
+        for bar, ratio, row in zip(bars, ratios, rows):
+            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                    f" {ratio:.2f}x ({_fmt(row.values[j])} vs {_fmt(row.values[0])} {row.unit})",
+                    va="center", fontsize=8)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_yticks([i + (n_other - 1) * height / 2 for i in range(len(rows))], [r.label for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"ratio to {labels[0]} (higher is faster)")
+    ax.set_xlim(0, max(max(r.ratios()[1:]) for r in rows) * 1.45)
+    ax.set_title("Ceilings compared: " + " vs ".join(labels), fontsize=11)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    save_figure(fig, out_path)

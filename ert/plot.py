@@ -1,0 +1,327 @@
+"""Charts of the ceilings: the (hierarchical) roofline with application kernels, and the sweep behind it."""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from ert import roofs as roofs_mod
+from ert.errors import ErtError
+
+FORMATS = ("png", "svg", "pdf")
+LEVEL_MARKERS = {"L1": "o", "L2": "s", "L3": "D", "L4": "p"}
+MEMORY_MARKER = "^"
+PRECISION_COLORS = {"fp64": "#1f3b73", "fp32": "#6a3d9a", "fp16": "#8c510a"}
+KERNEL_COLORS = ("#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#9a6324",
+                 "#469990", "#808000")
+
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed); imported only when a chart is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def check_output(path) -> str:
+    """The image format of ``path`` from its suffix; ErtError before any work when it is not one we write."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise ErtError(f"unknown image format {suffix or '(none)'!r}: use .png, .svg or .pdf", path=path, key="-o")
+    return suffix
+
+
+def save_figure(fig, path) -> None:
+    """Render ``fig`` fully in memory, then replace ``path`` in one rename: never a half-written image."""
+    plt = _pyplot()
+    fmt = check_output(path)
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format=fmt, dpi=150, bbox_inches="tight", metadata={"Creator": "ert"}
+                    if fmt != "png" else {"Software": "ert"})
+    finally:
+        plt.close(fig)
+    target = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(buffer.getvalue())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _decade_below(x: float) -> float:
+    return 10 ** math.floor(math.log10(x))
+
+
+def _decade_above(x: float) -> float:
+    return 10 ** math.ceil(math.log10(x))
+
+
+def _fmt_rate(value: float) -> str:
+    return f"{value:.4g}" if value < 1000 else f"{value:,.0f}"
+
+
+def _slope_angle(ax, x0: float, y0: float, x1: float, y1: float) -> float:
+    (px0, py0), (px1, py1) = ax.transData.transform([(x0, y0), (x1, y1)])
+    return math.degrees(math.atan2(py1 - py0, px1 - px0))
+
+
+# ----------------------------------------------------------------------------------------- roofline
+def plot_roofline(doc: dict, out_path, *, kernels=None, precision: str = "fp64", access: str = "rw") -> None:
+    """Log-log roofline: a slanted roof per memory level, a flat roof per compute ceiling, ridge points marked.
+
+    Memory roofs are the bandwidths of one kernel (``precision`` ``access``,
+    see roofs.choose_basis); kernels, when given, get one marker per memory
+    level (hierarchical roofline) and one colour each.
+    """
+    plt = _pyplot()
+    check_output(out_path)
+    mem, basis = roofs_mod.memory_roofs(doc, precision=precision, access=access)
+    comp = roofs_mod.compute_roofs(doc)
+    if not comp:
+        raise ErtError("has no compute ceilings to draw", key="ceilings.compute")
+    ridge_roof = roofs_mod.fma_roof(doc, precision) or max(comp, key=lambda r: r.gflops_per_s)
+    top = max(r.gflops_per_s for r in comp)
+    fastest = max(r.gbytes_per_s for r in mem)
+    ridges = [ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem]
+
+    from ert.profile import profile_all
+
+    profiles = profile_all(kernels, doc, access=access) if kernels else []
+    app_x = [lv.ai_flops_per_byte for p in profiles for lv in p.results[0].levels]
+    app_y = [p.results[0].gflops_per_s for p in profiles]
+    xmin = _decade_below(min([min(ridges) / 30] + [x / 3 for x in app_x]))
+    xmax = _decade_above(max([max(ridges) * 30] + [x * 3 for x in app_x]))
+    ymin = _decade_below(min([min(r.gbytes_per_s for r in mem) * xmin * 2] + [y / 3 for y in app_y]))
+    ymax = max([top * 3] + [y * 3 for y in app_y])
+
+    fig, ax = plt.subplots(figsize=(10, 6.5))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(xmin, xmax)
+    ax.set_ylim(ymin, ymax)
+    ax.grid(which="major", alpha=0.35)
+    ax.grid(which="minor", alpha=0.12)
+    ax.set_xlabel("Arithmetic intensity [FLOP/byte]")
+    ax.set_ylabel("Performance [GFLOP/s]")
+    fig.canvas.draw()  # fixes the transforms, so label angles follow the drawn slope
+
+    cmap = plt.get_cmap("autumn")
+    for i, roof in enumerate(mem):
+        x_end = top / roof.gbytes_per_s
+        color = cmap(0.75 * i / max(len(mem) - 1, 1))
+        ax.plot([xmin, x_end], [roof.gbytes_per_s * xmin, top], color=color, linewidth=2, solid_capstyle="butt")
+    # Roofs within 5 % of each other (L2 and L3 read+write on Zen 4) share one label; labels step
+    # right so they do not stack, the top one sits above its roof and the others below theirs.
+    groups: list[list] = []
+    for roof in sorted(mem, key=lambda r: -r.gbytes_per_s):
+        if groups and groups[-1][-1].gbytes_per_s / roof.gbytes_per_s < 1.05:
+            groups[-1].append(roof)
+        else:
+            groups.append([roof])
+    for i, group in enumerate(groups):
+        anchor = group[-1] if i else group[0]
+        x_label = max(xmin * 1.5 * (2.5 ** i), ymin * 1.5 / anchor.gbytes_per_s)
+        angle = _slope_angle(ax, xmin, anchor.gbytes_per_s * xmin, xmax, anchor.gbytes_per_s * xmax)
+        text = " / ".join(f"{r.level} {_fmt_rate(r.gbytes_per_s)}" for r in group) + " GB/s"
+        ax.annotate(text, (x_label, anchor.gbytes_per_s * x_label), xytext=(2, 4) if i == 0 else (4, -4),
+                    textcoords="offset points", rotation=angle, rotation_mode="anchor", fontsize=9,
+                    ha="left", va="bottom" if i == 0 else "top",
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.75, "pad": 0.3})
+
+    by_precision: dict[str, list] = {}
+    for roof in comp:
+        by_precision.setdefault(roof.precision, []).append(roof)
+    for p, group in by_precision.items():
+        color = PRECISION_COLORS.get(p, "black")
+        for roof in group:
+            x_start = roof.gflops_per_s / fastest
+            ax.plot([x_start, xmax], [roof.gflops_per_s] * 2, color=color, linewidth=2,
+                    linestyle="-" if roof.fma else (0, (5, 3)))
+        # FMA and no-FMA peaks within 3 % share one label (Zen 4: separate add pipes reach the FMA rate).
+        group = sorted(group, key=lambda r: -r.gflops_per_s)
+        close = len(group) == 2 and group[0].gflops_per_s / group[1].gflops_per_s < 1.03
+        texts = [" / ".join(f"{'FMA' if r.fma else 'no-FMA'} {_fmt_rate(r.gflops_per_s)}" for r in group)] if close \
+            else [f"{'FMA' if r.fma else 'no-FMA'} {_fmt_rate(r.gflops_per_s)}" for r in group]
+        for text, roof in zip(texts, group):
+            ax.text(xmax / 1.15, roof.gflops_per_s * 1.06, f"{p.upper()} {text} GFLOP/s", ha="right", va="bottom",
+                    fontsize=9, color=color)
+
+    for roof, ridge in zip(mem, ridges):
+        ax.plot([ridge], [ridge_roof.gflops_per_s], marker="o", markersize=7, markerfacecolor="white",
+                markeredgecolor="black", zorder=5)
+    ridge_text = ", ".join(f"{r.level} {x:.2g}" for r, x in zip(mem, ridges))
+    ax.text(0.99, 0.02, f"ridge points (○) on {ridge_roof.name}, FLOP/byte: {ridge_text}", transform=ax.transAxes,
+            ha="right", va="bottom", fontsize=8, color="dimgray")
+
+    handles = []
+    for k, prof in enumerate(profiles):
+        res = prof.results[0]
+        color = KERNEL_COLORS[k % len(KERNEL_COLORS)]
+        xs = [lv.ai_flops_per_byte for lv in res.levels]
+        ax.plot(xs, [res.gflops_per_s] * len(xs), color=color, linewidth=1, alpha=0.6, zorder=6)
+        for lv in res.levels:
+            marker = LEVEL_MARKERS.get(lv.roof_level or lv.level, MEMORY_MARKER)
+            ax.plot([lv.ai_flops_per_byte], [res.gflops_per_s], marker=marker, markersize=9, color=color,
+                    markeredgecolor="black", linestyle="none", zorder=7)
+        handles.append(ax.plot([], [], color=color, marker="o", linestyle="-", markersize=8,
+                               label=f"{prof.name} ({res.precision}, {_fmt_rate(res.gflops_per_s)} GFLOP/s, "
+                                     f"{res.percent_of_attainable:.0f}% of attainable)"
+                               if res.percent_of_attainable else prof.name)[0])
+    if profiles:
+        levels = []
+        for p in profiles:
+            for lv in p.results[0].levels:
+                name = lv.roof_level or lv.level
+                if name not in levels:
+                    levels.append(name)
+        level_handles = [ax.plot([], [], marker=LEVEL_MARKERS.get(n, MEMORY_MARKER), color="gray",
+                                 markeredgecolor="black", linestyle="none", label=f"AI at {n}")[0] for n in levels]
+        # One legend outside the axes (never over data): kernels by colour, then levels by marker.
+        spacer = ax.plot([], [], linestyle="none", label=" ")[0]
+        ax.legend(handles=handles + [spacer] + level_handles, title="kernels (colour) and AI per level (marker)",
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title_fontsize=8)
+    fig.suptitle(f"Roofline: {roofs_mod.machine_label(doc)}", fontsize=12)
+    ax.set_title(f"memory roofs: {basis} bandwidth per level; compute roofs: FMA solid, no-FMA dashed",
+                 fontsize=9, color="dimgray")
+    save_figure(fig, out_path)
+
+
+# ----------------------------------------------------------------------------------------- sweep
+def _cache_hints(meta: dict) -> list[tuple[str, int]]:
+    """(label, aggregate bytes) per cache level the run could fill: where a plateau should end."""
+    from ert.hwinfo import CacheInfo, aggregate_capacity_bytes
+
+    threads = int(meta.get("threads_per_rank", 1)) * int(meta.get("ranks", 1))
+    caches = meta.get("backend_info", {}).get("caches", meta.get("caches_reported", []))
+    hints = {}
+    for c in caches:
+        if c.get("kind") == "Instruction":
+            continue
+        info = CacheInfo(level=c["level"], kind=c.get("kind", "Unified"), size_bytes=c["size_bytes"],
+                         shared_cpu_count=c.get("shared_cpu_count", 1))
+        hints[c["level"]] = (f"L{c['level']}", aggregate_capacity_bytes(info, threads))
+    return [hints[k] for k in sorted(hints)]
+
+
+def plot_sweep(run_dir, out_path) -> None:
+    """Why each ceiling is what it is: GB/s vs working set with plateaus shaded, GFLOP/s vs FLOPs per element."""
+    plt = _pyplot()
+    check_output(out_path)
+    from ert.analysis.ceilings import best_launches, build, rates
+    from ert.ceilings_io import load_ceilings
+    from ert.rawio import read_raw
+    from ert.units import human_bytes
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ErtError("--sweep needs a run directory (holding raw.jsonl)", path=run_dir)
+    raw = read_raw(run_dir)
+    doc = load_ceilings(run_dir / "ceilings.json") if (run_dir / "ceilings.json").exists() else build(raw)
+    points = [r for r in best_launches(raw.points) if r["valid"]]
+    if not points:
+        raise ErtError("has no valid measured points to plot", path=raw.path)
+    accesses = [a for a in ("rw", "ro") if any(r["spec"]["access"] == a and r["spec"]["flops_per_element"] == 1
+                                               for r in points)]
+    fig, axes = plt.subplots(1, len(accesses) + 1, figsize=(6.2 * (len(accesses) + 1), 5.4), squeeze=False)
+    axes = axes[0]
+    hints = _cache_hints(doc["metadata"])
+    level_colors = plt.get_cmap("Pastel1")
+    for ax, access in zip(axes, accesses):
+        ax.set_xscale("log")
+        ax.set_xlabel("working set [bytes, all threads]")
+        ax.set_ylabel("bandwidth [GB/s]")
+        ax.set_title(f"bandwidth, {roofs_mod.ACCESS_NAMES[access]} (FLOPs/element = 1)", fontsize=10)
+        curves = {}
+        for r in points:
+            if r["spec"]["access"] == access and r["spec"]["flops_per_element"] == 1:
+                curves.setdefault(r["spec"]["precision"], []).append(r)
+        ymax = 0.0
+        for p, curve in curves.items():
+            curve.sort(key=lambda r: r["wss_bytes"])
+            xs = [r["wss_bytes"] for r in curve]
+            ys = [rates(r)[0] for r in curve]
+            ymax = max(ymax, max(ys))
+            color = PRECISION_COLORS.get(p, "black")
+            ax.plot(xs, ys, color=color, linewidth=1, alpha=0.8, label=p)
+            clean = [(x, y) for x, y, r in zip(xs, ys, curve) if not r["noisy"]]
+            noisy = [(x, y) for x, y, r in zip(xs, ys, curve) if r["noisy"]]
+            ax.plot([x for x, _ in clean], [y for _, y in clean], "o", color=color, markersize=3.5)
+            if noisy:
+                ax.plot([x for x, _ in noisy], [y for _, y in noisy], "o", markerfacecolor="white",
+                        markeredgecolor=color, markersize=5, label=f"{p} noisy point")
+        ax.set_ylim(0, ymax * 1.22)
+        shade_precision = "fp64" if "fp64" in curves else next(iter(curves), None)
+        for e in doc["ceilings"]["memory"]:
+            if e.get("access") != access:
+                continue
+            low, high = e["wss_bytes"]
+            color = PRECISION_COLORS.get(e.get("precision"), "black")
+            ax.plot([low, high], [e["gbytes_per_s"]] * 2, color=color, linewidth=3, alpha=0.55,
+                    solid_capstyle="butt")
+            if e.get("precision") == shade_precision:
+                level_index = int(e["level"][1]) - 1 if roofs_mod.is_cache_level(e["level"]) else 4
+                ax.axvspan(low, max(high, low * 1.05), color=level_colors(level_index % 9), alpha=0.6, zorder=0)
+                ax.text(math.sqrt(low * max(high, low * 1.05)), ymax * 1.17,
+                        f"{e['level']}\n{_fmt_rate(e['gbytes_per_s'])}", ha="center", va="top", fontsize=8)
+        for label, size in hints:
+            ax.axvline(size, color="gray", linestyle=":", linewidth=1)
+            ax.text(size * 1.04, ymax * 0.03, f"{label} {human_bytes(size)}", rotation=90, fontsize=7,
+                    color="dimgray", va="bottom")
+        ax.legend(loc="lower left", fontsize=8, framealpha=0.85)
+        ax.grid(alpha=0.3)
+    _compute_panel(axes[-1], points, doc, rates)
+    fig.suptitle(f"Sweep behind the ceilings: {roofs_mod.machine_label(doc)}  (shaded: plateaus of "
+                 f"{shade_precision if accesses else ''}, bars: plateau values, dotted: cache sizes x threads)",
+                 fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, out_path)
+
+
+def _compute_panel(ax, points, doc, rates) -> None:
+    """Best GFLOP/s per FLOPs-per-element value, per precision and FMA, with the reported peak."""
+    series: dict[tuple[str, bool], dict[int, float]] = {}
+    for r in points:
+        spec = r["spec"]
+        if spec["access"] != "rw":
+            continue
+        key = (spec["precision"], bool(spec["fma"]) or spec["flops_per_element"] == 1)
+        fpe = spec["flops_per_element"]
+        best = series.setdefault(key, {})
+        best[fpe] = max(best.get(fpe, 0.0), rates(r)[1])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    for (p, fma), best in sorted(series.items()):
+        xs = sorted(best)
+        color = PRECISION_COLORS.get(p, "black")
+        ax.plot(xs, [best[x] for x in xs], marker="o" if fma else "s", color=color,
+                linestyle="-" if fma else "--", label=f"{p} {'FMA' if fma else 'no-FMA'}")
+    for e in doc["ceilings"]["compute"]:
+        color = PRECISION_COLORS.get(e["precision"], "black")
+        ax.axhline(e["gflops_per_s"], color=color, linewidth=0.8, alpha=0.5,
+                   linestyle="-" if e["fma"] else (0, (5, 3)))
+        if e.get("flops_per_element"):
+            ax.annotate(f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak {_fmt_rate(e['gflops_per_s'])}",
+                        (e["flops_per_element"], e["gflops_per_s"]), textcoords="offset points",
+                        xytext=(-6, 6 if e["fma"] else -12), ha="right", fontsize=7, color=color)
+    ax.set_xlabel("FLOPs per element")
+    ax.set_ylabel("GFLOP/s (best over working sets)")
+    ax.set_title("compute: GFLOP/s vs FLOPs per element", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3, which="both")

@@ -1,0 +1,149 @@
+"""Pick the roofs of a roofline from a ceilings document: one bandwidth per memory level, the compute peaks."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ert.errors import ErtError
+
+PRECISIONS = ("fp64", "fp32", "fp16")
+ACCESS_NAMES = {"rw": "read+write", "ro": "read-only"}
+_CACHE_LEVEL_RE = re.compile(r"^L(\d+)[a-z]?$")
+# What an application profile calls the memory behind the last cache.
+MEMORY_ALIASES = ("DRAM", "HBM", "MEM", "MEMORY", "SYSMEM", "GDDR")
+
+
+@dataclass(frozen=True)
+class MemoryRoof:
+    """One slanted roof: a memory level's sustained bandwidth."""
+
+    level: str
+    gbytes_per_s: float
+    precision: str | None
+    access: str | None
+    wss_bytes: tuple[int, int]
+    spread: float
+
+
+@dataclass(frozen=True)
+class ComputeRoof:
+    """One flat roof: the peak FLOP/s of one precision, with or without FMA."""
+
+    precision: str
+    fma: bool
+    gflops_per_s: float
+    flops_per_element: int | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.precision.upper()} {'FMA' if self.fma else 'no-FMA'}"
+
+
+def is_cache_level(level: str) -> bool:
+    """True for L1, L2, L3 ...; False for the memory behind them (DRAM, HBM, DRAMb)."""
+    return _CACHE_LEVEL_RE.match(level) is not None
+
+
+def basis_label(precision: str | None, access: str | None) -> str:
+    """'fp64 read+write': the kernel whose bandwidth a set of memory roofs is."""
+    parts = [precision or "any precision", ACCESS_NAMES.get(access or "", access or "any access")]
+    return " ".join(parts)
+
+
+def _memory_entries(doc: dict) -> list[dict]:
+    return list(doc.get("ceilings", {}).get("memory", []))
+
+
+def memory_bases(doc: dict) -> list[tuple[str | None, str | None]]:
+    """Every (precision, access) pair that has memory ceilings, in document order."""
+    seen: list[tuple[str | None, str | None]] = []
+    for entry in _memory_entries(doc):
+        key = (entry.get("precision"), entry.get("access"))
+        if key not in seen:
+            seen.append(key)
+    return seen
+
+
+def choose_basis(doc: dict, *, precision: str = "fp64", access: str = "rw") -> tuple[str | None, str | None]:
+    """The (precision, access) whose bandwidths become the roofs.
+
+    Rule: the asked pair if measured; else the same access in another precision
+    (fp64, fp32, fp16 order), since bytes per second barely depend on the type;
+    else the asked precision with the other access; else the first pair present.
+    Entries without precision or access (allowed by schema 1.0) form their own pair.
+    """
+    bases = memory_bases(doc)
+    if not bases:
+        raise ErtError("has no memory ceilings to draw roofs from", key="ceilings.memory")
+    order = [(precision, access)]
+    order += [(p, access) for p in PRECISIONS if p != precision]
+    order += [(precision, a) for a in ACCESS_NAMES if a != access]
+    order += [(p, a) for p in PRECISIONS for a in ACCESS_NAMES]
+    for key in order:
+        if key in bases:
+            return key
+    return bases[0]
+
+
+def memory_roofs(doc: dict, *, precision: str = "fp64", access: str = "rw") -> tuple[list[MemoryRoof], str]:
+    """One roof per level (fastest level first, i.e. by working set) and the basis label of the rule used."""
+    chosen = choose_basis(doc, precision=precision, access=access)
+    roofs = []
+    for entry in _memory_entries(doc):
+        if (entry.get("precision"), entry.get("access")) != chosen:
+            continue
+        low, high = entry["wss_bytes"]
+        roofs.append(MemoryRoof(level=entry["level"], gbytes_per_s=float(entry["gbytes_per_s"]),
+                                precision=chosen[0], access=chosen[1], wss_bytes=(int(low), int(high)),
+                                spread=float(entry.get("spread", 0.0))))
+    roofs.sort(key=lambda r: r.wss_bytes[0])
+    return roofs, basis_label(*chosen)
+
+
+def compute_roofs(doc: dict) -> list[ComputeRoof]:
+    """Every compute ceiling: by precision (fp64 first), FMA before no-FMA."""
+    roofs = [ComputeRoof(precision=e["precision"], fma=bool(e["fma"]), gflops_per_s=float(e["gflops_per_s"]),
+                         flops_per_element=e.get("flops_per_element"))
+             for e in doc.get("ceilings", {}).get("compute", [])]
+    rank = {p: i for i, p in enumerate(PRECISIONS)}
+    roofs.sort(key=lambda r: (rank.get(r.precision, 9), not r.fma))
+    return roofs
+
+
+def peak_roof(doc: dict, precision: str) -> ComputeRoof | None:
+    """The highest compute roof of one precision (FMA or not, whichever measured faster)."""
+    candidates = [r for r in compute_roofs(doc) if r.precision == precision]
+    return max(candidates, key=lambda r: r.gflops_per_s) if candidates else None
+
+
+def fma_roof(doc: dict, precision: str) -> ComputeRoof | None:
+    """The FMA roof of one precision, or its no-FMA roof when FMA was not measured."""
+    roofs = [r for r in compute_roofs(doc) if r.precision == precision]
+    with_fma = [r for r in roofs if r.fma]
+    return (with_fma or roofs or [None])[0]
+
+
+def match_level(app_level: str, roofs: list[MemoryRoof]) -> MemoryRoof | None:
+    """The roof an application's byte count at ``app_level`` moves through.
+
+    Cache levels match by name (L1, L2 ...). DRAM/HBM/... match the first
+    roof that is not a cache: a GPU run names it HBM, a CPU run DRAM.
+    """
+    wanted = app_level.strip()
+    for roof in roofs:
+        if roof.level.upper() == wanted.upper():
+            return roof
+    if wanted.upper() in MEMORY_ALIASES:
+        for roof in roofs:
+            if not is_cache_level(roof.level):
+                return roof
+    return None
+
+
+def machine_label(doc: dict) -> str:
+    """'vm, AMD EPYC (2 threads), numba-cpu, 2026-11-21': what machine a ceilings file describes."""
+    meta = doc.get("metadata", {})
+    parts = [meta.get("host"), meta.get("device") or meta.get("cpu_model"), meta.get("backend"),
+             str(meta.get("date", ""))[:10] or None]
+    return ", ".join(str(p) for p in parts if p)
