@@ -6,8 +6,9 @@ import os
 import sys
 import time
 
-# Variables that MPI launchers (MPICH/Hydra, Open MPI, Slurm, PALS) set on every rank.
-_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "PALS_SIZE")
+# Variables that MPI launchers (MPICH/Hydra, Open MPI, PMIx, PALS, srun steps) set on every rank.
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "PALS_SIZE",
+              "SLURM_STEP_NUM_TASKS")
 
 
 class SerialComm:

@@ -246,3 +246,25 @@ def test_killing_one_rank_ends_the_job_within_seconds_and_the_run_resumes(tmp_pa
     assert after[:len(before)] == before
     doc = json.loads((run_dir / "ceilings.json").read_text())
     assert doc["metadata"]["points"]["measured"] == doc["metadata"]["points"]["planned"]
+
+
+# ----------------------------------------------------------------------------- job scripts
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
+JOB_SCRIPTS = ("slurm-cpu.sh", "slurm-gpu.sh", "pbs.sh", "mpirun.sh")
+
+
+@pytest.mark.parametrize("name", JOB_SCRIPTS)
+def test_job_script_parses_and_is_documented(name):
+    script = JOBS / name
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    assert "ert-run" in script.read_text()
+    readme = (JOBS.parent / "README.md").read_text()
+    assert f"jobs/{name}" in readme
+
+
+def test_plain_mpirun_script_runs_two_ranks(tmp_path):
+    env = {**os.environ, "ERT_VENV": str(Path(command("ert-run")).parent.parent)}
+    proc = subprocess.run(["bash", str(JOBS / "mpirun.sh"), str(TINY), "--out", str(tmp_path / "r"), "-q"],
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "r" / "ceilings.json").read_text())["metadata"]["ranks"] == 2

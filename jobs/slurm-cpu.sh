@@ -1,0 +1,34 @@
+#!/bin/bash
+# Slurm, one CPU node: all its cores, as RANKS ranks x (cores / RANKS) threads.
+#
+#   sbatch jobs/slurm-cpu.sh [CONFIG]            (default: the packaged default config)
+#   RANKS=4 sbatch --nodes=2 jobs/slurm-cpu.sh configs/thorough-cpu.yaml
+#
+# One rank per socket (or per NUMA domain) is the usual choice: each rank's
+# threads then share one memory controller.  ert-run gives each rank its own
+# cores and pins one thread per core; with --cpu-bind below, Slurm binds the
+# ranks first and ert-run keeps that binding.
+#SBATCH --job-name=ert-cpu
+#SBATCH --nodes=1
+#SBATCH --exclusive
+#SBATCH --time=00:30:00
+#SBATCH --output=ert-cpu-%j.out
+# Site-specific lines go here, e.g.:
+##SBATCH --account=myproject
+##SBATCH --constraint=cpu
+##SBATCH --qos=regular
+set -euo pipefail
+
+CONFIG=${1:-}                      # empty: the packaged default
+RANKS=${RANKS:-2}                  # ranks per node
+CORES=$(( SLURM_CPUS_ON_NODE / RANKS ))
+OUT=${OUT:-results/${SLURM_JOB_ID}-$(hostname -s)-cpu}
+
+# The environment that has ert installed (see the README's first command).
+source "${ERT_VENV:-$PWD/.venv}/bin/activate"
+
+# Threads are cores per rank; OMP_* left unset so ert-run pins them per rank.
+srun --ntasks-per-node="$RANKS" --cpus-per-task="$CORES" --cpu-bind=cores \
+     ert-run ${CONFIG:+"$CONFIG"} --out "$OUT"
+
+ert show "$OUT"
