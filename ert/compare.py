@@ -60,7 +60,7 @@ def _rows(docs: list[dict]) -> list[Row]:
     def order(row: Row):
         if row.kind == "memory":
             _, p, a, level = row.key
-            return (0, prec.get(p, 9), a, level_rank.get(level, 99))
+            return (0, prec.get(p, 9), a != "rw", level_rank.get(level, 99))  # ERT's read+write first
         return (1, prec.get(row.key[1], 9), not row.key[2], 0)
 
     return sorted(rows.values(), key=order)
@@ -73,10 +73,10 @@ def mismatches(docs: list[dict], labels: list[str], rows: list[Row]) -> list[str
         if not row.paired:
             have = [labels[i] for i, v in enumerate(row.values) if v is not None]
             lack = [labels[i] for i, v in enumerate(row.values) if v is None]
-            notes.append(f"{row.label}: only in {', '.join(have)} (missing in {', '.join(lack)}); not compared")
-            continue
-        if row.kind == "memory":
-            ranges = [w for w in row.wss if w]
+            notes.append(f"{row.label}: only in {', '.join(have)} (missing in {', '.join(lack)}); "
+                         f"not compared there")
+        ranges = [w for w in row.wss if w]
+        if row.kind == "memory" and len(ranges) > 1:
             lows = [max(w[0], 1) for w in ranges]
             highs = [max(w[1], 1) for w in ranges]
             if max(lows) / min(lows) > _RANGE_FACTOR or max(highs) / min(highs) > _RANGE_FACTOR:
@@ -92,7 +92,8 @@ def mismatches(docs: list[dict], labels: list[str], rows: list[Row]) -> list[str
                                                        for i, p in enumerate(precisions)))
     for i, doc in enumerate(docs):
         for w in doc.get("warnings", []):
-            if "noisy" in w or "not flat" in w or "scatter" in w:
+            # Only what changes how a ratio reads: levels that are ramps or scatter, and overall noise.
+            if "not flat" in w or "scatter" in w or "stayed noisy" in w:
                 notes.append(f"{labels[i]} warns: {w}")
     return notes
 

@@ -183,8 +183,8 @@ def convert(text: str, *, path) -> Conversion:
             notes.append(f"{where(key)}{' ' + repr(value) if value else ''}: no equivalent ({reason})")
     for key in d:
         if key.startswith("ERT_SPEC_") and key in d:
-            notes.append(f"{where(key)}: vendor peak {' '.join(d[key][0])} is not part of a run config; "
-                         f"compare with `ert compare` or keep it in your notes")
+            notes.append(f"{where(key)}: vendor peak {' '.join(d[key][0])} has no place in a run config "
+                         f"(ert records what it measures)")
     return Conversion(config=cfg, notes=notes)
 
 

@@ -24,6 +24,8 @@ def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
+    # SVG text stays text (searchable, editable in a report), not outlines.
+    matplotlib.rcParams["svg.fonttype"] = "none"
     import matplotlib.pyplot as plt
 
     return plt
@@ -284,7 +286,7 @@ def plot_sweep(run_dir, out_path) -> None:
             ax.axvline(size, color="gray", linestyle=":", linewidth=1)
             ax.text(size * 1.04, ymax * 0.03, f"{label} {human_bytes(size)}", rotation=90, fontsize=7,
                     color="dimgray", va="bottom")
-        ax.legend(loc="lower left", fontsize=8, framealpha=0.85)
+        ax.legend(loc="center right", fontsize=8, framealpha=0.85)
         ax.grid(alpha=0.3)
     _compute_panel(axes[-1], points, doc, rates)
     fig.suptitle(f"Sweep behind the ceilings: {roofs_mod.machine_label(doc)}  (shaded: plateaus of "
@@ -301,10 +303,11 @@ def _compute_panel(ax, points, doc, rates) -> None:
         spec = r["spec"]
         if spec["access"] != "rw":
             continue
-        key = (spec["precision"], bool(spec["fma"]) or spec["flops_per_element"] == 1)
         fpe = spec["flops_per_element"]
-        best = series.setdefault(key, {})
-        best[fpe] = max(best.get(fpe, 0.0), rates(r)[1])
+        # 1 FLOP/element is one add, the start of both the FMA and the no-FMA series.
+        for fma in ([True, False] if fpe == 1 else [bool(spec["fma"])]):
+            best = series.setdefault((spec["precision"], fma), {})
+            best[fpe] = max(best.get(fpe, 0.0), rates(r)[1])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     for (p, fma), best in sorted(series.items()):
