@@ -56,6 +56,24 @@ class OpenCLOptions(_Strict):
     global_sizes: Optional[list[int]] = Field(
         None, description="work-items per launch to try (ERT_OCL_SIZES); null: chosen from the compute units")
     local_sizes: Optional[list[int]] = Field(None, description="work-group sizes to try; null: chosen by the device")
+    vector_width: Optional[Literal[1, 2, 4, 8, 16]] = Field(
+        None, description="elements per OpenCL vector in the kernel; null: the device's native width")
+    chains: Optional[int] = Field(
+        None, ge=1, le=16, description="independent vectors per work-item (multiply-add chains, partial sums); "
+                                       "null: 4")
+    layout: Literal["auto", "contiguous", "interleaved"] = Field(
+        "auto", description="contiguous: one block per work-item (CPUs); interleaved: neighbouring work-items "
+                            "touch neighbouring vectors (GPUs); auto: by device type")
+    cpu_reference: bool = Field(
+        True, description="on a CPU device, time numba-cpu's FP64 FMA peak (~2 s) for the caveat beside the "
+                          "OpenCL numbers")
+
+    @field_validator("global_sizes", "local_sizes")
+    @classmethod
+    def _positive_sizes(cls, values):
+        if values is not None and (not values or any(isinstance(v, bool) or v < 1 for v in values)):
+            raise ValueError("must be a non-empty list of positive integers")
+        return values
 
 
 class CudaOptions(_Strict):

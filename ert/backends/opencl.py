@@ -1,0 +1,416 @@
+"""OpenCL backend: runs kernels/ert_opencl.cl through PyOpenCL on one device per rank, timed by profiling events."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sys
+from importlib import resources
+
+from ert.backends import CheckResult
+from ert.backends.opencl_devices import (EXTENSION_OF, cache_hints, cpu_reference, device_info, is_pocl,
+                                         precisions_of, probe, select_device, type_name)
+from ert.errors import ErtError
+from ert.spec import KernelSpec
+
+__all__ = ["probe", "create", "OpenCLBackend"]
+
+NAME = "opencl"
+KERNEL_FILE = "ert_opencl.cl"
+BITS = {"fp64": 64, "fp32": 32, "fp16": 16}
+HOST_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float16"}
+# The load-only sums are FP32 for FP16 data (see ert_ro in the kernel).
+SUM_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float32"}
+DEFAULT_CHAINS = 4
+# Values of the recurrence (see the kernel); dyadic, so the add form is exact.
+A = 0.9375
+C = 0.0625
+# Relative tolerance of the read+write check: the no-FMA and add kernels match
+# the replay bit for bit; fma() rounds once where the replay rounds twice, and
+# a < 1 damps those differences to a few ulp.
+RW_TOLERANCE = {"fp64": 1e-12, "fp32": 2e-5, "fp16": 8e-3}
+# The load-only partial sums are exact (small dyadic values) and the running
+# total is Kahan-compensated, so only a few ulp of the total remain.
+RO_TOLERANCE = {"fp64": 1e-12, "fp32": 1e-5, "fp16": 1e-5}
+# Elements read back per step of the check (bounded host memory for 1 GiB sets).
+CHECK_CHUNK_ELEMENTS = 1 << 22
+
+# Built programs, keyed by a hash of source, build options and device; a build
+# happens in prepare(), never in a timed region (PyOpenCL adds its own disk cache).
+_PROGRAMS: dict[str, object] = {}
+
+
+def kernel_source() -> str:
+    """The kernel file shipped in the package (kernels/ert_opencl.cl as ert.kernels)."""
+    return resources.files("ert.kernels").joinpath(KERNEL_FILE).read_text()
+
+
+def create(*, config=None, local_rank: int = 0, local_size: int = 1, **_ignored) -> "OpenCLBackend":
+    from ert.config import RunConfig
+
+    return OpenCLBackend(config=config or RunConfig(), local_rank=local_rank, local_size=local_size)
+
+
+def initial_values(dtype) -> "np.ndarray":
+    """The 16 values ert_init writes, element i getting the (i % 16)-th."""
+    import numpy as np
+
+    return (0.5 + np.arange(16) * 0.0625).astype(dtype)
+
+
+def replay_rw(*, dtype, fma_ops: int, trials: int) -> "np.ndarray":
+    """The 16 distinct values after ``trials`` trials of the read+write kernel, replayed on the host.
+
+    Multiply and add are rounded separately (NumPy has no fused multiply-add).
+    Once the values repeat with period 2 the rest is decided by parity, so the
+    cost is bounded whatever the trial count.
+    """
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    x = initial_values(dtype)
+    a, c = dtype.type(A), dtype.type(C)
+    previous: list = []
+    for t in range(trials):
+        ct = c if t % 2 == 0 else -c
+        if fma_ops == 0:
+            x = x + ct
+        else:
+            for _ in range(fma_ops):
+                x = x * a + ct
+        previous.append(x)
+        if len(previous) == 3:
+            if np.array_equal(previous[0], previous[2]):
+                return previous[2] if (trials - 1 - t) % 2 == 0 else previous[1]
+            previous.pop(0)
+    return x
+
+
+class OpenCLBackend:
+    """The Backend protocol on one OpenCL device: one buffer, one kernel launch per timed region."""
+
+    name = NAME
+    threads = 1  # one host thread per rank drives the device
+
+    def __init__(self, *, config, local_rank: int = 0, local_size: int = 1):
+        import numpy as np
+        import pyopencl as cl
+
+        self._np, self._cl = np, cl
+        self.options = config.opencl
+        self.local_rank, self.local_size = local_rank, local_size
+        self.device, self.choice = select_device(self.options, local_rank=local_rank)
+        self.info = device_info(self.device)
+        self.kind = type_name(self.device)
+        self.precisions = precisions_of(self.device)
+        self.context = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.contiguous = (self.options.layout == "contiguous"
+                           or (self.options.layout == "auto" and self.kind == "cpu"))
+        self.chains = self.options.chains or DEFAULT_CHAINS
+        self.builtin_fma = is_pocl(self.device)
+        self._source = kernel_source()
+        self._caveats: list[str] = []
+        self._skipped = [p for p in config.precisions if not self.precisions[p]]
+        if self._skipped:
+            self._refuse_or_warn(config.precisions)
+        self._buf = self._sums = None
+        self._buf_bytes = self._sums_bytes = 0
+        self._spec: KernelSpec | None = None
+        self._cpu_reference: dict | None = None
+        self._want_reference = self.options.cpu_reference
+
+    def _refuse_or_warn(self, asked: list[str]) -> None:
+        missing = ", ".join(f"{p} ({EXTENSION_OF[p]})" for p in self._skipped)
+        where = f"OpenCL device {self.info['device']!r} has no {missing}"
+        if len(self._skipped) == len(asked):
+            raise ErtError(f"{where}, and nothing else was asked for; choose another device or precision",
+                           key="precisions")
+        message = f"{where}: its {', '.join(self._skipped)} points are skipped"
+        self._caveats.append(message)
+        if self.local_rank == 0:
+            print(f"ert-run: warning: {message}", file=sys.stderr)
+
+    # -- geometry ---------------------------------------------------------------
+    def vector_width(self, spec: KernelSpec) -> int:
+        if self.options.vector_width:
+            return self.options.vector_width
+        native = {"fp64": self.device.native_vector_width_double, "fp32": self.device.native_vector_width_float,
+                  "fp16": self.device.native_vector_width_half}[spec.precision]
+        width = 1
+        while width * 2 <= min(int(native or 1), 16):
+            width *= 2
+        return width
+
+    def granule_elements(self, spec: KernelSpec) -> int:
+        """A whole number of chain groups, and of the 16-value initial pattern."""
+        group = self.vector_width(spec) * self.chains
+        return group * 16 // math.gcd(group, 16)
+
+    def supports(self, spec: KernelSpec) -> bool:
+        return self.precisions.get(spec.precision, False)
+
+    def _default_sizes(self) -> tuple[list[int], list[int]]:
+        units = int(self.info["compute_units"])
+        if self.kind == "cpu":
+            # One work-item per compute unit, each streaming its own block, as
+            # the CPU backend's threads do; a work-group of one keeps the
+            # driver's work-item loop out of the kernel's way.
+            return [units], [1]
+        local = min(256, int(self.info["max_work_group_size"]))
+        return [units * local * 4, units * local * 16], [local]
+
+    def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
+        """Global x local sizes to try at this working set (ERT_OCL_SIZES); [] for an unsupported precision.
+
+        A geometry whose work-items would not each get one chain group is
+        skipped; if none fits, the largest global size that does is used.
+        """
+        if not self.supports(spec):
+            return []
+        need = elements_per_thread * spec.itemsize
+        if need > self.info["max_alloc_bytes"]:
+            raise ErtError(f"a {need} byte working set exceeds the largest buffer OpenCL device "
+                           f"{self.info['device']!r} allocates ({self.info['max_alloc_bytes']} bytes)",
+                           key="working_set.max_bytes")
+        default_global, default_local = self._default_sizes()
+        globals_ = self.options.global_sizes or default_global
+        locals_ = [size for size in (self.options.local_sizes or default_local)
+                   if size <= self.info["max_work_group_size"]]
+        if not locals_:
+            raise ErtError(f"every local size exceeds the device's maximum work-group size "
+                           f"({self.info['max_work_group_size']})", key="opencl.local_sizes")
+        vw = self.vector_width(spec)
+        groups = elements_per_thread // (vw * self.chains)
+        # The interleaved load-only check needs each work-item's vectors to
+        # start at the same place in the 16-value pattern: G * vw % 16 == 0.
+        step = 1 if self.contiguous else 16 // math.gcd(16, vw)
+        out = []
+        for local in locals_:
+            unit = local * step // math.gcd(local, step)
+            for size in globals_:
+                if size % unit == 0 and size <= groups:
+                    out.append({"global": size, "local": local})
+        if not out:
+            local = min(locals_)
+            unit = local * step // math.gcd(local, step)
+            out.append({"global": max(unit, groups // unit * unit), "local": local})
+        return out
+
+    # -- the protocol -------------------------------------------------------------
+    def build_options(self, spec: KernelSpec) -> list[str]:
+        return [f"-DERT_BITS={BITS[spec.precision]}", f"-DERT_VW={self.vector_width(spec)}",
+                f"-DERT_CHAINS={self.chains}", f"-DERT_FMA_OPS={spec.fma_ops_per_element}",
+                f"-DERT_FMA={int(spec.fma)}", f"-DERT_FMA_BUILTIN={int(self.builtin_fma)}",
+                f"-DERT_CONTIGUOUS={int(self.contiguous)}"]
+
+    def _program(self, spec: KernelSpec):
+        options = self.build_options(spec)
+        device_id = "|".join(str(self.info[k]) for k in ("platform", "platform_version", "device", "driver_version"))
+        key = hashlib.sha256("\0".join([self._source, " ".join(options), device_id]).encode()).hexdigest()
+        if key not in _PROGRAMS:
+            program = self._cl.Program(self.context, self._source)
+            try:
+                program = program.build(options=options)
+            except self._cl.RuntimeError as exc:
+                raise RuntimeError(f"building {KERNEL_FILE} with {' '.join(options)} failed: {exc}") from None
+            _PROGRAMS[key] = program
+        return _PROGRAMS[key]
+
+    def _buffer(self, attr: str, size_attr: str, need: int):
+        """A device buffer of at least ``need`` bytes, reused across points and grown when too small."""
+        if getattr(self, attr) is None or getattr(self, size_attr) < need:
+            if getattr(self, attr) is not None:
+                getattr(self, attr).release()  # free the old allocation before the new one
+            setattr(self, attr, self._cl.Buffer(self.context, self._cl.mem_flags.READ_WRITE, need))
+            setattr(self, size_attr, need)
+        return getattr(self, attr)
+
+    def prepare(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None = None) -> None:
+        np, cl = self._np, self._cl
+        if not self.supports(spec):
+            raise ValueError(f"OpenCL device {self.info['device']!r} does not run {spec.precision}")
+        granule = self.granule_elements(spec)
+        if elements_per_thread < granule or elements_per_thread % granule:
+            raise ValueError(f"elements_per_thread must be a multiple of {granule}")
+        launch = launch or self.launches(spec, elements_per_thread)[0]
+        self._global, self._local = int(launch["global"]), int(launch["local"])
+        if self._global % self._local:
+            raise ValueError(f"global size {self._global} is not a multiple of local size {self._local}")
+        self._spec, self._n, self._trials_done = spec, elements_per_thread, 0
+        self._vw = self.vector_width(spec)
+        self._n_vectors = elements_per_thread // self._vw
+        program = self._program(spec)
+        buf = self._buffer("_buf", "_buf_bytes", elements_per_thread * spec.itemsize)
+        init = cl.Kernel(program, "ert_init")
+        init.set_args(buf, np.uint64(elements_per_thread))
+        init_global = min(elements_per_thread, 1 << 16)
+        cl.enqueue_nd_range_kernel(self.queue, init, (init_global,), None)
+        if spec.access == "ro":
+            sum_dtype = np.dtype(SUM_DTYPE[spec.precision])
+            sums = self._buffer("_sums", "_sums_bytes", 2 * self._global * sum_dtype.itemsize)
+            cl.enqueue_copy(self.queue, sums, np.zeros(2 * self._global, dtype=sum_dtype))
+            self._kernel = cl.Kernel(program, "ert_ro")
+            self._kernel.set_args(buf, sums, np.uint64(self._n_vectors), np.uint64(0))
+        else:
+            self._kernel = cl.Kernel(program, "ert_rw")
+            self._kernel.set_args(buf, np.uint64(self._n_vectors), np.uint64(0), np.uint64(0),
+                                  np.float32(A), np.float32(C))
+        # Zero trials: some drivers (PoCL) compile the work-group function for
+        # a local size at its first launch; that, and first touch of the
+        # buffer, must not fall in a timed region.
+        self._launch(0).wait()
+
+    def _launch(self, trials: int):
+        self._kernel.set_arg(2 if self._spec.access == "rw" else 3, self._np.uint64(trials))
+        if self._spec.access == "rw":
+            self._kernel.set_arg(3, self._np.uint64(self._trials_done))
+        return self._cl.enqueue_nd_range_kernel(self.queue, self._kernel, (self._global,), (self._local,))
+
+    def run(self, trials: int) -> float:
+        """Blocks until the launch is done; seconds between the event's start and end.
+
+        All ``trials`` run inside one launch: launching once per trial would time
+        the launch overhead (tens of microseconds) instead of an L1-sized pass.
+        """
+        event = self._launch(trials)
+        event.wait()
+        self._trials_done += trials
+        return (event.profile.end - event.profile.start) * 1e-9
+
+    def check(self) -> CheckResult:
+        if self._spec.access == "ro":
+            return self._check_ro()
+        return self._check_rw()
+
+    def _check_rw(self) -> CheckResult:
+        np, spec = self._np, self._spec
+        dtype = np.dtype(HOST_DTYPE[spec.precision])
+        expected16 = replay_rw(dtype=dtype, fma_ops=spec.fma_ops_per_element, trials=self._trials_done)
+        chunk = min(self._n, CHECK_CHUNK_ELEMENTS)
+        host = np.empty(chunk, dtype=dtype)
+        expected = np.tile(expected16.astype(np.float64), chunk // 16)
+        scale = np.maximum(np.abs(expected), 1.0)
+        worst, worst_at = 0.0, -1
+        for start in range(0, self._n, chunk):
+            count = min(chunk, self._n - start)
+            part = host[:count]
+            self._cl.enqueue_copy(self.queue, part, self._buf, src_offset=start * dtype.itemsize).wait()
+            err = np.abs(part.astype(np.float64) - expected[:count]) / scale[:count]
+            err[np.isnan(err)] = np.inf
+            i = int(err.argmax())
+            if err[i] > worst or worst_at < 0:
+                worst, worst_at = float(err[i]), start + i
+        if not worst <= RW_TOLERANCE[spec.precision]:
+            got = self._read_one(worst_at, dtype)
+            return CheckResult(False, f"element {worst_at}: {got!r} != replay {expected16[worst_at % 16]!r} "
+                                      f"after {self._trials_done} trials")
+        return CheckResult(True, f"max rel err {worst:.2g}")
+
+    def _read_one(self, index: int, dtype):
+        one = self._np.empty(1, dtype=dtype)
+        self._cl.enqueue_copy(self.queue, one, self._buf, src_offset=index * dtype.itemsize).wait()
+        return one[0]
+
+    def expected_sums(self) -> "np.ndarray":
+        """Per work-item, the sum of its elements in one load-only trial (float64, exact)."""
+        np = self._np
+        pattern = initial_values(np.float64)
+        prefix = np.concatenate([[0.0], np.cumsum(pattern)])
+
+        def summed(first, count):  # sum of the pattern over elements [first, first + count)
+            def upto(x):
+                return (x // 16) * pattern.sum() + prefix[x % 16]
+            return upto(first + count) - upto(first)
+
+        gid = np.arange(self._global, dtype=np.int64)
+        if self.contiguous:
+            group = self._vw * self.chains
+            groups = self._n_vectors // self.chains
+            lo, hi = groups * gid // self._global, groups * (gid + 1) // self._global
+            return summed(lo * group, (hi - lo) * group)
+        # Interleaved: work-item g owns vectors g, g + G, g + 2G, ...; since
+        # G * vw % 16 == 0 they all start at the same place in the pattern.
+        owned = np.maximum(0, (self._n_vectors - gid + self._global - 1) // self._global)
+        return owned * summed(gid * self._vw, self._vw)
+
+    def _check_ro(self) -> CheckResult:
+        np, spec = self._np, self._spec
+        sums = np.empty(2 * self._global, dtype=SUM_DTYPE[spec.precision])
+        self._cl.enqueue_copy(self.queue, sums, self._sums).wait()
+        got = sums[0::2].astype(np.float64)
+        expected = self.expected_sums() * self._trials_done
+        err = np.abs(got - expected) / np.maximum(np.abs(expected), 1.0)
+        err[np.isnan(err)] = np.inf
+        g = int(err.argmax())
+        if not err[g] <= RO_TOLERANCE[spec.precision]:
+            return CheckResult(False, f"load-only sum of work-item {g}: {got[g]!r} != replay {expected[g]!r} "
+                                      f"after {self._trials_done} trials")
+        return CheckResult(True, f"max rel err {float(err[g]):.2g}")
+
+    def corrupt_for_test(self) -> None:
+        """Test-only: damage one value that check() examines (an element, or a load-only sum)."""
+        np = self._np
+        if self._spec.access == "ro":
+            dtype = np.dtype(SUM_DTYPE[self._spec.precision])
+            bad, target, index = np.array([12345.0], dtype=dtype), self._sums, 2 * (self._global // 2)
+        else:
+            dtype = np.dtype(HOST_DTYPE[self._spec.precision])
+            bad, target, index = np.array([3.0], dtype=dtype), self._buf, self._n // 2 + 5
+        self._cl.enqueue_copy(self.queue, target, bad, dst_offset=index * dtype.itemsize).wait()
+
+    def close(self) -> None:
+        for attr in ("_buf", "_sums"):
+            if getattr(self, attr) is not None:
+                getattr(self, attr).release()
+                setattr(self, attr, None)
+        self._buf_bytes = self._sums_bytes = 0
+        self.queue.finish()
+
+    # -- metadata -------------------------------------------------------------------
+    def describe(self) -> dict:
+        import pyopencl as cl
+
+        caches, memory_name = cache_hints(self.device, local_size=self.local_size)
+        example = KernelSpec("fp32", 2, True)
+        info = {
+            "backend": NAME,
+            **self.info,
+            "device": f"{self.info['device']} ({self.info['platform']})",
+            "device_name": self.info["device"],
+            "selection": {**self.choice, "local_rank": self.local_rank, "local_size": self.local_size},
+            "pyopencl": cl.VERSION_TEXT,
+            "timing": "OpenCL profiling events (end - start) of one launch per timed region; trials in-kernel",
+            "layout": "contiguous" if self.contiguous else "interleaved",
+            "chains": self.chains,
+            "vector_width": {p: self.vector_width(KernelSpec(p, 1, False)) for p in BITS if self.precisions[p]},
+            "build_options": " ".join(o for o in self.build_options(example)
+                                      if not o.startswith(("-DERT_BITS", "-DERT_VW", "-DERT_FMA_OPS", "-DERT_FMA="))),
+            "build_options_per_kernel": "-DERT_BITS, -DERT_VW, -DERT_FMA_OPS, -DERT_FMA from the kernel variant",
+            "caches": caches,
+            "memory_name": memory_name,
+            "skipped_precisions": self._skipped,
+        }
+        caveats = list(self._caveats)
+        if self.kind == "cpu":
+            caveats.append(self._cpu_caveat())
+            if self._cpu_reference is not None:
+                info["cpu_reference"] = self._cpu_reference
+        info["caveats"] = caveats
+        return info
+
+    def _cpu_caveat(self) -> str:
+        what = (f"OpenCL device is a CPU ({self.info['platform']} {self.info['driver_version']}, "
+                f"{self.info['device']}): its ceilings are what this OpenCL driver's code reaches, not the "
+                f"machine's; compare with `ert-run --backend numba-cpu`")
+        if self._want_reference and self._cpu_reference is None:
+            from ert import hwinfo
+
+            self._cpu_reference = cpu_reference(threads=max(1, hwinfo.usable_cpus() // max(self.local_size, 1)))
+        ref = self._cpu_reference or {}
+        if "gflops_per_s" in ref:
+            return (f"{what} (measured here just before this run: numba-cpu FP64 FMA peak "
+                    f"{ref['gflops_per_s']:.1f} GFLOP/s with {ref['threads']} threads)")
+        if "error" in ref:
+            return f"{what} ({ref['error']})"
+        return what

@@ -1,0 +1,274 @@
+"""OpenCL devices for the opencl backend: discovery, the probe, selection by name/index/type, metadata and cache hints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from ert.errors import ErtError
+
+# The OpenCL extensions each precision needs; fp32 needs none.
+EXTENSION_OF = {"fp64": "cl_khr_fp64", "fp16": "cl_khr_fp16"}
+TYPE_NAMES = ("cpu", "gpu", "accelerator")
+
+
+def _import_cl():
+    import pyopencl as cl
+
+    return cl
+
+
+def type_name(device) -> str:
+    """"cpu", "gpu", "accelerator" or "other" from the device's type bits."""
+    cl = _import_cl()
+    bits = device.type
+    for name, flag in (("gpu", cl.device_type.GPU), ("accelerator", cl.device_type.ACCELERATOR),
+                       ("cpu", cl.device_type.CPU)):
+        if bits & flag:
+            return name
+    return "other"
+
+
+def precisions_of(device) -> dict[str, bool]:
+    """Which precisions the device runs: fp32 always, fp64/fp16 only with their extension."""
+    extensions = set(device.extensions.split())
+    return {"fp64": EXTENSION_OF["fp64"] in extensions, "fp32": True, "fp16": EXTENSION_OF["fp16"] in extensions}
+
+
+def is_pocl(device) -> bool:
+    return "pocl" in device.platform.vendor.lower() or "portable computing language" in device.platform.name.lower()
+
+
+def all_devices() -> list[tuple[int, int, object]]:
+    """(platform index, device index within the platform, device) for every device.
+
+    Raises ErtError with a one-line reason when there is no platform (no ICD
+    registered with the loader) or no device at all.
+    """
+    cl = _import_cl()
+    try:
+        platforms = cl.get_platforms()
+    except (cl.Error, RuntimeError) as exc:
+        raise ErtError(f"no OpenCL platform found: the ICD loader lists none ({_short(exc)}); install a driver, "
+                       f"e.g. `pip install pocl-binary-distribution` or Debian's pocl-opencl-icd",
+                       key="backend") from None
+    found = []
+    for p_index, platform in enumerate(platforms):
+        try:
+            devices = platform.get_devices()
+        except (cl.Error, RuntimeError):  # a platform with no devices raises DEVICE_NOT_FOUND
+            devices = []
+        found.extend((p_index, d_index, d) for d_index, d in enumerate(devices))
+    if not found:
+        names = ", ".join(p.name for p in platforms)
+        raise ErtError(f"OpenCL platform(s) {names} list no device", key="backend")
+    return found
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+
+
+def device_line(p_index: int, d_index: int, device) -> str:
+    """One line of `ert backends`: index, name, type, platform and the fp64/fp16 support."""
+    prec = precisions_of(device)
+    yes = {True: "yes", False: "no"}
+    return (f"[{p_index}:{d_index}] {device.name.strip()} ({type_name(device)}; {device.platform.name.strip()}; "
+            f"{device.max_compute_units} compute units; fp64 {yes[prec['fp64']]}, fp16 {yes[prec['fp16']]})")
+
+
+def probe():
+    """(available, reason, detail) for the registry; never raises."""
+    try:
+        cl = _import_cl()
+    except ImportError as exc:
+        return False, f"pyopencl is not installed ({exc}); pip install 'ert[opencl]'", {}
+    except Exception as exc:  # a broken install (missing libOpenCL, ...)
+        return False, f"pyopencl cannot load: {type(exc).__name__}: {_short(exc)}", {}
+    try:
+        found = all_devices()
+    except ErtError as exc:
+        return False, exc.message, {"pyopencl": cl.VERSION_TEXT}
+    except Exception as exc:
+        return False, f"OpenCL device query failed: {type(exc).__name__}: {_short(exc)}", {}
+    accelerators = sum(1 for _, _, d in found if type_name(d) != "cpu")
+    return True, "", {
+        "pyopencl": cl.VERSION_TEXT,
+        "accelerators": accelerators,
+        "devices": [device_line(p, i, d) for p, i, d in found],
+    }
+
+
+def _matches(text: str, *names: str) -> bool:
+    return text.lower() in " ".join(n.lower() for n in names)
+
+
+def select_device(options, *, local_rank: int = 0):
+    """The device the OpenCLOptions ask for, and a record of how it was chosen.
+
+    ``platform``: index or name substring (null: every platform);
+    ``device_type``: all, cpu, gpu or accelerator; ``device``: index among the
+    matching devices, or name substring (null: every matching device).  Among
+    the remaining devices, the rank's index within its node picks one (modulo
+    their count), so ranks on a node spread over its GPUs.
+    """
+    found = all_devices()
+    platform_names = sorted({(p, d.platform.name.strip()) for p, _, d in found})
+    candidates = found
+    if options.platform is not None:
+        if isinstance(options.platform, int):
+            candidates = [c for c in candidates if c[0] == options.platform]
+        else:
+            candidates = [c for c in candidates
+                          if _matches(options.platform, c[2].platform.name, c[2].platform.vendor)]
+        if not candidates:
+            listed = ", ".join(f"{i}: {n}" for i, n in platform_names)
+            raise ErtError(f"no OpenCL platform matches {options.platform!r} (platforms: {listed})",
+                           key="opencl.platform")
+    if options.device_type != "all":
+        candidates = [c for c in candidates if type_name(c[2]) == options.device_type]
+        if not candidates:
+            raise ErtError(f"no OpenCL device of type {options.device_type} (devices: "
+                           f"{'; '.join(device_line(*c) for c in found)})", key="opencl.device_type")
+    if isinstance(options.device, int):
+        if not 0 <= options.device < len(candidates):
+            raise ErtError(f"device index {options.device} is out of range: {len(candidates)} device(s) match "
+                           f"({'; '.join(device_line(*c) for c in candidates)})", key="opencl.device")
+        chosen, picked_by = candidates[options.device], f"index {options.device} of {len(candidates)} matching"
+    else:
+        if options.device is not None:
+            candidates = [c for c in candidates if _matches(options.device, c[2].name)]
+            if not candidates:
+                raise ErtError(f"no OpenCL device name contains {options.device!r} (devices: "
+                               f"{'; '.join(device_line(*c) for c in found)})", key="opencl.device")
+        chosen = candidates[local_rank % len(candidates)]
+        picked_by = f"local rank {local_rank} modulo {len(candidates)} matching device(s)"
+    p_index, d_index, device = chosen
+    return device, {"platform_index": p_index, "device_index": d_index, "matching": len(candidates),
+                    "picked_by": picked_by}
+
+
+def parse_selector(text: str) -> dict:
+    """OpenCLOptions fields from a command-line device selector.
+
+    ``gpu`` / ``cpu`` / ``accelerator`` (a type), ``2`` (an index among all
+    devices), ``P:D`` (platform index or name substring, then device index or
+    name substring, either may be empty), or a device name substring.
+    """
+    def value(part: str):
+        part = part.strip()
+        return int(part) if part.isdigit() else (part or None)
+
+    text = text.strip()
+    if text.lower() in TYPE_NAMES:
+        return {"device_type": text.lower()}
+    if ":" in text:
+        platform, device = text.split(":", 1)
+        return {"platform": value(platform), "device": value(device)}
+    return {"device": value(text)}
+
+
+def device_info(device) -> dict:
+    """What the metadata records about one device (all as the driver reports it)."""
+    prec = precisions_of(device)
+    return {
+        "device": device.name.strip(),
+        "device_type": type_name(device),
+        "device_vendor": device.vendor.strip(),
+        "device_version": device.version.strip(),
+        "driver_version": device.driver_version.strip(),
+        "opencl_c_version": getattr(device, "opencl_c_version", "").strip(),
+        "platform": device.platform.name.strip(),
+        "platform_vendor": device.platform.vendor.strip(),
+        "platform_version": device.platform.version.strip(),
+        "compute_units": int(device.max_compute_units),
+        "max_clock_mhz": int(device.max_clock_frequency),
+        "local_mem_bytes": int(device.local_mem_size),
+        "global_mem_cache_bytes": int(device.global_mem_cache_size),
+        "global_mem_cacheline_bytes": int(device.global_mem_cacheline_size),
+        "global_mem_bytes": int(device.global_mem_size),
+        "max_alloc_bytes": int(device.max_mem_alloc_size),
+        "max_work_group_size": int(device.max_work_group_size),
+        "fp64": prec["fp64"],
+        "fp16": prec["fp16"],
+    }
+
+
+def cache_hints(device, *, local_size: int = 1) -> tuple[list[dict], str]:
+    """(caches, memory name) that name the bandwidth levels of this device.
+
+    The analysis counts one "thread" per rank for a device backend, so each
+    entry's size is the capacity one rank's share of the device sees: a CPU
+    device runs on ``compute_units`` cpus (private caches count once per cpu),
+    and the ``local_size`` ranks of a node share that CPU.  A GPU reports only
+    its global memory cache, which is its L2.
+    """
+    if type_name(device) == "cpu":
+        from ert import hwinfo
+
+        cpus = os.cpu_count() or 1
+        used = max(1, min(int(device.max_compute_units), cpus))
+        caches = [{"level": c.level, "kind": c.kind, "shared_cpu_count": 1,
+                   "size_bytes": max(1, hwinfo.aggregate_capacity_bytes(c, used, cpus=cpus) // max(local_size, 1))}
+                  for c in hwinfo.read_cpu_caches()]
+        if not caches and device.global_mem_cache_size:
+            caches = [{"level": 2, "kind": "Unified", "shared_cpu_count": 1,
+                       "size_bytes": int(device.global_mem_cache_size)}]
+        return caches, "DRAM"
+    caches = []
+    if device.global_mem_cache_size:
+        caches.append({"level": 2, "kind": "Unified", "size_bytes": int(device.global_mem_cache_size),
+                       "shared_cpu_count": 1})
+    # An integrated GPU shares the host's memory; a discrete one has its own.
+    return caches, ("DRAM" if device.host_unified_memory else "VRAM")
+
+
+def cpu_reference(*, threads: int, timeout_seconds: float = 120.0) -> dict:
+    """The numba-cpu backend's FP64 FMA GFLOP/s on this host, measured in a child process.
+
+    A child, so that Numba's thread pinning never touches this process's
+    threads (the OpenCL driver's).  Returns {"gflops_per_s": ...} or
+    {"error": "..."}; never raises.
+    """
+    cmd = [sys.executable, "-m", "ert.backends.opencl_devices", "--cpu-reference", str(max(1, threads))]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_seconds)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            return {"error": f"numba-cpu reference failed: {tail[:200]}"}
+        return json.loads(lines[-1])
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        return {"error": f"numba-cpu reference failed: {type(exc).__name__}: {_short(exc)}"}
+
+
+def _measure_cpu_reference(threads: int) -> dict:
+    """FP64, 32 FMAs per element, an L1-sized block per thread: the numba-cpu compute peak."""
+    from ert.backends import REGISTRY
+    from ert.spec import KernelSpec
+
+    status = REGISTRY.status("numba-cpu")
+    if not status.available:
+        return {"error": f"numba-cpu is not available: {status.reason}"}
+    backend = REGISTRY.create("numba-cpu", threads=threads)
+    spec = KernelSpec("fp64", 64, True, "rw")
+    per_thread = 16 * 1024 // spec.itemsize
+    backend.prepare(spec, elements_per_thread=per_thread)
+    trials = 1
+    while backend.run(trials) < 0.02:
+        trials *= 2
+    seconds = min(backend.run(trials) for _ in range(5))  # a shared host only ever slows it down
+    if not backend.check().ok:
+        return {"error": "numba-cpu reference kernel failed its check"}
+    gflops = spec.gflops_per_s(elements=per_thread * threads, trials=trials, seconds=seconds)
+    return {"backend": "numba-cpu", "kernel": spec.key, "threads": threads, "gflops_per_s": round(gflops, 2)}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--cpu-reference":
+        print(json.dumps(_measure_cpu_reference(int(sys.argv[2]))))
+    else:
+        print("usage: python -m ert.backends.opencl_devices --cpu-reference THREADS", file=sys.stderr)
+        sys.exit(2)
