@@ -43,6 +43,19 @@ class Timing(_Strict):
     repeats: int = Field(5, ge=1, le=1000, description="timed repeats per point; min, median and max are kept")
     noise_threshold: float = Field(0.10, gt=0, description="(max-min)/min of a point's repeats above which it is noisy")
     max_remeasure: int = Field(2, ge=0, le=20, description="times a noisy point is measured again before it is flagged")
+    # Timing budget: a point whose first min_repeats regions already agree
+    # within noise_threshold / 2 needs no more; a noisy one gets up to
+    # `repeats` regions, then longer regions, all within max_point_seconds.
+    min_repeats: Optional[int] = Field(
+        None, ge=1, le=1000, description="timed repeats a quiet point stops at; null: always `repeats`")
+    max_point_seconds: Optional[float] = Field(
+        None, gt=0, description="cap on the timed seconds of one point, re-measures included; null: no cap")
+
+    @model_validator(mode="after")
+    def _repeats_ordered(self):
+        if self.min_repeats is not None and self.min_repeats > self.repeats:
+            raise ValueError(f"min_repeats ({self.min_repeats}) exceeds repeats ({self.repeats})")
+        return self
 
 
 class OpenCLOptions(_Strict):
@@ -125,6 +138,13 @@ class RunConfig(_Strict):
     timing: Timing = Field(default_factory=Timing)
     threads: Union[Literal["auto"], int] = Field("auto", description="threads per rank, or auto for the cores this process may use")
     output_dir: str = Field("results", description="where timestamped run directories are created")
+    sweep: Literal["dense", "adaptive"] = Field(
+        "dense", description="dense: every working set of the grid; adaptive: a coarse pass refined near "
+                             "level transitions, and a compute-peak search at one cache-resident working set")
+    thread_counts: Optional[list[int]] = Field(
+        None, description="thread scaling: sweep once per thread count (ascending; the last is `threads`)")
+    sustain_seconds: Optional[float] = Field(
+        None, gt=0, le=86400, description="after the sweep, hold the FP64 peak and DRAM points this long each")
     opencl: OpenCLOptions = Field(default_factory=OpenCLOptions)
     cuda: CudaOptions = Field(default_factory=CudaOptions)
 
@@ -167,6 +187,25 @@ class RunConfig(_Strict):
         if isinstance(value, int) and value < 1:
             raise ValueError("must be a positive integer or 'auto'")
         return value
+
+    @field_validator("thread_counts")
+    @classmethod
+    def _thread_counts(cls, values):
+        if values is None:
+            return values
+        if not values or any(isinstance(v, bool) or v < 1 for v in values):
+            raise ValueError("must be a list of positive integers")
+        if len(set(values)) != len(values):
+            raise ValueError("values repeat")
+        return sorted(values)
+
+    @model_validator(mode="after")
+    def _threads_match_counts(self):
+        # The top-level ceilings are those of the largest count, so it is `threads`.
+        if self.thread_counts and self.threads != "auto" and self.threads != self.thread_counts[-1]:
+            raise ValueError(f"threads ({self.threads}) must be the largest of thread_counts "
+                             f"({self.thread_counts[-1]})")
+        return self
 
     def fma_modes(self) -> list[bool]:
         return {"on": [True], "off": [False], "both": [True, False]}[self.fma]

@@ -8,10 +8,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ert.adaptive import AdaptivePlanner
 from ert.config import RunConfig, Timing
 from ert.progress import Progress
 from ert.rawio import RAW_NAME, RAW_VERSION, RawWriter, read_raw
-from ert.sweep import Point
+from ert.sweep import Point, interleaved
 
 # Calibration never asks for more trials than this (a guard against a timer
 # that reports zero); 2**40 trials of even one element is days of work.
@@ -41,15 +42,16 @@ def _timed(backend, comm, trials: int) -> tuple[float, list[float]]:
     return max(everyone), everyone
 
 
-def calibrate(backend, comm, *, min_seconds: float) -> tuple[int, float]:
+def calibrate(backend, comm, *, min_seconds: float, start_trials: int = 1) -> tuple[int, float]:
     """Double the trial count until a timed region lasts at least ``min_seconds``.
 
     The runs double as warm-up.  A region that reaches ``min_seconds`` is timed
     once more and the faster of the two decides, so one region stretched by a
     disturbance (a descheduled thread) cannot fix the trial count far too low.
+    ``start_trials`` (a guess from a similar point) skips the first doublings.
     Returns (trials, seconds of the faster last run).
     """
-    trials = 1
+    trials = max(1, min(int(start_trials), MAX_TRIALS))
     while True:
         seconds, _ = _timed(backend, comm, trials)
         if seconds >= min_seconds:
@@ -59,29 +61,54 @@ def calibrate(backend, comm, *, min_seconds: float) -> tuple[int, float]:
         trials *= 2
 
 
-def measure(backend, comm, *, timing: Timing) -> Measurement:
+def _spread(seconds) -> float:
+    return (max(seconds) - min(seconds)) / min(seconds) if min(seconds) > 0 else float("inf")
+
+
+def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurement:
     """Calibrate, then time ``repeats`` regions; re-measure a noisy point a bounded number of times.
 
     Of the attempts, the one with the smallest spread is kept: the others were
     disturbed by something outside the kernel.
+
+    With a timing budget (``timing.min_repeats``), each attempt starts with
+    ``min_repeats`` regions and stops there when they agree within half the
+    noise threshold; otherwise regions are added up to ``repeats``.  A noisy
+    attempt is followed by one with regions twice as long (a short disturbance
+    then weighs half as much), and ``max_point_seconds`` caps the timed work:
+    a point still noisy when the budget runs out is flagged, never dropped.
     """
-    trials, _ = calibrate(backend, comm, min_seconds=timing.min_seconds)
+    trials, _ = calibrate(backend, comm, min_seconds=timing.min_seconds, start_trials=start_trials)
+    budgeted = timing.min_repeats is not None
+    first = timing.min_repeats if budgeted else timing.repeats
+    cap = timing.max_point_seconds or float("inf")
+    spent = 0.0
     best: Measurement | None = None
     for attempt in range(timing.max_remeasure + 1):
-        slow, per_rank = zip(*(_timed(backend, comm, trials) for _ in range(timing.repeats)))
+        slow, per_rank = map(list, zip(*(_timed(backend, comm, trials) for _ in range(first))))
         while statistics.median(slow) < timing.min_seconds / 2 and trials < MAX_TRIALS:
             # Calibration was fooled by a stalled region: the repeats are far
             # shorter than asked.  Scale the trial count up and time them again.
             factor = timing.min_seconds / max(statistics.median(slow), 1e-9)
             trials = min(MAX_TRIALS, trials * 2 ** max(1, math.ceil(math.log2(factor))))
-            slow, per_rank = zip(*(_timed(backend, comm, trials) for _ in range(timing.repeats)))
-        spread = (max(slow) - min(slow)) / min(slow) if min(slow) > 0 else float("inf")
+            slow, per_rank = map(list, zip(*(_timed(backend, comm, trials) for _ in range(first))))
+        while (budgeted and len(slow) < timing.repeats and _spread(slow) > timing.noise_threshold / 2
+               and spent + sum(slow) < cap):
+            more, ranks_seconds = _timed(backend, comm, trials)
+            slow.append(more)
+            per_rank.append(ranks_seconds)
+        spent += sum(slow)
+        spread = _spread(slow)
         current = Measurement(trials, list(slow), spread, spread > timing.noise_threshold, 0,
                               [list(r) for r in per_rank])
         if best is None or current.spread < best.spread:
             best = current
         if not current.noisy:
             break
+        if budgeted:
+            if spent + 2 * sum(slow) > cap:
+                break
+            trials = min(MAX_TRIALS, trials * 2)
     best.remeasured = attempt
     return best
 
@@ -124,59 +151,122 @@ class SweepResult:
     wall_seconds: float
 
 
+def _interleave_batch(batch: list[Point]) -> list[Point]:
+    """A batch in the sweep's interleaved order within each kernel, kernels in plan order."""
+    by_spec: dict = {}
+    for p in batch:
+        by_spec.setdefault(p.spec, []).append(p)
+    out = []
+    for pts in by_spec.values():
+        pts.sort(key=lambda p: p.wss_bytes)
+        out += [pts[i] for i in interleaved(len(pts))]
+    return out
+
+
+def _cache_resident_bytes(backend, workers: int) -> int:
+    """A working set held in each thread's private cache: half the aggregate L2 (L1 without an L2)."""
+    from ert import hwinfo
+
+    caches = (backend.describe() or {}).get("caches") if hasattr(backend, "describe") else None
+    if caches:
+        caches = [hwinfo.CacheInfo(level=c["level"], kind=c.get("kind", "Unified"), size_bytes=c["size_bytes"],
+                                   shared_cpu_count=c.get("shared_cpu_count", 1)) for c in caches]
+    else:
+        caches = hwinfo.read_cpu_caches()
+    usable = [c for c in caches if c.kind != "Instruction"]
+    for level in (2, 1):
+        found = [c for c in usable if c.level == level]
+        if found:
+            return max(1, hwinfo.aggregate_capacity_bytes(max(found, key=lambda c: c.size_bytes), workers) // 2)
+    return 256 * 1024 * workers
+
+
 def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend, comm, header: dict | None,
               progress: Progress | None = None) -> SweepResult:
-    """Measure every point of ``points`` (the plan) not already in RUN_DIR/raw.jsonl.
+    """Measure the points of ``points`` (the dense plan) not already in RUN_DIR/raw.jsonl.
 
+    With ``config.sweep == "adaptive"`` only the subset an AdaptivePlanner
+    chooses is measured, batch by batch; each batch is decided from the
+    records before it, so a resume replays the same decisions from disk.
     ``header`` is written first when the raw file is new (None on resume).
     Only rank 0 writes.  Ctrl-C stops between or inside points and leaves a
     valid raw file; the point in progress is not recorded.
     """
     raw_path = run_dir / RAW_NAME
     threads = backend.threads
-    done: set[str] = set()
+    records: dict[str, dict] = {}
     if header is None and comm.rank == 0:  # only rank 0 may see the file (no shared file system)
-        done = {r["id"] for r in read_raw(raw_path).points}
-    done = comm.bcast(done)
-    todo = [p for p in points if p.id not in done]
+        records = {r["id"]: r for r in read_raw(raw_path).points}
+    records = comm.bcast(records)
+    planner = None
+    if config.sweep == "adaptive":
+        planner = AdaptivePlanner(points, growth=config.working_set.growth,
+                                  cache_resident_bytes=_cache_resident_bytes(backend, threads * comm.size))
+        todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
+        if header is not None:
+            header = {**header, "planned_points": None, "sweep": "adaptive"}
+    else:
+        todo = [p for p in points if p.id not in records]
     writer = RawWriter(raw_path) if comm.rank == 0 else None
     if writer and header is not None:
         writer.append({"type": "header", "raw_version": RAW_VERSION, **header})
+    total = len(planner.planned) if planner else len(points)
     if progress:
-        progress.start(total=len(points), already=len(points) - len(todo), todo=todo)
+        progress.start(total=total, already=total - len(todo), todo=todo)
     start = time.perf_counter()
     measured = 0
     interrupted = False
+    last_trials: dict = {}  # spec -> {wss_bytes: trials}: the next calibration's guess
     try:
-        for point in todo:
-            if progress:
-                progress.begin(point)
-            if point.launch:
-                backend.prepare(point.spec, elements_per_thread=point.elements_per_thread,
-                                launch=point.launch_dict())
-            else:
-                backend.prepare(point.spec, elements_per_thread=point.elements_per_thread)
-            m = measure(backend, comm, timing=config.timing)
-            check = backend.check()
-            # Every rank's output must pass for the point to be used.
-            checks = comm.allgather((check.ok, check.detail))
-            ok = all(c[0] for c in checks)
-            detail = "; ".join(f"rank {i}: {d}" for i, (good, d) in enumerate(checks) if not good) or check.detail
-            record = point_record(point, m, check_ok=ok, check_detail=detail, ranks=comm.size, threads=threads)
-            if writer:
-                writer.append(record)
-            measured += 1
-            if progress:
-                progress.end(point, record)
+        while todo:
+            for point in (_interleave_batch(todo) if planner else todo):
+                if progress:
+                    progress.begin(point)
+                if point.launch:
+                    backend.prepare(point.spec, elements_per_thread=point.elements_per_thread,
+                                    launch=point.launch_dict())
+                else:
+                    backend.prepare(point.spec, elements_per_thread=point.elements_per_thread)
+                guess = 1
+                larger = [w for w in last_trials.get(point.spec, {}) if w >= point.wss_bytes]
+                if config.timing.min_repeats is not None and larger:
+                    # Trials scale inversely with the working set at equal bandwidth, and
+                    # bandwidth only rises towards smaller sets, so scaling from the nearest
+                    # larger set never overshoots; half of it leaves a doubling to warm up.
+                    w = min(larger)
+                    guess = int(last_trials[point.spec][w] * w / point.wss_bytes) // 2
+                m = measure(backend, comm, timing=config.timing, start_trials=guess)
+                last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
+                check = backend.check()
+                # Every rank's output must pass for the point to be used.
+                checks = comm.allgather((check.ok, check.detail))
+                ok = all(c[0] for c in checks)
+                detail = "; ".join(f"rank {i}: {d}" for i, (good, d) in enumerate(checks) if not good) or check.detail
+                record = point_record(point, m, check_ok=ok, check_detail=detail, ranks=comm.size, threads=threads)
+                if writer:
+                    writer.append(record)
+                records[point.id] = record
+                measured += 1
+                if progress:
+                    progress.end(point, record)
+            if planner is None:
+                break
+            todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
+            total = len(planner.planned)
+            if progress and todo:
+                progress.extend(total=total, todo=todo)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         wall = time.perf_counter() - start
         if writer:
             if not interrupted or measured:
-                writer.append({"type": "end", "wall_seconds": wall, "interrupted": interrupted,
-                               "measured": measured})
+                end = {"type": "end", "wall_seconds": wall, "interrupted": interrupted, "measured": measured}
+                if planner is not None:
+                    # An adaptive plan's size is known only once it is done.
+                    end.update(sweep="adaptive", complete=not interrupted, planned_points=len(planner.planned))
+                writer.append(end)
             writer.close()
         if progress:
             progress.finish()
-    return SweepResult(planned=len(points), measured_now=measured, interrupted=interrupted, wall_seconds=wall)
+    return SweepResult(planned=total, measured_now=measured, interrupted=interrupted, wall_seconds=wall)

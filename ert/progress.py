@@ -41,6 +41,11 @@ class Progress:
         if already and self.enabled:
             self._emit(f"resuming: {already} of {total} points already measured", force=True, newline=True)
 
+    def extend(self, *, total: int, todo: list) -> None:
+        """More points were planned (an adaptive sweep's next batch)."""
+        self.total = total
+        self._cost_left += sum(point_cost(p, self.min_seconds) for p in todo)
+
     def begin(self, point) -> None:
         self._current = f"{point.spec.key} {human_bytes(point.wss_bytes)}"
         self._status("")

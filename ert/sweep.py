@@ -23,12 +23,17 @@ class Point:
     # Launch geometry of accelerator backends, e.g. (("global", 4096), ("local", 256))
     # or (("blocks", 80), ("threads", 256)); None where the backend has no such choice.
     launch: tuple[tuple[str, int], ...] | None = None
+    # Threads per rank, set only in a thread-scaling run, where the same
+    # kernel and working set is measured once per thread count.
+    threads: int | None = None
 
     @property
     def id(self) -> str:
         base = f"{self.spec.key}-w{self.wss_bytes}"
         if self.launch:
             base += "-" + "-".join(f"{k[0]}{v}" for k, v in self.launch)
+        if self.threads is not None:
+            base += f"-t{self.threads}"
         return base
 
     def launch_dict(self) -> dict | None:
@@ -82,7 +87,8 @@ def interleaved(n: int) -> list[int]:
     return sorted(range(n), key=lambda i: (i * golden) % 1.0)
 
 
-def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=None) -> list[Point]:
+def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=None,
+         thread_tag: int | None = None, min_bytes: int | None = None) -> list[Point]:
     """All points, spec by spec, each spec's working sets in interleaved order.
 
     ``workers`` is threads x ranks (each owns one block); ``granule_elements_of``
@@ -90,12 +96,14 @@ def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=No
     ``launches_of(spec, elements_per_thread)``, given by accelerator backends,
     lists the launch geometries to try at one working set (a list of dicts);
     each becomes its own point, and the analysis keeps the best per working set.
+    ``thread_tag`` (thread-scaling runs) goes into every point's id;
+    ``min_bytes`` overrides the config's smallest working set.
     """
     points: list[Point] = []
     ws = config.working_set
     for spec in kernel_specs(config):
         granule_bytes = granule_elements_of(spec) * spec.itemsize * workers
-        sizes = working_sets(min_bytes=ws.min_bytes, max_bytes=ws.max_bytes,
+        sizes = working_sets(min_bytes=min_bytes or ws.min_bytes, max_bytes=ws.max_bytes,
                              growth=ws.growth, granule_bytes=granule_bytes)
         if spec.flops_per_element > 2 and ws.compute_max_bytes is not None:
             # The same geometric grid, cut: compute points line up with bandwidth points.
@@ -105,5 +113,5 @@ def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=No
             launches = launches_of(spec, per_thread) if launches_of is not None else [None]
             for launch in launches:
                 key = tuple(launch.items()) if launch else None
-                points.append(Point(spec, sizes[i], per_thread, key))
+                points.append(Point(spec, sizes[i], per_thread, key, thread_tag))
     return points

@@ -227,6 +227,13 @@ def build(raw: RawData) -> dict:
     warnings += [str(c) for c in meta.get("backend_info", {}).get("caveats", [])]
 
     planned = header.get("planned_points", len(points))
+    complete = True
+    if planned is None:
+        # An adaptive sweep knows its size only at its end, which a finished
+        # sweep records; without such an end record the run was cut short.
+        finished = [e for e in raw.ends if e.get("complete")]
+        planned = max([len(points)] + [int(e["planned_points"]) for e in finished])
+        complete = bool(finished)
     invalid = [r for r in points if not r["valid"]]
     noisy = [r for r in points if r["noisy"]]
     if invalid:
@@ -235,7 +242,7 @@ def build(raw: RawData) -> dict:
     if noisy:
         warnings.append(f"{len(noisy)} of {len(points)} point(s) stayed noisy after re-measuring "
                         f"(spread above {meta['config']['timing']['noise_threshold']:.0%})")
-    if len(points) < planned:
+    if len(points) < planned or not complete:
         warnings.append(f"partial run: {len(points)} of {planned} points measured; "
                         f"finish it with `ert-run --resume RUN_DIR`")
     meta["wall_seconds"] = round(sum(e.get("wall_seconds", 0.0) for e in raw.ends), 3)

@@ -1,0 +1,184 @@
+"""The adaptive sweep: a coarse pass refined near level transitions, and a compute-peak search.
+
+The planner chooses a subset of the dense plan's points (same ids, same
+working-set grid), round by round.  Each round is a pure function of the
+records of the rounds before it, so the whole plan can be replayed from the
+points on disk: ``next_batch`` starts from the coarse pass every time and
+stops at the first round with points not yet measured.  A resumed run thus
+reconstructs exactly the decisions the killed run made, and a round measured
+only in part is finished before anything new is decided.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ert.analysis.ceilings import rates
+from ert.sweep import Point
+
+# Neighbouring bandwidth points further apart than this (relative) straddle a
+# transition between levels, which is bisected down to the grid's resolution.
+# Half the plateau finder's 12 % level step, so no step it can see is missed.
+TRANSITION_STEP = 0.06
+# The coarse pass spaces working sets about this factor apart.
+COARSE_FACTOR = 2.0
+# Points a plateau is sampled with at least (the plateau finder needs 3 per
+# level and drops the knee points at its ends), and at most while its values
+# still scatter more than its points' own spread.
+PLATEAU_MIN_POINTS = 4
+PLATEAU_MAX_POINTS = 8
+# A compute peak has saturated when one more doubling of FLOPs per element
+# gains less than this.
+SATURATION_GAIN = 0.03
+
+
+@dataclass
+class _Slot:
+    """One working set of one kernel: its points (several where launch geometries differ)."""
+
+    wss_bytes: int
+    points: list[Point]
+
+
+def _log_rate(slot: _Slot, records: dict[str, dict], *, compute: bool) -> float | None:
+    """Log of the best valid rate at a slot, None when nothing valid was measured there."""
+    values = [rates(records[p.id])[1 if compute else 0] for p in slot.points
+              if p.id in records and records[p.id]["valid"]]
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.log(max(values)) if values else None
+
+
+def _slot_spread(slot: _Slot, records: dict[str, dict]) -> float:
+    spreads = [records[p.id]["spread"] for p in slot.points if p.id in records]
+    return min(spreads) if spreads else 0.0
+
+
+class AdaptivePlanner:
+    """Rounds of points chosen from ``candidates`` (the dense plan), each decided by the rounds before.
+
+    ``cache_resident_bytes`` is the working set the compute-peak search uses:
+    a size whose data stays in a cache private to each thread.
+    """
+
+    def __init__(self, candidates: list[Point], *, growth: float, cache_resident_bytes: int):
+        self._stride = max(1, round(math.log(COARSE_FACTOR) / math.log(growth)))
+        by_spec: dict = defaultdict(dict)
+        for p in candidates:
+            by_spec[p.spec].setdefault(p.wss_bytes, []).append(p)
+        grids = {spec: [_Slot(w, pts) for w, pts in sorted(slots.items())] for spec, slots in by_spec.items()}
+        # The bandwidth curves are the kernels the analysis reads bandwidth from:
+        # read-only, and read+write with the fewest FLOPs per element.
+        fewest_rw = {}
+        for spec in grids:
+            if spec.access == "rw":
+                key = spec.precision
+                fewest_rw[key] = min(fewest_rw.get(key, spec.flops_per_element), spec.flops_per_element)
+        self._curves = [grids[s] for s in grids
+                        if s.access == "ro" or s.flops_per_element == fewest_rw.get(s.precision)]
+        # Compute kernels, grouped by (precision, FMA) and ordered by FLOPs per element.
+        groups: dict = defaultdict(list)
+        for spec in grids:
+            if spec.access == "rw" and spec.flops_per_element != fewest_rw.get(spec.precision):
+                groups[(spec.precision, spec.fma)].append(spec)
+        self._compute = []
+        for key in sorted(groups, key=lambda k: (k[0] != "fp64", not k[1])):
+            specs = sorted(groups[key], key=lambda s: s.flops_per_element)
+            self._compute.append([(s, grids[s], self._nearest(grids[s], cache_resident_bytes)) for s in specs])
+        self.planned: list[Point] = []
+
+    @staticmethod
+    def _nearest(grid: list[_Slot], target_bytes: int) -> int:
+        return min(range(len(grid)), key=lambda i: (abs(math.log(grid[i].wss_bytes / target_bytes)), i))
+
+    # ------------------------------------------------------------------ rounds
+    def next_batch(self, records: dict[str, dict]) -> list[Point]:
+        """The points to measure next, given every record on disk by id; [] when the sweep is done.
+
+        ``planned`` is left holding every point decided so far.
+        """
+        chosen: dict[str, Point] = {}
+        batch = self._coarse()
+        while batch:
+            for p in batch:
+                chosen.setdefault(p.id, p)
+            self.planned = list(chosen.values())
+            missing = [p for p in batch if p.id not in records]
+            if missing:
+                return missing
+            known = {pid: records[pid] for pid in chosen}
+            batch = [p for p in self._refine(known) if p.id not in chosen]
+        return []
+
+    def _coarse(self) -> list[Point]:
+        out = []
+        for grid in self._curves:
+            # Anchored at the largest set (memory needs it), stepping down to the smallest.
+            n = len(grid)
+            picks = set(range(n - 1, -1, -self._stride))
+            if min(picks) > self._stride // 2:
+                picks.add(0)
+            for i in sorted(picks):
+                out += grid[i].points
+        for group in self._compute:
+            for spec, grid, target in group[:2]:
+                out += grid[target].points
+        return out
+
+    def _refine(self, known: dict[str, dict]) -> list[Point]:
+        out = []
+        for grid in self._curves:
+            out += [p for i in self._refine_curve(grid, known) for p in grid[i].points]
+        for group in self._compute:
+            out += self._refine_compute(group, known)
+        return out
+
+    def _refine_curve(self, grid: list[_Slot], known: dict[str, dict]) -> list[int]:
+        """Grid indices to add to one bandwidth curve: transition midpoints and plateau samples."""
+        measured = [i for i, slot in enumerate(grid) if any(p.id in known for p in slot.points)]
+        values = {i: _log_rate(grid[i], known, compute=False) for i in measured}
+        measured = [i for i in measured if values[i] is not None]
+        step = math.log1p(TRANSITION_STEP)
+        noise = {i: math.log1p(_slot_spread(grid[i], known)) for i in measured}
+        add: set[int] = set()
+        runs: list[list[int]] = [[measured[0]]] if measured else []
+        for a, b in zip(measured, measured[1:]):
+            # Two points further apart than their own repeats scatter (and than
+            # the step) lie on different levels or on the slope between them.
+            if abs(values[a] - values[b]) > max(step, (noise[a] + noise[b]) / 2):
+                if b - a > 1:
+                    add.add((a + b) // 2)  # bisect the transition
+                runs.append([b])
+            else:
+                runs[-1].append(b)
+        for run in runs:
+            gaps = [(b - a, a, b) for a, b in zip(run, run[1:]) if b - a > 1]
+            if not gaps:
+                continue
+            level = [values[i] for i in run]
+            scatter = max(level) - min(level)
+            own = statistics.median(_slot_spread(grid[i], known) for i in run)
+            stable = scatter <= max(step, 2 * math.log1p(own))
+            if len(run) < PLATEAU_MIN_POINTS or (not stable and len(run) < PLATEAU_MAX_POINTS):
+                _, a, b = max(gaps)
+                add.add((a + b) // 2)  # sample the plateau's widest gap
+        return sorted(add)
+
+    def _refine_compute(self, group: list[tuple], known: dict[str, dict]) -> list[Point]:
+        """FLOPs per element raised until GFLOP/s saturates, then the best confirmed at two more sizes."""
+        done = [(spec, grid, target, _log_rate(grid[target], known, compute=True)) for spec, grid, target in group
+                if any(p.id in known for p in grid[target].points)]
+        rated = [d for d in done if d[3] is not None]
+        if len(done) < len(group) and len(rated) >= 2 and rated[-1][3] - rated[-2][3] > math.log1p(SATURATION_GAIN):
+            spec, grid, target = group[len(done)]
+            return list(grid[target].points)  # still rising: the next FLOP count
+        if not rated:
+            return []
+        spec, grid, target, _ = max(rated, key=lambda d: d[3])
+        out = []
+        for i in (target - self._stride, target + self._stride):
+            if 0 <= i < len(grid):
+                out += grid[i].points
+        return out
