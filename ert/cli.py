@@ -304,8 +304,11 @@ def cmd_backends(args) -> int:
     for name in REGISTRY.names():
         st = REGISTRY.status(name)
         if st.available:
-            versions = ", ".join(f"{k} {v}" for k, v in st.detail.items())
+            versions = ", ".join(f"{k} {v}" for k, v in st.detail.items() if k != "devices")
             print(f"{name:12s} available    {versions}")
+            # A device backend lists every device it sees, one per line.
+            for line in st.detail.get("devices", []):
+                print(f"{'':12s}   device    {line}")
         else:
             print(f"{name:12s} unavailable  {st.reason}")
     return 0
