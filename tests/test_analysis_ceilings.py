@@ -128,3 +128,23 @@ def test_build_counts_and_warns_about_partial_runs():
     assert doc["metadata"]["points"] == {"planned": len(points) + 10, "measured": len(points), "noisy": 0, "invalid": 0}
     assert doc["metadata"]["wall_seconds"] == 12.5
     assert any("partial run" in w for w in doc["warnings"])
+
+
+def test_best_launch_per_working_set_is_used_and_others_kept_as_evidence():
+    from ert.analysis.ceilings import best_launches
+
+    curve = sweep(RW, [(400.0, 64 << 10), (50.0, None)], hi=64 << 20, seed=3)
+    measured = []
+    for rec in curve:  # three launch geometries per working set; the middle one is the fastest
+        for i, factor in enumerate((0.5, 1.0, 0.8)):
+            r = dict(rec, id=f"{rec['id']}-g{1024 * (i + 1)}-l64", launch={"global": 1024 * (i + 1), "local": 64})
+            r["seconds"] = {k: v / factor for k, v in rec["seconds"].items()}
+            measured.append(r)
+    measured.append(dict(measured[1], id=measured[1]["id"] + "-bad", valid=False))
+    best = best_launches(measured)
+    kept = [r for r in best if r["valid"]]
+    assert len(kept) == len(curve)
+    assert all(r["launch"]["global"] == 2048 for r in kept)
+    assert sum(not r["valid"] for r in best) == 1  # invalid records stay, to be counted and reported
+    levels, _ = memory_ceilings(best, ZEN4_CACHES, threads=1)
+    assert [lvl["gbytes_per_s"] for lvl in levels] == [pytest.approx(400.0, rel=0.05), pytest.approx(50.0, rel=0.05)]
