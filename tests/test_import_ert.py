@@ -1,0 +1,77 @@
+"""ert import-ert-config: ERT 1.1 CPU, GPU and OpenCL configs become ert YAML that `ert validate` accepts."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from conftest import REPO, run_cmd, stderr_lines
+from ert.errors import ErtError
+from ert.import_ert import parse_int_set
+
+DATA = REPO / "tests" / "data"
+
+
+def _convert(name, tmp_path):
+    out = tmp_path / f"{name}.yaml"
+    proc = run_cmd("ert", "import-ert-config", DATA / f"ert-config-{name}.txt", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    valid = run_cmd("ert", "validate", out)
+    assert valid.returncode == 0 and "valid" in valid.stdout, valid.stderr
+    return yaml.safe_load(out.read_text()), stderr_lines(proc)
+
+
+def test_cpu_config(tmp_path):
+    cfg, notes = _convert("cpu", tmp_path)
+    assert cfg["backend"] == "numba-cpu" and cfg["precisions"] == ["fp64"]
+    assert cfg["flops_per_element"] == [1, 2, 4, 8, 16]
+    assert cfg["threads"] == 24  # the largest of ERT_OPENMP_THREADS 1-24
+    assert cfg["working_set"] == {"max_bytes": 1073741824, "min_bytes": 1 * 8 * 24, "growth": 1.1}
+    assert cfg["timing"] == {"repeats": 3} and cfg["access"] == ["rw"]
+    text = "\n".join(notes)
+    for key in ("ERT_MPI ", "ERT_PROCS_THREADS", "ERT_TRIALS_MIN", "ERT_CC", "ERT_RUN", "ERT_SPEC_GBYTES_L1",
+                "ERT_OPENMP_THREADS"):
+        assert key in text, key
+    assert all(line.startswith("import-ert-config: ert-config-cpu.txt: ERT_") for line in notes)
+
+
+def test_gpu_config(tmp_path):
+    cfg, notes = _convert("gpu", tmp_path)
+    assert cfg["backend"] == "cuda" and cfg["precisions"] == ["fp16", "fp32", "fp64"]
+    assert cfg["flops_per_element"] == [2 ** k for k in range(11)]
+    assert cfg["cuda"] == {"blocks": [80, 160, 320, 640, 1280, 2560], "threads_per_block": [64, 128, 256, 512, 1024],
+                           "blocks_threads": 163840}
+    assert cfg["working_set"]["min_bytes"] == 128 * 8 and cfg["timing"]["repeats"] == 5
+    assert any("ERT_BLOCKS_THREADS" in n and "equal to 163840" in n for n in notes)
+    assert any("ERT_GPU_CFLAGS" in n and "sm_70" in n for n in notes)
+
+
+def test_opencl_config(tmp_path):
+    cfg, notes = _convert("ocl", tmp_path)
+    assert cfg["backend"] == "opencl" and cfg["precisions"] == ["fp32", "fp64"]
+    assert cfg["opencl"] == {"global_sizes": [81920, 163840, 327680], "local_sizes": [512, 1024]}
+    assert cfg["working_set"]["growth"] == 1.3
+    assert any("ERT_OCL_SIZES" in n and "3 listed global:local pairs" in n for n in notes)
+
+
+def test_stdout_unknown_key_and_bad_set(tmp_path):
+    src = tmp_path / "config.ert"
+    src.write_text("# test\nERT_FLOPS 1,2,3,6-8\nERT_FROBNICATE yes\n")
+    proc = run_cmd("ert", "import-ert-config", src)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["flops_per_element"] == [1, 2, 8]
+    assert "ERT_FROBNICATE (line 3): unknown ERT key" in proc.stderr
+    assert "3, 6, 7 dropped" in proc.stderr
+    src.write_text("ERT_FLOPS 1,x\n")
+    out = tmp_path / "out.yaml"
+    proc = run_cmd("ert", "import-ert-config", src, "-o", out)
+    lines = stderr_lines(proc)
+    assert proc.returncode == 2 and len(lines) == 1 and "line 1: not an integer set" in lines[0]
+    assert not out.exists()
+
+
+def test_integer_sets():
+    assert parse_int_set("8", path="f", key="k") == [8]
+    assert parse_int_set("1,2,6-8", path="f", key="k") == [1, 2, 6, 7, 8]
+    with pytest.raises(ErtError):
+        parse_int_set("8-1", path="f", key="k")

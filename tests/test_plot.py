@@ -1,0 +1,59 @@
+"""ert plot: roofline (with application kernels) and sweep charts from a real run, written headless."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO, run_cmd, stderr_lines
+
+DATA = REPO / "tests" / "data"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_roofline_png_and_svg_from_a_real_run(tiny_run, tmp_path):
+    png, svg = tmp_path / "roof.png", tmp_path / "roof.svg"
+    proc = run_cmd("ert", "plot", tiny_run, "--app", DATA / "app-handworked.yaml", "-o", png)
+    assert proc.returncode == 0, proc.stderr
+    width, height = _png_size(png)
+    assert width > 1000 and height > 700  # 150 dpi: readable in a report
+    proc = run_cmd("ert", "plot", tiny_run / "ceilings.json", "--app", DATA / "app-handworked.yaml", "-o", svg)
+    assert proc.returncode == 0, proc.stderr
+    text = svg.read_text()
+    # Roofs carry values and units, ridge points are explained, every kernel is named, and the title says where.
+    import json
+
+    doc = json.loads((tiny_run / "ceilings.json").read_text())
+    l1 = next(e for e in doc["ceilings"]["memory"] if e["level"] == "L1" and e["precision"] == "fp64"
+              and e["access"] == "rw")
+    assert f"L1 {l1['gbytes_per_s']:.4g}" in text and "GB/s" in text and "GFLOP/s" in text
+    assert "ridge points" in text
+    for name in ("stencil", "dgemm-block", "stream-sum"):
+        assert name in text
+    assert doc["metadata"]["host"] in text and "numba-cpu" in text
+
+
+def test_sweep_plot(tiny_run, tmp_path):
+    out = tmp_path / "sweep.svg"
+    proc = run_cmd("ert", "plot", tiny_run, "--sweep", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "working set" in text and "FLOPs per element" in text
+    assert "L1" in text and "L2" in text  # plateaus labelled; cache hints marked
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["-o", "{tmp}/roof.jpg"], "unknown image format 'jpg'"),
+    (["--app", "{tmp}/missing.yaml", "-o", "{tmp}/roof.png"], "no such file"),
+])
+def test_plot_errors_leave_no_file(tiny_run, tmp_path, args, fragment):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc = run_cmd("ert", "plot", tiny_run, *args)
+    lines = stderr_lines(proc)
+    assert proc.returncode == 2 and len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert not list(tmp_path.iterdir())
