@@ -120,3 +120,24 @@ def test_the_real_registry_has_numba_cpu_available():
     assert st.available, st.reason
     assert "numba" in st.detail and "llvmlite" in st.detail
     assert REGISTRY.best_available() == "numba-cpu"
+
+
+def test_a_device_backend_with_only_cpu_devices_yields_to_the_cpu_backend(tmp_path, monkeypatch):
+    (tmp_path / "ert_fake_ocl.py").write_text(textwrap.dedent('''
+        import os
+        def probe():
+            return True, "", {"accelerators": int(os.environ.get("FAKE_ACCELERATORS", "0"))}
+    '''))
+    (tmp_path / "ert_fake_cpu.py").write_text("def probe():\n    return True, '', {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry([BackendEntry("dev", "ert_fake_ocl", "device", host_threads=False),
+                    BackendEntry("cpu", "ert_fake_cpu", "cpu")])
+    only_dev = Registry([BackendEntry("dev", "ert_fake_ocl", "device", host_threads=False)])
+    try:
+        assert reg.best_available() == "cpu"           # a CPU seen through OpenCL: the CPU backend is better
+        assert only_dev.best_available() == "dev"      # but it still serves when nothing else can
+        monkeypatch.setenv("FAKE_ACCELERATORS", "1")
+        assert reg.best_available() == "dev"           # a real accelerator comes first
+    finally:
+        sys.modules.pop("ert_fake_ocl", None)
+        sys.modules.pop("ert_fake_cpu", None)
