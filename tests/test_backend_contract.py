@@ -1,0 +1,112 @@
+"""The Backend contract, run for real on every registered backend that is available here (others skip with why)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ert import hwinfo
+from ert.backends import REGISTRY
+from ert.config import from_dict
+from ert.spec import ITEMSIZE, KernelSpec
+
+# A config every backend accepts; the OpenCL CPU caveat's numba-cpu reference
+# (a child process) is not what these tests are about.
+CONFIG = from_dict({"precisions": ["fp64", "fp32"], "opencl": {"cpu_reference": False}})
+TRIALS = (1, 2)  # an odd total: the sign of c_t catches a trial run twice or skipped
+
+
+def _params():
+    out = []
+    for name in REGISTRY.names():
+        status = REGISTRY.status(name)
+        marks = [] if status.available else [pytest.mark.skip(reason=f"{name}: {status.reason}")]
+        out.append(pytest.param(name, marks=marks, id=name))
+    return out
+
+
+@pytest.fixture(scope="module", params=_params())
+def backend(request):
+    name = request.param
+    threads = hwinfo.usable_cpus() if REGISTRY.entry(name).host_threads else 1
+    made = REGISTRY.create(name, threads=threads, config=CONFIG, local_rank=0, local_size=1)
+    yield made
+    made.close()
+
+
+def _supported(backend, spec: KernelSpec) -> bool:
+    supports = getattr(backend, "supports", None)
+    return supports(spec) if supports else spec.precision != "fp16"
+
+
+def _elements(backend, spec: KernelSpec, wss_bytes: int) -> int:
+    """Elements per thread for about ``wss_bytes`` in total, a whole number of granules."""
+    granule = backend.granule_elements(spec)
+    per_thread = wss_bytes // spec.itemsize // backend.threads
+    return max(granule, per_thread // granule * granule)
+
+
+def _prepare(backend, spec: KernelSpec, n: int) -> None:
+    launches = getattr(backend, "launches", None)
+    if launches is None:
+        backend.prepare(spec, elements_per_thread=n)
+    else:
+        options = launches(spec, n)
+        assert options, f"{backend.name} lists no launch geometry for {spec.key} at {n} elements"
+        backend.prepare(spec, elements_per_thread=n, launch=options[0])
+
+
+def _corrupt(backend) -> None:
+    """Damage one value that check() examines, through the backend's test hook where it has one."""
+    hook = getattr(backend, "corrupt_for_test", None)
+    if hook is not None:
+        hook()
+        return
+    # numba-cpu has no hook: its output is host memory, so damage it directly.
+    if backend._spec.access == "ro":
+        backend._ro_out[0] += 12345.0
+    else:
+        backend._view[backend._view.size // 2 + 5] = 3.0
+
+
+KERNELS = [KernelSpec(p, f, fma, access) for p in ITEMSIZE
+           for f, fma, access in ((1, False, "rw"), (8, True, "rw"), (8, False, "rw"), (1, False, "ro"))]
+
+
+@pytest.mark.parametrize("spec", KERNELS, ids=lambda s: s.key)
+def test_round_trip_is_checked_against_the_host_replay(backend, spec):
+    if not _supported(backend, spec):
+        pytest.skip(f"{backend.name} does not run {spec.precision} here")
+    n = _elements(backend, spec, 48 * 1024)
+    _prepare(backend, spec, n)
+    seconds = [backend.run(t) for t in TRIALS]
+    assert all(s > 0 for s in seconds), seconds
+    result = backend.check()
+    assert result.ok, f"{spec.key}: {result.detail}"
+    _corrupt(backend)
+    damaged = backend.check()
+    assert not damaged.ok, f"{spec.key}: check() passed a corrupted output ({damaged.detail})"
+
+
+def test_unsupported_sizes_are_refused(backend):
+    spec = KernelSpec("fp32", 1, False)
+    granule = backend.granule_elements(spec)
+    assert granule >= 1
+    if granule > 1:
+        with pytest.raises(ValueError):
+            backend.prepare(spec, elements_per_thread=granule + 1)
+
+
+def test_seconds_scale_with_trials(backend):
+    spec = KernelSpec("fp32", 1, False)
+    _prepare(backend, spec, _elements(backend, spec, 512 * 1024))
+    few = min(backend.run(4) for _ in range(3))
+    many = min(backend.run(64) for _ in range(3))
+    # 16x the work: launch or fork overhead may eat some of it, never most.
+    assert many > 4 * few, (few, many)
+    assert backend.check().ok
+
+
+def test_describe_names_the_backend_and_device(backend):
+    info = backend.describe()
+    assert info["backend"] == backend.name
+    assert isinstance(info.get("device"), str) and info["device"]

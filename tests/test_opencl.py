@@ -1,0 +1,281 @@
+"""The OpenCL backend on the real OpenCL devices here (PoCL in CI): runs, selection, checks, build cache, code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import TINY, run_cmd
+from ert.backends import REGISTRY
+from ert.config import from_dict
+from ert.errors import ErtError
+from ert.spec import KernelSpec
+
+STATUS = REGISTRY.status("opencl")
+pytestmark = pytest.mark.skipif(not STATUS.available, reason=f"opencl: {STATUS.reason}")
+
+
+def _backend(**opencl):
+    from ert.backends import opencl as ocl
+
+    config = from_dict({"precisions": ["fp64", "fp32"], "opencl": {"cpu_reference": False, **opencl}})
+    return ocl.create(config=config)
+
+
+@pytest.fixture(scope="module")
+def cl_backend():
+    made = _backend()
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module")
+def opencl_run(tmp_path_factory) -> Path:
+    """One real `ert-run --backend opencl configs/tiny.yaml` (with the numba-cpu reference)."""
+    run_dir = tmp_path_factory.mktemp("ocl") / "run"
+    proc = run_cmd("ert-run", "--backend", "opencl", TINY, "--out", run_dir, "-q", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return run_dir
+
+
+def _device_names() -> list[str]:
+    import pyopencl as cl
+
+    return [d.name.strip() for p in cl.get_platforms() for d in p.get_devices()]
+
+
+# ----------------------------------------------------------------------------- end to end
+def test_tiny_run_writes_valid_ceilings_naming_the_device(opencl_run):
+    from ert.ceilings_io import load_ceilings
+
+    doc = load_ceilings(opencl_run / "ceilings.json")  # validates against the schema
+    meta = doc["metadata"]
+    info = meta["backend_info"]
+    assert meta["backend"] == "opencl"
+    assert info["device_name"] in _device_names()
+    assert info["device_name"] in meta["device"]
+    for key in ("platform", "platform_version", "driver_version", "device_version", "compute_units",
+                "max_clock_mhz", "local_mem_bytes", "global_mem_cache_bytes", "global_mem_cacheline_bytes",
+                "global_mem_bytes", "fp64", "fp16", "build_options", "caches", "memory_name"):
+        assert key in info, key
+    points = [json.loads(line) for line in (opencl_run / "raw.jsonl").read_text().splitlines()]
+    points = [p for p in points if p["type"] == "point"]
+    fp64 = [p for p in points if p["spec"]["precision"] == "fp64"]
+    assert fp64 and all(p["valid"] for p in points), [p["check"] for p in points if not p["valid"]]
+    assert all(p["launch"]["global"] % p["launch"]["local"] == 0 for p in points)
+    assert doc["ceilings"]["memory"] and doc["ceilings"]["compute"]
+
+
+def test_cpu_device_numbers_carry_a_caveat(opencl_run):
+    doc = json.loads((opencl_run / "ceilings.json").read_text())
+    info = doc["metadata"]["backend_info"]
+    if info["device_type"] != "cpu":
+        pytest.skip("the device is not a CPU")
+    caveat = [w for w in doc["warnings"] if w.startswith("OpenCL device is a CPU")]
+    assert len(caveat) == 1 and "numba-cpu" in caveat[0]
+    ref = info.get("cpu_reference", {})
+    assert ref.get("gflops_per_s", 0) > 0 or "error" in ref
+    # On a CPU device the levels are named from the host's caches (L1 and more).
+    assert {c["level"] for c in info["caches"]} >= {1}
+
+
+def test_fp16_alone_on_a_device_without_it_is_one_clear_error(tmp_path, cl_backend):
+    if cl_backend.precisions["fp16"]:
+        pytest.skip("this device runs fp16")
+    cfg = yaml.safe_load(TINY.read_text())
+    cfg.update(backend="opencl", precisions=["fp16"])
+    path = tmp_path / "fp16.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "out"
+    proc = run_cmd("ert-run", path, "--out", out, "-q")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cl_khr_fp16" in lines[0] and "Traceback" not in proc.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_fp16_beside_fp64_is_skipped_with_one_warning(tmp_path, cl_backend):
+    if cl_backend.precisions["fp16"]:
+        pytest.skip("this device runs fp16")
+    cfg = {"backend": "opencl", "precisions": ["fp64", "fp16"], "flops_per_element": [1], "access": ["rw"],
+           "working_set": {"min_bytes": 16384, "max_bytes": 65536, "growth": 2.0},
+           "timing": {"min_seconds": 0.001, "repeats": 2, "noise_threshold": 10.0, "max_remeasure": 0},
+           "opencl": {"cpu_reference": False}}
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = run_cmd("ert-run", path, "--out", tmp_path / "run", "-q")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "cl_khr_fp16" in line]
+    assert len(warnings) == 1, proc.stderr
+    doc = json.loads((tmp_path / "run" / "ceilings.json").read_text())
+    assert {m["precision"] for m in doc["ceilings"]["memory"]} == {"fp64"}
+    assert any("cl_khr_fp16" in w for w in doc["warnings"])
+
+
+# ----------------------------------------------------------------------------- `ert backends`
+def test_ert_backends_lists_every_device_with_fp64_and_fp16():
+    proc = run_cmd("ert", "backends")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("opencl") and "available" in line and "unavailable" not in line for line in lines)
+    device_lines = [line for line in lines if " device " in line]
+    assert len(device_lines) == len(_device_names())
+    for name, line in zip(_device_names(), device_lines):
+        assert name in line and "fp64 " in line and "fp16 " in line
+
+
+def test_ert_backends_without_any_icd_gives_the_reason(tmp_path):
+    # The ICD loader reads OCL_ICD_VENDORS; an empty directory means no driver at all.
+    env = dict(os.environ, OCL_ICD_VENDORS=str(tmp_path / "no-vendors"))
+    proc = subprocess.run([sys.executable, "-m", "ert", "backends"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("opencl"))
+    assert "unavailable" in line and "no OpenCL platform" in line
+
+
+# ----------------------------------------------------------------------------- device selection
+def test_selection_by_name_index_and_type():
+    from ert.backends.opencl_devices import all_devices, select_device, type_name
+    from ert.config import OpenCLOptions
+
+    p_index, d_index, first = all_devices()[0]
+    name = first.name.strip()
+    device, choice = select_device(OpenCLOptions(device=name[2:8].upper()))
+    assert device.name.strip() == name
+    device, choice = select_device(OpenCLOptions(platform=p_index, device=0))
+    assert choice["platform_index"] == p_index and "index 0" in choice["picked_by"]
+    # Under MPI the rank's index within its node picks among the matching devices.
+    count = len(all_devices())
+    device, choice = select_device(OpenCLOptions(), local_rank=count + 1)
+    assert choice["picked_by"].startswith(f"local rank {count + 1} modulo {count}")
+    with pytest.raises(ErtError, match="out of range"):
+        select_device(OpenCLOptions(device=count + 5))
+    with pytest.raises(ErtError, match="no OpenCL device name contains"):
+        select_device(OpenCLOptions(device="no-such-device-xyz"))
+    with pytest.raises(ErtError, match="no OpenCL platform matches"):
+        select_device(OpenCLOptions(platform="no-such-platform-xyz"))
+    present = {type_name(d) for _, _, d in all_devices()}
+    absent = [t for t in ("gpu", "accelerator", "cpu") if t not in present]
+    for kind in absent:
+        with pytest.raises(ErtError, match=f"no OpenCL device of type {kind}"):
+            select_device(OpenCLOptions(device_type=kind))
+
+
+def test_selector_text_for_the_command_line():
+    from ert.backends.opencl_devices import parse_selector
+
+    assert parse_selector("gpu") == {"device_type": "gpu"}
+    assert parse_selector("1") == {"device": 1}
+    assert parse_selector("pocl:EPYC") == {"platform": "pocl", "device": "EPYC"}
+    assert parse_selector("0:") == {"platform": 0, "device": None}
+
+
+# ----------------------------------------------------------------------------- geometry, build, timing
+def test_launches_follow_the_config_and_fit_the_working_set():
+    backend = _backend(global_sizes=[8, 48, 64, 4096], local_sizes=[16, 1 << 20], layout="interleaved",
+                       vector_width=1, chains=2)
+    spec = KernelSpec("fp32", 1, False)
+    granule = backend.granule_elements(spec)
+    assert granule == 16  # lcm(vector width x chains, the 16-value pattern)
+    # 64 groups of 2 vectors: 8 is not a multiple of 16, 4096 is too many, 2**20 too big a group.
+    assert backend.launches(spec, 128) == [{"global": 48, "local": 16}, {"global": 64, "local": 16}]
+    # Nothing fits 16 elements: the smallest geometry that does stands in.
+    assert backend.launches(spec, 16) == [{"global": 16, "local": 16}]
+    if not backend.precisions["fp16"]:
+        assert backend.launches(KernelSpec("fp16", 1, False), 128) == []  # no points: skipped, not failed
+
+
+def test_default_cpu_geometry_is_one_work_item_per_compute_unit(cl_backend):
+    if cl_backend.kind != "cpu":
+        pytest.skip("the device is not a CPU")
+    spec = KernelSpec("fp64", 1, False)
+    units = cl_backend.info["compute_units"]
+    assert cl_backend.launches(spec, cl_backend.granule_elements(spec) * 64) == [{"global": units, "local": 1}]
+
+
+@pytest.mark.parametrize("spec", [KernelSpec("fp64", 4, True), KernelSpec("fp32", 1, False, "ro")],
+                         ids=lambda s: s.key)
+def test_interleaved_layout_with_a_tail_is_checked(spec):
+    # The GPU layout, run here: 48 work-items, 3 chains, sizes that leave a tail.
+    backend = _backend(global_sizes=[48], local_sizes=[16], layout="interleaved", vector_width=2, chains=3)
+    n = backend.granule_elements(spec) * 37
+    backend.prepare(spec, elements_per_thread=n, launch={"global": 48, "local": 16})
+    backend.run(3)
+    assert backend.check().ok
+    backend.corrupt_for_test()
+    assert not backend.check().ok
+    backend.close()
+
+
+def test_a_trial_count_off_by_one_fails_the_check(cl_backend):
+    spec = KernelSpec("fp64", 2, False)
+    cl_backend.prepare(spec, elements_per_thread=cl_backend.granule_elements(spec) * 4)
+    cl_backend.run(3)
+    cl_backend._trials_done += 1  # what a driver or kernel losing one trial would leave
+    assert not cl_backend.check().ok
+
+
+def test_programs_are_cached_and_never_built_in_a_timed_region(cl_backend):
+    from ert.backends import opencl as ocl
+
+    spec = KernelSpec("fp32", 32, True)
+    ocl._PROGRAMS.clear()
+    cl_backend.prepare(spec, elements_per_thread=cl_backend.granule_elements(spec) * 8)
+    assert len(ocl._PROGRAMS) == 1
+    first = cl_backend.run(1)
+    # A build (or the driver's per-local-size compile) takes >= 0.1 s here.
+    assert first < 0.05, first
+    cl_backend.prepare(spec, elements_per_thread=cl_backend.granule_elements(spec) * 16)
+    assert len(ocl._PROGRAMS) == 1
+    cl_backend.prepare(KernelSpec("fp32", 32, False), elements_per_thread=cl_backend.granule_elements(spec) * 8)
+    assert len(ocl._PROGRAMS) == 2
+
+
+def test_kernel_source_ships_in_the_package():
+    from ert.backends.opencl import kernel_source
+
+    text = kernel_source()
+    assert "#pragma OPENCL FP_CONTRACT OFF" in text and "__kernel void ert_rw" in text
+
+
+_ASM_SCRIPT = textwrap.dedent("""
+    import sys
+    from ert.backends import opencl as ocl
+    from ert.config import from_dict
+    from ert.spec import KernelSpec
+    backend = ocl.create(config=from_dict({"opencl": {"cpu_reference": False}}))
+    spec = KernelSpec("fp64", 8, sys.argv[1] == "fma")
+    backend.prepare(spec, elements_per_thread=backend.granule_elements(spec) * 4)
+    backend.run(1)
+    assert backend.check().ok
+""")
+
+
+def _fma_count(tmp_path, variant: str) -> int:
+    cache = tmp_path / variant
+    env = dict(os.environ, POCL_CACHE_DIR=str(cache))
+    subprocess.run([sys.executable, "-c", _ASM_SCRIPT, variant], env=env, check=True, timeout=120)
+    objects = list(cache.rglob("ert_rw.so"))
+    assert objects, f"PoCL left no ert_rw.so under {cache}"
+    text = subprocess.run(["objdump", "-d", str(objects[0])], capture_output=True, text=True, check=True).stdout
+    return sum(1 for line in text.splitlines() if "vfmadd" in line or "vfmsub" in line or "vfnmadd" in line)
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
+def test_pocl_code_fuses_only_the_fma_variant(tmp_path):
+    from ert.backends.opencl_devices import all_devices, is_pocl
+
+    if not is_pocl(all_devices()[0][2]):
+        pytest.skip("the first OpenCL device (the one the script picks) is not PoCL's")
+    assert _fma_count(tmp_path, "fma") > 0
+    assert _fma_count(tmp_path, "nofma") == 0
