@@ -87,19 +87,20 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
         peak = roofs_mod.fma_roof(doc, precision)
         f = fma_ratio if fma_ratio is not None else kernel.fma_ratio.get(precision)
         source = "--fma-ratio" if fma_ratio is not None else (ratio_source if f is not None else None)
-        compute_name = compute_value = None
+        compute_name = compute_value = short_name = None
         if peak is None:
             notes.append(f"no {precision} compute ceiling in the ceilings file: only memory bounds apply")
         elif f is not None:
             compute_value = fma_ratio_ceiling(fma_ratio=f, fma_peak_gflops_per_s=peak.gflops_per_s)
-            compute_name = (f"{precision.upper()} FMA-ratio ceiling (f = {f:.0%}: {(1 + f) / 2:.3g} x {peak.name} "
-                            f"{_num(peak.gflops_per_s)})")
+            short_name = f"{precision.upper()} FMA-ratio ceiling"
+            compute_name = f"{short_name} (f = {f:.0%}: {(1 + f) / 2:.3g} x {peak.name} {_num(peak.gflops_per_s)})"
         else:
             compute_value, compute_name = peak.gflops_per_s, f"{peak.name} peak"
+            short_name = compute_name
         bounds = [(lv.bound_gflops_per_s, f"{lv.roof_level} bandwidth") for lv in levels
                   if lv.bound_gflops_per_s is not None]
         if compute_value is not None:
-            bounds.append((compute_value, compute_name))
+            bounds.append((compute_value, short_name))
         attainable, binding = min(bounds, key=lambda b: b[0]) if bounds else (None, None)
         gflops = flops / kernel.seconds / 1e9
         results.append(PrecisionResult(
