@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from ert.errors import ErtError
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 # This reader understands every minor version of this major (see schemas/HISTORY.md).
 SUPPORTED_MAJOR = "1"

@@ -23,7 +23,12 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", metavar="NAME", help="override the config's backend (see `ert backends`)")
     p.add_argument("--out", metavar="DIR", help="the run directory to create (refused if it already holds a run)")
     p.add_argument("--resume", metavar="RUN_DIR", help="measure only the points missing from RUN_DIR/raw.jsonl")
-    p.add_argument("--threads", metavar="N", type=_positive_int, help="threads per rank (overrides the config)")
+    p.add_argument("--threads", metavar="N[,N...]", type=_thread_counts,
+                   help="threads per rank (overrides the config); a list such as 1,2 sweeps each count "
+                        "(thread scaling; the largest gives the top-level ceilings)")
+    p.add_argument("--sustain", metavar="SECONDS", type=_positive_seconds,
+                   help="after the sweep, hold the FP64 peak and DRAM points this long each and report "
+                        "sustained beside burst values")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
 
 
@@ -34,6 +39,26 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _thread_counts(text: str):
+    """``N`` (an int, as before) or ``N,M,...`` (a sorted list of distinct counts: thread scaling)."""
+    parts = [_positive_int(part.strip()) for part in text.split(",")]
+    if len(parts) == 1:
+        return parts[0]
+    if len(set(parts)) != len(parts):
+        raise argparse.ArgumentTypeError(f"thread counts repeat: {text!r}")
+    return sorted(parts)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400 seconds: {text!r}")
     return value
 
 
@@ -151,13 +176,21 @@ def _prepare_run(args, comm, placement):
         if args.backend and args.backend != cfg.backend:
             raise ErtError(f"the run used backend '{cfg.backend}'; a resume cannot switch to '{args.backend}'",
                            path=run_dir, key="--backend")
-        if args.threads and args.threads != cfg.threads:
-            raise ErtError(f"the run used {cfg.threads} threads; a resume cannot change that",
+        if args.threads and args.threads != (cfg.thread_counts or cfg.threads):
+            raise ErtError(f"the run used {cfg.thread_counts or cfg.threads} threads; a resume cannot change that",
                            path=run_dir, key="--threads")
+        if args.sustain and args.sustain != cfg.sustain_seconds:
+            raise ErtError(f"the run's sustain time is {cfg.sustain_seconds}; a resume cannot change that",
+                           path=run_dir, key="--sustain")
         return cfg, run_dir, True
     source = args.config or config_mod.default_path()
     cfg = config_mod.load(source)
-    cfg = config_mod.with_overrides(cfg, backend=args.backend, threads=args.threads)
+    data = cfg.to_dict()
+    if args.threads is not None:  # N: one count, as before; N,M,...: thread scaling up to the largest
+        counts = args.threads if isinstance(args.threads, list) else None
+        data.update(threads=max(counts) if counts else args.threads, thread_counts=counts)
+    cfg = config_mod.with_overrides(config_mod.from_dict(data, source="command line"), backend=args.backend,
+                                    sustain_seconds=args.sustain)
     cfg = _resolve(cfg, source=source, backend_flag=bool(args.backend), placement=placement)
     if args.out:
         run_dir = Path(args.out)
@@ -249,8 +282,19 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
             print(f"ert-run: warning: {warning}", file=sys.stderr)
         print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}",
               file=sys.stderr)
-    result = run_sweep(config=cfg, points=points, run_dir=run_dir, backend=backend, comm=comm, header=header,
-                       progress=progress)
+    if cfg.thread_counts or cfg.sustain_seconds:
+        from ert.scaling import run_all
+
+        def make_backend(threads: int):
+            return faults.maybe_wrap(REGISTRY.create(cfg.backend, threads=threads, config=cfg,
+                                                     local_rank=comm.local_rank, local_size=comm.local_size),
+                                     rank=comm.rank)
+
+        result = run_all(config=cfg, run_dir=run_dir, backend=backend, make_backend=make_backend, comm=comm,
+                         header=header, progress=progress, sustain_seconds=cfg.sustain_seconds)
+    else:
+        result = run_sweep(config=cfg, points=points, run_dir=run_dir, backend=backend, comm=comm,
+                           header=header, progress=progress)
     backend.close()
     if comm.rank != 0:
         if result.interrupted and comm.size > 1:

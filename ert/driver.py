@@ -261,7 +261,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
         wall = time.perf_counter() - start
         if writer:
             if not interrupted or measured:
-                end = {"type": "end", "wall_seconds": wall, "interrupted": interrupted, "measured": measured}
+                end = {"type": "end", "wall_seconds": wall, "interrupted": interrupted, "measured": measured,
+                       "threads_per_rank": threads}
                 if planner is not None:
                     # An adaptive plan's size is known only once it is done.
                     end.update(sweep="adaptive", complete=not interrupted, planned_points=len(planner.planned))

@@ -65,6 +65,7 @@ class RawData:
     header: dict
     points: list[dict]
     ends: list[dict] = field(default_factory=list)
+    sustained: list[dict] = field(default_factory=list)  # "sustain" records: peak points held for seconds
 
 
 def read_raw(path: str | Path) -> RawData:
@@ -85,6 +86,7 @@ def read_raw(path: str | Path) -> RawData:
     header = None
     points = []
     ends = []
+    sustained = []
     for number, text, is_last in lines:
         try:
             rec = json.loads(text)
@@ -104,6 +106,8 @@ def read_raw(path: str | Path) -> RawData:
             points.append(rec)
         elif rec["type"] == "end":
             ends.append(rec)
+        elif rec["type"] == "sustain":
+            sustained.append(rec)
     if header is None:
         raise ErtError("no header record: not an ert raw file", path=path)
     if str(header.get("raw_version", "")).split(".")[0] != RAW_VERSION.split(".")[0]:
@@ -113,4 +117,4 @@ def read_raw(path: str | Path) -> RawData:
     latest = {}
     for rec in points:
         latest[rec["id"]] = rec
-    return RawData(path, header, list(latest.values()), ends)
+    return RawData(path, header, list(latest.values()), ends, sustained)

@@ -161,17 +161,73 @@ def _compute_section(entries: list[dict]) -> list[str]:
     )
 
 
-def format_ceilings(doc: dict) -> str:
-    """The readable report of a (validated) ceilings document; no trailing newline.
+def _memory_name(e: dict) -> str:
+    access = {"rw": "read+write", "ro": "read-only"}.get(e.get("access", ""), e.get("access", ""))
+    return " ".join(str(x) for x in (e.get("precision", ""), access, e.get("level", _MISSING)) if x)
 
-    ``scaling`` results, if present, are not shown yet.
-    """
+
+def _compute_name(e: dict) -> str:
+    return f"{e.get('precision', _MISSING)} {'FMA' if e.get('fma') else 'no-FMA'} peak"
+
+
+def _scaling_section(scaling: Any) -> list[str]:
+    """One row per ceiling, one column per thread count, and the largest count's ratio to the smallest."""
+    counts = scaling.get("by_threads") if isinstance(scaling, dict) else None
+    counts = [c for c in counts or [] if isinstance(c, dict)]
+    if not counts:
+        return []
+    rows: dict[tuple, list] = {}
+    for k, entry in enumerate(counts):
+        ceilings = entry.get("ceilings", {})
+        for e in ceilings.get("memory", []):
+            rows.setdefault((0, _memory_name(e), "GB/s"), [None] * len(counts))[k] = e.get("gbytes_per_s")
+        for e in ceilings.get("compute", []):
+            rows.setdefault((1, _compute_name(e), "GFLOP/s"), [None] * len(counts))[k] = e.get("gflops_per_s")
+    first, last = counts[0].get("threads_per_rank"), counts[-1].get("threads_per_rank")
+    headers = ["ceiling", "unit"] + [f"{c.get('threads_per_rank', _MISSING)} thr" for c in counts]
+    headers.append(f"{last}/{first}")
+    table = []
+    for (_, name, unit), values in rows.items():
+        cells = [format_rate(v) if isinstance(v, (int, float)) else _MISSING for v in values]
+        ratio = (f"{values[-1] / values[0]:.2f}x" if isinstance(values[0], (int, float)) and values[0]
+                 and isinstance(values[-1], (int, float)) else _MISSING)
+        table.append([name, unit] + cells + [ratio])
+    return ["Thread scaling (threads per rank)"] + _table(
+        headers, table, [False, False] + [True] * (len(counts) + 1))
+
+
+def _sustained_section(ceilings: dict) -> list[str]:
+    """Burst (sweep) value beside the sustained one for every ceiling that was held."""
+    rows = []
+    for kind, unit, key, name in (("compute", "GFLOP/s", "gflops_per_s", _compute_name),
+                                  ("memory", "GB/s", "gbytes_per_s", _memory_name)):
+        for e in ceilings.get(kind, []):
+            held = e.get("sustained")
+            if not isinstance(held, dict):
+                continue
+            cells = [held.get(key), held.get(f"first_{key}"), held.get(f"last_{key}"),
+                     held.get(f"min_region_{key}")]
+            rows.append([name(e), unit, format_rate(e[key])]
+                        + [format_rate(v) if isinstance(v, (int, float)) else _MISSING for v in cells]
+                        + [f"{held.get('hold_seconds', 0):.0f} s", f"{held.get('ratio_to_burst', 0):.3f}"])
+    if not rows:
+        return []
+    return ["Sustained versus burst"] + _table(
+        ["ceiling", "unit", "burst", "sustained", "first 10%", "last 10%", "slowest", "held", "sustained/burst"],
+        rows, [False, False] + [True] * 7)
+
+
+def format_ceilings(doc: dict) -> str:
+    """The readable report of a (validated) ceilings document; no trailing newline."""
     ceilings = doc.get("ceilings", {})
     lines = _header(doc.get("metadata", {}))
     lines.append("")
     lines += _memory_sections(ceilings.get("memory", []))
     lines.append("")
     lines += _compute_section(ceilings.get("compute", []))
+    for extra in (_sustained_section(ceilings), _scaling_section(doc.get("scaling"))):
+        if extra:
+            lines += [""] + extra
     warnings = doc.get("warnings", [])
     if warnings:
         lines.append("")

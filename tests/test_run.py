@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 def test_ceilings_json_validates(tiny_run):
     doc = load_ceilings(tiny_run / "ceilings.json")
-    assert doc["schema_version"] == "1.0"
+    assert doc["schema_version"] == "1.1"
     assert doc["raw"] == "raw.jsonl"
 
 

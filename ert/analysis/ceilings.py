@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import statistics
 from collections import defaultdict
 
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
+from ert.analysis.scaling import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.hwinfo import CacheInfo
 from ert.rawio import RAW_NAME, RawData
 from ert.spec import KernelSpec
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2}
 # A level whose points spread more than this (p90-p10 over median) is not flat:
 # it mixes levels the fit could not separate, or the machine changed under it.
@@ -207,7 +209,7 @@ def best_launches(points: list[dict]) -> list[dict]:
 
 
 def build(raw: RawData) -> dict:
-    """The ceiling document (schema 1.0) from a raw file's records alone."""
+    """The ceiling document (schema 1.1) from a raw file's records alone."""
     header = raw.header
     meta = dict(header["metadata"])
     threads = int(meta["threads_per_rank"]) * int(meta["ranks"])
@@ -217,23 +219,24 @@ def build(raw: RawData) -> dict:
     caches = [CacheInfo(level=c["level"], kind=c.get("kind", "Unified"), size_bytes=c["size_bytes"],
                         shared_cpu_count=c.get("shared_cpu_count", 1)) for c in cache_list]
     points = raw.points
-    used = best_launches(points)
-    memory, warnings = memory_ceilings(used, caches, threads=threads,
-                                       memory_name=meta.get("backend_info", {}).get("memory_name", meta.get("memory_name", "DRAM")))
-    compute, compute_warnings = compute_ceilings(used)
-    warnings += compute_warnings + _peak_at_edge(used, compute)
+    memory_name = meta.get("backend_info", {}).get("memory_name", meta.get("memory_name", "DRAM"))
+    groups = by_thread_count(points)
+    ranks = int(meta["ranks"])
+    per_count = {}
+    if len(groups) > 1:
+        # A thread-scaling run: ceilings per thread count; the top level is the run's own count.
+        for count, recs in groups.items():
+            per_count[count] = _ceilings_of(recs, caches, threads=count * ranks, memory_name=memory_name)
+        own = int(meta["threads_per_rank"])
+        memory, compute, warnings = copy.deepcopy(per_count.get(own, per_count[max(per_count)]))
+    else:
+        memory, compute, warnings = _ceilings_of(points, caches, threads=threads, memory_name=memory_name)
+    warnings += attach_sustained(memory, compute, raw.sustained)
     # What the backend knows makes its numbers misleading without context
     # (an OpenCL driver on a CPU that does not vectorise, say).
     warnings += [str(c) for c in meta.get("backend_info", {}).get("caveats", [])]
 
-    planned = header.get("planned_points", len(points))
-    complete = True
-    if planned is None:
-        # An adaptive sweep knows its size only at its end, which a finished
-        # sweep records; without such an end record the run was cut short.
-        finished = [e for e in raw.ends if e.get("complete")]
-        planned = max([len(points)] + [int(e["planned_points"]) for e in finished])
-        complete = bool(finished)
+    planned, complete = planned_points(header, raw.ends, len(points))
     invalid = [r for r in points if not r["valid"]]
     noisy = [r for r in points if r["noisy"]]
     if invalid:
@@ -249,10 +252,22 @@ def build(raw: RawData) -> dict:
     meta["points"] = {"planned": planned, "measured": len(points), "noisy": len(noisy), "invalid": len(invalid)}
     if points:
         meta["median_point_spread"] = round(statistics.median(r["spread"] for r in points), 4)
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "metadata": meta,
         "raw": RAW_NAME,
         "ceilings": {"memory": memory, "compute": compute},
         "warnings": warnings,
     }
+    if per_count:
+        doc["scaling"] = scaling_section(per_count, ranks=ranks)
+    return doc
+
+
+def _ceilings_of(points: list[dict], caches: list[CacheInfo], *, threads: int,
+                 memory_name: str) -> tuple[list[dict], list[dict], list[str]]:
+    """(memory, compute, warnings) of one set of records measured with ``threads`` workers."""
+    used = best_launches(points)
+    memory, warnings = memory_ceilings(used, caches, threads=threads, memory_name=memory_name)
+    compute, compute_warnings = compute_ceilings(used)
+    return memory, compute, warnings + compute_warnings + _peak_at_edge(used, compute)

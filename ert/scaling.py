@@ -1,0 +1,173 @@
+"""Run modes beyond one sweep: the sweep once per thread count, and holding peak points (sustained mode)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ert.driver import SweepResult, _timed, run_sweep
+from ert.rawio import RAW_NAME, RawWriter, read_raw
+from ert.spec import KernelSpec
+from ert.sweep import plan
+
+# Each timed region of a hold lasts about this long: short enough to show a
+# clock that drops within seconds, long enough that timer overhead is nothing.
+HOLD_REGION_SECONDS = 0.25
+
+
+def thread_counts(config) -> list[int]:
+    """The thread counts a run sweeps, largest (the run's own, the top-level ceilings) first."""
+    return sorted(config.thread_counts or [config.threads], reverse=True)
+
+
+def _plan_for(config, backend, comm, threads: int):
+    counts = config.thread_counts
+    tag = threads if counts else None
+    # Every count sweeps the same working sets per thread, so a level's range
+    # lines up across counts (aggregate sets scale with the count), and all reach max_bytes.
+    min_bytes = max(1, config.working_set.min_bytes * threads // max(counts)) if counts else None
+    return plan(config, workers=threads * comm.size, granule_elements_of=backend.granule_elements,
+                launches_of=getattr(backend, "launches", None), thread_tag=tag, min_bytes=min_bytes)
+
+
+def run_all(*, config, run_dir: Path, backend, make_backend, comm, header: dict | None, progress=None,
+            sustain_seconds: float | None = None) -> SweepResult:
+    """The sweep of each thread count (the run's own first, with ``backend``), then the sustained hold.
+
+    ``make_backend(threads)`` creates the backend of another thread count; it
+    is closed after its sweep.  ``header`` (None on resume) is written by the
+    first sweep, with the planned count of every sweep of a dense run.
+    """
+    counts = thread_counts(config)
+    if header is not None and config.thread_counts:
+        plans = [_plan_for(config, backend, comm, t) for t in counts]
+        header = {**header, "planned_points": sum(len(p) for p in plans), "thread_counts": counts}
+    total = SweepResult(planned=0, measured_now=0, interrupted=False, wall_seconds=0.0)
+    for k, threads in enumerate(counts):
+        own = backend if k == 0 else make_backend(threads)
+        try:
+            points = _plan_for(config, own, comm, threads)
+            result = run_sweep(config=config, points=points, run_dir=run_dir, backend=own, comm=comm,
+                               header=header if k == 0 else None, progress=progress)
+            if k == 0 and sustain_seconds and not result.interrupted:
+                # With the run's own backend, before other counts change the thread pool.
+                result.interrupted = hold_peaks(run_dir=run_dir, backend=own, comm=comm,
+                                                seconds=sustain_seconds, progress=progress)
+        finally:
+            if k > 0:
+                own.close()
+        total = SweepResult(planned=total.planned + result.planned,
+                            measured_now=total.measured_now + result.measured_now,
+                            interrupted=result.interrupted, wall_seconds=total.wall_seconds + result.wall_seconds)
+        if result.interrupted:
+            break
+    return total
+
+
+# ---------------------------------------------------------------------------- sustained mode
+@dataclass(frozen=True)
+class HoldTarget:
+    """A point to hold: which ceiling it stands for, and the kernel and size to run."""
+
+    target: str          # "compute" or "memory"
+    point_id: str        # the sweep point it repeats (the ceiling's evidence)
+    spec: dict
+    wss_bytes: int
+    elements_per_thread: int
+    trials: int          # of the sweep point
+    seconds: float       # median seconds of the sweep point at ``trials``
+
+
+def hold_targets(raw) -> list[HoldTarget]:
+    """The FP64 (else first) FMA peak's point and the DRAM (else last level's) largest point."""
+    from ert.analysis.ceilings import build
+
+    doc = build(raw)
+    by_id = {r["id"]: r for r in raw.points}
+    picks: list[tuple[str, str]] = []
+    compute = doc["ceilings"]["compute"]
+    if compute:
+        best = next((c for c in compute if c["precision"] == "fp64" and c["fma"]), compute[0])
+        picks.append(("compute", best["evidence"]["point_id"]))
+    memory = [m for m in doc["ceilings"]["memory"] if m.get("evidence", {}).get("point_ids")]
+    if memory:
+        # The read+write curve of the first precision: ERT's kernel, the usual roofline.
+        first = sorted(memory, key=lambda m: (m.get("access") != "rw", m.get("precision") != "fp64"))[0]
+        group = [m for m in memory if (m.get("access"), m.get("precision")) == (first.get("access"), first.get("precision"))]
+        level = group[-1]  # the outermost level: DRAM when the sweep reached it
+        ids = [i for i in level["evidence"]["point_ids"] if i in by_id]
+        if ids:
+            picks.append(("memory", max(ids, key=lambda i: by_id[i]["wss_bytes"])))
+    out = []
+    for target, pid in picks:
+        rec = by_id[pid]
+        out.append(HoldTarget(target, pid, rec["spec"], rec["wss_bytes"], rec["elements_per_thread"],
+                              rec["trials"], rec["seconds"]["median"]))
+    return out
+
+
+def hold_peaks(*, run_dir: Path, backend, comm, seconds: float, progress=None) -> bool:
+    """Hold each target for ``seconds``, appending one "sustain" record each; True if interrupted.
+
+    Targets already held (a resumed run) are skipped.
+    """
+    raw_path = run_dir / RAW_NAME
+    targets = None
+    if comm.rank == 0:
+        raw = read_raw(raw_path)
+        held = {r.get("point_id") for r in raw.sustained if r.get("valid")}
+        targets = [t for t in hold_targets(raw) if t.point_id not in held]
+    targets = comm.bcast(targets)
+    writer = RawWriter(raw_path) if comm.rank == 0 else None
+    try:
+        for t in targets:
+            if progress:
+                progress.say(f"sustain: holding {t.point_id} for {seconds:g} s")
+            record = _hold(t, backend=backend, comm=comm, seconds=seconds)
+            if writer:
+                writer.append(record)
+    except KeyboardInterrupt:
+        return True
+    finally:
+        if writer:
+            writer.close()
+    return False
+
+
+def _hold(t: HoldTarget, *, backend, comm, seconds: float) -> dict:
+    spec = KernelSpec.from_dict(t.spec)
+    backend.prepare(spec, elements_per_thread=t.elements_per_thread)
+    per_trial = t.seconds / t.trials
+    trials = max(1, round(HOLD_REGION_SECONDS / per_trial))
+    region_seconds: list[float] = []
+    region_start: list[float] = []
+    start = time.perf_counter()
+    # Rank 0's clock decides when to stop, so every rank runs the same regions.
+    while True:
+        region_start.append(time.perf_counter() - start)
+        slowest, _ = _timed(backend, comm, trials)
+        region_seconds.append(slowest)
+        if comm.bcast(time.perf_counter() - start >= seconds if comm.rank == 0 else None):
+            break
+    held = time.perf_counter() - start
+    check = backend.check()
+    checks = comm.allgather((check.ok, check.detail))
+    ok = all(c[0] for c in checks)
+    return {
+        "type": "sustain",
+        "target": t.target,
+        "point_id": t.point_id,
+        "spec": t.spec,
+        "wss_bytes": t.wss_bytes,
+        "elements_per_thread": t.elements_per_thread,
+        "elements": t.elements_per_thread * backend.threads * comm.size,
+        "threads_per_rank": backend.threads,
+        "trials_per_region": trials,
+        "region_seconds": region_seconds,
+        "region_start_seconds": region_start,
+        "hold_seconds": held,
+        "valid": ok,
+        "check": "; ".join(d for good, d in checks if not good) or check.detail,
+        "time": time.time(),
+    }
