@@ -153,12 +153,21 @@ __device__ __forceinline__ unit_t ert_init_unit(long long u) {
 }
 #endif
 
+// ERT_NAME_SUFFIX (default empty) renames the kernels, so one translation
+// unit can hold several variants (the tests compile them in batches).
+#ifndef ERT_NAME_SUFFIX
+#define ERT_NAME_SUFFIX
+#endif
+#define ERT_CAT2(a, b) a##b
+#define ERT_CAT(a, b) ERT_CAT2(a, b)
+#define ERT_NAME(base) ERT_CAT(base, ERT_NAME_SUFFIX)
+
 // The first unit of this thread and the distance between its units.
 #define ERT_FIRST ((long long)blockIdx.x * blockDim.x + threadIdx.x)
 #define ERT_STRIDE ((long long)gridDim.x * blockDim.x)
 
 // Element e (unit e / 2 for half2) starts at 0.5 + (e mod 16) / 16, as the host replay assumes.
-extern "C" __global__ void ert_init(unit_t *data, long long n_units)
+extern "C" __global__ void ERT_NAME(ert_init)(unit_t *data, long long n_units)
 {
     for (long long u = ERT_FIRST; u < n_units; u += ERT_STRIDE) {
         data[u] = ert_init_unit(u);
@@ -167,7 +176,7 @@ extern "C" __global__ void ert_init(unit_t *data, long long n_units)
 
 #if !ERT_RO
 // Read+write: every unit is loaded, run through ERT_FLOPS FLOPs per element and stored, every trial.
-extern "C" __global__ void ert_rw(unit_t *data, long long n_units, long long ntrials, long long trial_offset,
+extern "C" __global__ void ERT_NAME(ert_rw)(unit_t *data, long long n_units, long long ntrials, long long trial_offset,
                                   double a_value, double c_value)
 {
     const long long first = ERT_FIRST;
@@ -204,7 +213,7 @@ extern "C" __global__ void ert_rw(unit_t *data, long long n_units, long long ntr
 // at any trial count), and the total is added to sums[first]: one slot per
 // launched thread, accumulated over every launch since the host zeroed it,
 // so a launch that skipped its work is caught too.
-extern "C" __global__ void ert_ro(const unit_t *data, long long n_units, long long ntrials, double *sums)
+extern "C" __global__ void ERT_NAME(ert_ro)(const unit_t *data, long long n_units, long long ntrials, double *sums)
 {
     const long long first = ERT_FIRST;
     const long long stride = ERT_STRIDE;
