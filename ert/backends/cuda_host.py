@@ -262,17 +262,29 @@ def initial_values(precision: str) -> np.ndarray:
     return (0.5 + np.arange(16) * 0.0625).astype(NUMPY_DTYPE[precision])
 
 
+# a = 15/16 has 4 significant bits, so b*a + c for |b| < 2 and |c| = 1/16
+# needs at most 53 + 5 bits: exact in float64 for FP32/FP16 inputs, and in an
+# x87 or quad long double (>= 63 bits) for FP64 inputs.  One rounding to the
+# precision then is the GPU's fused multiply-add, bit for bit.
+WIDE_FLOAT = np.longdouble if np.finfo(np.longdouble).nmant >= 63 else None
+
+
+def fma_exact(precision: str) -> bool:
+    """Whether this host replays the precision's FMA bit-exactly."""
+    return precision != "fp64" or WIDE_FLOAT is not None
+
+
 def _fused(b: np.ndarray, a, c, dtype) -> np.ndarray:
-    # b*a is exact in float64 for FP32/FP16 inputs and, with |c| = 1/16 and
-    # |b| < 2, so is the sum: one rounding to the precision, as the GPU's FMA.
-    return (b.astype(np.float64) * float(a) + float(c)).astype(dtype)
+    wide = np.float64 if dtype != np.float64 else WIDE_FLOAT
+    return (b.astype(wide) * wide(a) + wide(c)).astype(dtype)
 
 
 def replay_rw(*, precision: str, flops_per_element: int, fma: bool, trials: int) -> np.ndarray:
     """The 16 element values ert_rw leaves after ``trials`` trials from initial_values.
 
-    Bit-exact for the add, the no-FMA kernels and FP32/FP16 FMA; FP64 FMA is
-    replayed with two roundings, so it matches within rw_tolerance.  The
+    Bit-exact for the add and no-FMA kernels, and for FMA wherever
+    fma_exact() (FP64 FMA needs a long double of 63+ bits; elsewhere it is
+    replayed with two roundings and matches within rw_tolerance).  The
     values settle into a cycle of even length within a few hundred trials;
     the replay then jumps ahead, so its cost is bounded at any trial count.
     """
@@ -295,7 +307,7 @@ def replay_rw(*, precision: str, flops_per_element: int, fma: bool, trials: int)
         ct = c if t % 2 == 0 else -c
         if k_ops == 0:
             x = (x + ct).astype(dtype)
-        elif fma and precision != "fp64":
+        elif fma and fma_exact(precision):
             for _ in range(k_ops):
                 x = _fused(x, a, ct, dtype)
         else:
@@ -307,8 +319,8 @@ def replay_rw(*, precision: str, flops_per_element: int, fma: bool, trials: int)
 
 
 def rw_tolerance(spec: KernelSpec) -> float:
-    """Relative tolerance of the rw check: 0 (bit-exact) except FP64 FMA (a few ulp; a < 1 damps them)."""
-    return 1e-12 if spec.precision == "fp64" and spec.fma and spec.flops_per_element > 1 else 0.0
+    """Relative tolerance of the rw check: 0 (bit-exact) unless the FMA replay is not exact here (a few ulp)."""
+    return 0.0 if not spec.fma or fma_exact(spec.precision) else 1e-12
 
 
 def rw_errors(values: np.ndarray, *, first_element: int, expected16: np.ndarray) -> tuple[float, int]:
