@@ -73,7 +73,7 @@ class OpenCLOptions(_Strict):
         None, description="elements per OpenCL vector in the kernel; null: the device's native width")
     chains: Optional[int] = Field(
         None, ge=1, le=16, description="independent vectors per work-item (multiply-add chains, partial sums); "
-                                       "null: 4")
+                                       "null: 6 on CPU devices, 4 elsewhere")
     layout: Literal["auto", "contiguous", "interleaved"] = Field(
         "auto", description="contiguous: one block per work-item (CPUs); interleaved: neighbouring work-items "
                             "touch neighbouring vectors (GPUs); auto: by device type")

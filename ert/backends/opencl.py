@@ -21,7 +21,11 @@ BITS = {"fp64": 64, "fp32": 32, "fp16": 16}
 HOST_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float16"}
 # The load-only sums are FP32 for FP16 data (see ert_ro in the kernel).
 SUM_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float32"}
-DEFAULT_CHAINS = 4
+# Independent vectors per work-item.  A CPU needs latency x issue width in
+# flight: a separate multiply and add is ~6 cycles deep on 2 pipes, so 12
+# AVX2 registers; 6 vectors of 2 registers each leave room for the constants
+# (8 would spill).  GPUs hide latency with other warps and need fewer.
+DEFAULT_CHAINS = {"cpu": 6, "other": 4}
 # Values of the recurrence (see the kernel); dyadic, so the add form is exact.
 A = 0.9375
 C = 0.0625
@@ -107,7 +111,7 @@ class OpenCLBackend:
         self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
         self.contiguous = (self.options.layout == "contiguous"
                            or (self.options.layout == "auto" and self.kind == "cpu"))
-        self.chains = self.options.chains or DEFAULT_CHAINS
+        self.chains = self.options.chains or DEFAULT_CHAINS["cpu" if self.kind == "cpu" else "other"]
         self.builtin_fma = is_pocl(self.device)
         self._source = kernel_source()
         self._caveats: list[str] = []
@@ -118,7 +122,8 @@ class OpenCLBackend:
         self._buf_bytes = self._sums_bytes = 0
         self._spec: KernelSpec | None = None
         self._cpu_reference: dict | None = None
-        self._want_reference = self.options.cpu_reference
+        # One reference per node (rank 0 of it): ranks measuring at once would slow each other.
+        self._want_reference = self.options.cpu_reference and local_rank == 0
 
     def _refuse_or_warn(self, asked: list[str]) -> None:
         missing = ", ".join(f"{p} ({EXTENSION_OF[p]})" for p in self._skipped)
