@@ -117,3 +117,41 @@ def test_repeats_far_shorter_than_min_seconds_recalibrate():
     m = measure(b, COMM, timing=Timing(min_seconds=0.01, repeats=3, max_remeasure=0))
     assert statistics.median(m.samples) >= 0.005, m.samples
     assert m.trials >= 5000
+
+
+# --------------------------------------------------------------------------- timing budget
+
+
+def test_budget_stops_a_quiet_point_at_min_repeats():
+    b = ScriptedBackend(per_trial=1e-3)
+    timing = Timing(min_seconds=0.01, repeats=7, min_repeats=3, noise_threshold=0.1, max_remeasure=3)
+    m = measure(b, COMM, timing=timing)
+    assert not m.noisy and len(m.samples) == 3
+    assert b.calls == [1, 2, 4, 8, 16, 16] + [16] * 3
+
+
+def test_budget_adds_repeats_then_longer_regions_to_a_noisy_point():
+    # Region 7 (the second timed repeat) is disturbed: more repeats are taken, but the
+    # spread stays above the threshold, so the next attempt uses regions twice as long.
+    b = ScriptedBackend(per_trial=1e-3, stalls={7: 0.01})
+    timing = Timing(min_seconds=0.01, repeats=5, min_repeats=3, noise_threshold=0.1, max_remeasure=2)
+    m = measure(b, COMM, timing=timing)
+    assert b.calls[6:11] == [16] * 5  # the first attempt grew to `repeats`
+    assert b.calls[11:14] == [32] * 3  # the second: longer regions, quiet after min_repeats
+    assert not m.noisy and m.trials == 32 and m.remeasured == 1
+
+
+def test_budget_caps_the_timed_work_and_flags_what_stays_noisy():
+    b = ScriptedBackend(per_trial=1e-3, extra=lambda call: 8e-3 * (call % 2))
+    timing = Timing(min_seconds=0.01, repeats=5, min_repeats=3, noise_threshold=0.1, max_remeasure=10,
+                    max_point_seconds=0.2)
+    m = measure(b, COMM, timing=timing)
+    timed = sum(b.calls[6:]) * 1e-3  # per-trial seconds of every region after calibration
+    assert m.noisy and m.remeasured < 10
+    assert timed < 0.2 + 0.05  # within the cap (plus the disturbances themselves)
+
+
+def test_a_trial_guess_skips_calibration_doublings():
+    b = ScriptedBackend(per_trial=1e-3)
+    m = measure(b, COMM, timing=Timing(min_seconds=0.01, repeats=3, min_repeats=3), start_trials=8)
+    assert b.calls[:3] == [8, 16, 16] and m.trials == 16
