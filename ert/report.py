@@ -217,6 +217,33 @@ def _sustained_section(ceilings: dict) -> list[str]:
         rows, [False, False] + [True] * 7)
 
 
+def _rated_section(doc: dict) -> list[str]:
+    """Each measured ceiling beside the rated peak a device backend derived (metadata.backend_info.rated)."""
+    rated = (doc.get("metadata", {}).get("backend_info") or {}).get("rated")
+    if not isinstance(rated, dict):
+        return []
+    ceilings = doc.get("ceilings", {})
+    rows = []
+    for r in rated.get("compute", []):
+        measured = [c["gflops_per_s"] for c in ceilings.get("compute", [])
+                    if c.get("precision") == r.get("precision") and c.get("fma") == r.get("fma")]
+        if measured and r.get("gflops_per_s"):
+            name = f"{r['precision']} {'FMA' if r['fma'] else 'no-FMA'} GFLOP/s"
+            rows.append([name, format_rate(measured[0]), format_rate(r["gflops_per_s"]),
+                         f"{measured[0] / r['gflops_per_s']:.0%}", str(r.get("derivation", ""))])
+    for r in rated.get("memory", []):
+        levels = [m for m in ceilings.get("memory", []) if m.get("level") == r.get("level")]
+        if levels and r.get("gbytes_per_s"):
+            best = max(levels, key=lambda m: m["gbytes_per_s"])
+            name = f"{r['level']} GB/s ({best.get('access', '')} {best.get('precision', '')})"
+            rows.append([name, format_rate(best["gbytes_per_s"]), format_rate(r["gbytes_per_s"]),
+                         f"{best['gbytes_per_s'] / r['gbytes_per_s']:.0%}", str(r.get("derivation", ""))])
+    if not rows:
+        return []
+    return ["Measured against rated peaks (derived from the device's properties)"] + _table(
+        ["ceiling", "measured", "rated", "of rated", "rated from"], rows, [False, True, True, True, False])
+
+
 def format_ceilings(doc: dict) -> str:
     """The readable report of a (validated) ceilings document; no trailing newline."""
     ceilings = doc.get("ceilings", {})
@@ -225,7 +252,7 @@ def format_ceilings(doc: dict) -> str:
     lines += _memory_sections(ceilings.get("memory", []))
     lines.append("")
     lines += _compute_section(ceilings.get("compute", []))
-    for extra in (_sustained_section(ceilings), _scaling_section(doc.get("scaling"))):
+    for extra in (_rated_section(doc), _sustained_section(ceilings), _scaling_section(doc.get("scaling"))):
         if extra:
             lines += [""] + extra
     warnings = doc.get("warnings", [])

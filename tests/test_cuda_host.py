@@ -353,3 +353,19 @@ def test_ert_backends_shows_cuda_unavailable_in_one_line():
         pytest.skip("a GPU is present")
     assert line.split()[1] == "unavailable" and len(line.split("unavailable", 1)[1].strip()) > 10
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_report_puts_each_ceiling_beside_its_rated_peak():
+    from ert.report import format_ceilings
+
+    backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(V100))
+    doc = {"metadata": {"backend_info": backend.describe()},
+           "ceilings": {"memory": [{"level": "L2", "gbytes_per_s": 2100.0, "precision": "fp64", "access": "rw"},
+                                   {"level": "HBM", "gbytes_per_s": 810.0, "precision": "fp64", "access": "rw"}],
+                        "compute": [{"precision": "fp64", "fma": True, "gflops_per_s": 7400.0}]}}
+    text = format_ceilings(doc)
+    fp64 = next(line for line in text.splitlines() if line.strip().startswith("fp64 FMA GFLOP/s"))
+    assert "7400" in fp64 and "7834" in fp64 and "94%" in fp64 and "80 SMs x 1530 MHz" in fp64
+    hbm = next(line for line in text.splitlines() if line.strip().startswith("HBM GB/s"))
+    assert "810.0" in hbm and "898.0" in hbm and "90%" in hbm
+    assert "no-FMA GFLOP/s" not in text  # no measured no-FMA ceiling: no row
