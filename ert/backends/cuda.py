@@ -135,14 +135,16 @@ class CupyDevice:
 
     def launch(self, function, *, blocks: int, threads: int, args: tuple) -> None:
         """An untimed launch; returns when it has finished."""
-        function((blocks,), (threads,), args, stream=self._stream)
+        with self._stream:  # RawKernel launches on the current stream
+            function((blocks,), (threads,), args)
         self._stream.synchronize()
 
     def timed_launch(self, function, *, blocks: int, threads: int, args: tuple) -> float:
         """Seconds between CUDA events recorded around one launch; returns when it has finished."""
-        self._start.record(self._stream)
-        function((blocks,), (threads,), args, stream=self._stream)
-        self._stop.record(self._stream)
+        with self._stream:
+            self._start.record(self._stream)
+            function((blocks,), (threads,), args)
+            self._stop.record(self._stream)
         self._stop.synchronize()
         return self._cp.cuda.get_elapsed_time(self._start, self._stop) / 1e3
 
