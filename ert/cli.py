@@ -251,7 +251,7 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
                                   local_size=comm.local_size)
         if resume and comm.rank == 0:
             _refuse_other_hardware(read_raw(run_dir).header["metadata"], run_dir, threads=cfg.threads,
-                                   ranks=comm.size)
+                                   ranks=comm.size, device=backend.describe().get("device", ""))
         return backend
 
     backend = _agreed(comm, setup)
@@ -313,9 +313,13 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
     return 0
 
 
-def _refuse_other_hardware(old_meta: dict, run_dir: Path, *, threads: int, ranks: int) -> None:
+def _refuse_other_hardware(old_meta: dict, run_dir: Path, *, threads: int, ranks: int, device: str = "") -> None:
     """Never mix measurements of different hardware or layouts in one run."""
     from ert import hwinfo
+
+    if device and old_meta.get("device") and old_meta["device"] != device:
+        raise ErtError(f"was measured on device '{old_meta['device']}', this is '{device}'; start a new run instead",
+                       path=run_dir, key="--resume")
 
     if old_meta.get("cpu_model") != hwinfo.cpu_model():
         raise ErtError(f"was measured on '{old_meta.get('cpu_model')}', this is '{hwinfo.cpu_model()}'; "
