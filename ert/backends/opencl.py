@@ -415,7 +415,8 @@ class OpenCLBackend:
         ref = self._cpu_reference or {}
         if "gflops_per_s" in ref:
             return (f"{what} (measured here just before this run: numba-cpu FP64 FMA peak "
-                    f"{ref['gflops_per_s']:.1f} GFLOP/s with {ref['threads']} threads)")
+                    f"{ref['gflops_per_s']:.1f} GFLOP/s with {ref['threads']} thread"
+                    f"{'s' if ref['threads'] != 1 else ''})")
         if "error" in ref:
             return f"{what} ({ref['error']})"
         return what
