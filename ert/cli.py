@@ -342,8 +342,26 @@ def cmd_validate(args) -> int:
     sizes = working_sets(min_bytes=ws.min_bytes, max_bytes=ws.max_bytes, growth=ws.growth,
                          granule_bytes=512 * threads)
     print(f"{args.config}: valid: {len(specs)} kernel variant(s) x {len(sizes)} working set(s) "
-          f"= {len(specs) * len(sizes)} points per rank layout (threads: {cfg.threads}, backend: {cfg.backend})")
+          f"= {len(specs) * len(sizes)} points per rank layout (threads: {cfg.threads}, backend: {cfg.backend})"
+          f"{_geometry_note(cfg)}")
     return 0
+
+
+def _geometry_note(cfg) -> str:
+    """How launch geometries multiply the points of a device backend (they depend on the device when not given)."""
+    if cfg.backend == "cuda":
+        c = cfg.cuda
+        if c.blocks and c.threads_per_block:
+            allowed = set(c.blocks_threads) if c.blocks_threads else None
+            n = sum(1 for b in c.blocks for t in c.threads_per_block if allowed is None or b * t in allowed)
+            return f", each at up to {n} blocks x threads geometries"
+        return ", each at the blocks x threads geometries chosen from the GPU's SM count"
+    if cfg.backend == "opencl":
+        o = cfg.opencl
+        if o.global_sizes and o.local_sizes:
+            return f", each at up to {len(o.global_sizes) * len(o.local_sizes)} global x local size geometries"
+        return ", each at the global x local size geometries chosen from the device"
+    return ""
 
 
 def cmd_backends(args) -> int:
