@@ -134,6 +134,9 @@ def apply(placement: Placement) -> str:
     """
     if placement.how in ("split", "shared") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, placement.cpus)
+    # PoCL's CPU device starts one thread per cpu of the machine unless told;
+    # under MPI each rank's OpenCL device gets only the rank's cores.
+    os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", str(max(1, len(placement.cores))))
     if "OMP_PLACES" in os.environ or "OMP_PROC_BIND" in os.environ:
         return (f"cpus {placement.cpus} ({placement.how}); OMP_PLACES={os.environ.get('OMP_PLACES', '')} "
                 f"OMP_PROC_BIND={os.environ.get('OMP_PROC_BIND', '')} as set by the user")

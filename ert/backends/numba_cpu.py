@@ -207,6 +207,13 @@ class NumbaCpuBackend:
                                       f"{expected16[i % 16]!r} after {self._trials_done} trials")
         return CheckResult(True, f"max rel err {err:.2g}")
 
+    def corrupt_for_test(self) -> None:
+        """Test-only: damage one value that check() examines (an element, or a load-only sum)."""
+        if self._spec.access == "ro":
+            self._ro_out[0] += 12345.0
+        else:
+            self._view[self._view.size // 2 + 5] = 3.0
+
     def close(self) -> None:
         self._buf = None
         self._view = None
