@@ -1,0 +1,191 @@
+"""`ert plot | profile | compare | export | import-ert-config`: the commands that use ceiling JSON files.
+
+Each command imports its module (and matplotlib) only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ert.errors import ErtError
+
+CEILINGS_NAME = "ceilings.json"
+
+
+# ---------------------------------------------------------------------------- consumers of the ceilings
+def _ceilings_path(text: str) -> Path:
+    path = Path(text)
+    return path / CEILINGS_NAME if path.is_dir() else path
+
+
+def _write_or_print(text: str, output) -> None:
+    """To stdout, or atomically to ``output``: never a half-written file."""
+    if output:
+        from ert.ceilings_io import write_text_atomic
+
+        write_text_atomic(text, output)
+    else:
+        sys.stdout.write(text)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1 (or 0% to 100%): {text!r}")
+    return value
+
+
+def cmd_plot(args) -> int:
+    from ert import plot
+
+    plot.check_output(args.output)
+    if args.sweep:
+        if args.app:
+            raise ErtError("--app draws kernels on the roofline; it does not apply to --sweep", key="--app")
+        plot.plot_sweep(args.ceilings, args.output)
+    else:
+        from ert.appdata import load_app
+        from ert.ceilings_io import load_ceilings
+
+        doc = load_ceilings(_ceilings_path(args.ceilings))
+        kernels = [k for path in args.app or [] for k in load_app(path)]
+        plot.plot_roofline(doc, args.output, kernels=kernels, precision=args.precision, access=args.access)
+    print(f"plot: {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_profile(args) -> int:
+    import json
+
+    from ert import profile
+    from ert.appdata import load_app
+    from ert.ceilings_io import load_ceilings
+
+    doc = load_ceilings(_ceilings_path(args.ceilings))
+    kernels = load_app(args.app)
+    profiles = profile.profile_all(kernels, doc, access=args.access, fma_ratio=args.fma_ratio,
+                                   ratio_source="instruction counts" if str(args.app).endswith(".csv") else "file")
+    if args.json:
+        print(json.dumps(profile.to_json(profiles, doc), indent=2))
+    else:
+        print(profile.format_profiles(profiles, doc))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    import json
+
+    from ert import compare
+    from ert.ceilings_io import load_ceilings
+
+    if len(args.ceilings) < 2:
+        raise ErtError("give at least two ceiling files to compare", key="CEILINGS_JSON")
+    paths = [_ceilings_path(p) for p in args.ceilings]
+    docs = [load_ceilings(p) for p in paths]
+    labels = args.labels.split(",") if args.labels else compare.default_labels(docs, [str(p) for p in paths])
+    if len(labels) != len(docs):
+        raise ErtError(f"{len(labels)} label(s) for {len(docs)} files", key="--labels")
+    if args.plot:
+        from ert.plot import check_output
+
+        check_output(args.plot)
+    if args.json:
+        print(json.dumps(compare.to_json(docs, labels), indent=2))
+    else:
+        print(compare.format_comparison(docs, labels))
+    if args.plot:
+        compare.plot_comparison(docs, labels, args.plot)
+        print(f"plot: {args.plot}", file=sys.stderr)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from ert import export
+    from ert.ceilings_io import load_ceilings
+
+    doc = load_ceilings(_ceilings_path(args.ceilings))
+    kernels = None
+    if args.app:
+        if args.format != "nersc":
+            raise ErtError("--app adds application points to the nersc format only", key="--app")
+        from ert.appdata import load_app
+
+        kernels = load_app(args.app)
+    text = export.export_text(doc, fmt=args.format, precision=args.precision, access=args.access, kernels=kernels)
+    _write_or_print(text, args.output)
+    return 0
+
+
+def cmd_import_ert_config(args) -> int:
+    from ert import import_ert
+
+    path = Path(args.file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ErtError("no such file", path=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ErtError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", path=path) from None
+    conv = import_ert.convert(text, path=path)
+    yaml_text = import_ert.to_yaml(conv, source=path)
+    for note in conv.notes:
+        print(f"import-ert-config: {path.name}: {note}", file=sys.stderr)
+    _write_or_print(yaml_text, args.output)
+    return 0
+
+
+def _add_consumer_parsers(sub) -> None:
+    roof_rule = ("memory roofs use the bandwidth of one kernel per level: --precision (default fp64) and --access "
+                 "(default rw = ERT's read+write), falling back to another precision, then the other access")
+    p = sub.add_parser("plot", help="draw the roofline (or, with --sweep, the sweep behind it)",
+                       description="Log-log roofline of a ceilings file: " + roof_rule + ".")
+    p.add_argument("ceilings", metavar="CEILINGS_JSON", help="a ceilings.json or its run directory (RUN_DIR with --sweep)")
+    p.add_argument("--app", metavar="FILE", action="append",
+                   help="application kernels (ncu CSV, YAML or JSON); repeatable")
+    p.add_argument("-o", "--output", metavar="OUT", required=True, help="image file: .png, .svg or .pdf")
+    p.add_argument("--sweep", action="store_true",
+                   help="plot RUN_DIR's sweep: GB/s vs working set with plateaus, GFLOP/s vs FLOPs per element")
+    p.add_argument("--precision", choices=("fp64", "fp32", "fp16"), default="fp64", help="precision of the memory roofs")
+    p.add_argument("--access", choices=("rw", "ro"), default="rw", help="access pattern of the memory roofs")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("profile", help="place application kernels on the roofline: AI, binding ceiling, %% of attainable",
+                       description="Hierarchical roofline of each kernel. Memory roofs: the bandwidth per level of the "
+                                   "kernel's own precision with --access (default rw = ERT's read+write), falling "
+                                   "back to another precision, then the other access.")
+    p.add_argument("app", metavar="APP_FILE", help="Nsight Compute CSV (--csv or --csv --page raw), or YAML/JSON")
+    p.add_argument("--ceilings", metavar="CEILINGS_JSON", required=True, help="a ceilings.json or its run directory")
+    p.add_argument("--fma-ratio", metavar="F", type=_fraction,
+                   help="FMA share of FP instructions (0-1 or %%): compute ceiling (2F + 1 - F)/2 x FMA peak; "
+                        "default: derived from the dfma/dadd/dmul counts of an ncu file")
+    p.add_argument("--access", choices=("rw", "ro"), default="rw", help="access pattern of the memory roofs")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("compare", help="ceilings of several machines side by side, with ratios")
+    p.add_argument("ceilings", metavar="CEILINGS_JSON", nargs="+", help="two or more ceilings.json (or run directories)")
+    p.add_argument("--labels", metavar="A,B,...", help="names of the machines (default: host names)")
+    p.add_argument("--plot", metavar="OUT", help="also draw the ratios (.png, .svg or .pdf)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("export", help="write the ceilings for other tools: ERT roofline.json, NERSC data, CSV",
+                       description="ert: ERT 1.1 roofline.json; nersc: the data file of NERSC's plot_roofline.py; "
+                                   "csv: one row per ceiling. For ert and nersc, " + roof_rule + ".")
+    p.add_argument("ceilings", metavar="CEILINGS_JSON", help="a ceilings.json or its run directory")
+    p.add_argument("--format", choices=("ert", "nersc", "csv"), required=True)
+    p.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
+    p.add_argument("--precision", choices=("fp64", "fp32", "fp16"), default="fp64", help="precision of the memory roofs")
+    p.add_argument("--access", choices=("rw", "ro"), default="rw", help="access pattern of the memory roofs")
+    p.add_argument("--app", metavar="FILE", help="nersc only: add kernels' AI/GFLOPs points (one per level)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import-ert-config", help="convert an ERT 1.1 config into an ert YAML config")
+    p.add_argument("file", metavar="FILE", help="an ERT config (KEY value... lines)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
+    p.set_defaults(func=cmd_import_ert_config)
