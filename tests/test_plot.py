@@ -29,9 +29,12 @@ def test_roofline_png_and_svg_from_a_real_run(tiny_run, tmp_path):
     import json
 
     doc = json.loads((tiny_run / "ceilings.json").read_text())
-    l1 = next(e for e in doc["ceilings"]["memory"] if e["level"] == "L1" and e["precision"] == "fp64"
-              and e["access"] == "rw")
-    assert f"L1 {l1['gbytes_per_s']:.4g}" in text and "GB/s" in text and "GFLOP/s" in text
+    # The roofs are fp64 read+write; which levels a tiny run separates depends on the machine's noise.
+    roofs = [e for e in doc["ceilings"]["memory"] if e["precision"] == "fp64" and e["access"] == "rw"]
+    assert roofs
+    for roof in roofs:
+        assert f"{roof['level']} {roof['gbytes_per_s']:.4g}" in text
+    assert "GB/s" in text and "GFLOP/s" in text
     assert "ridge points" in text
     for name in ("stencil", "dgemm-block", "stream-sum"):
         assert name in text
