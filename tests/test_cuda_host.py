@@ -47,7 +47,7 @@ def _rated(info, precision, fma=True):
 
 
 # ----------------------------------------------------------------------------- device facts
-def test_properties_give_the_published_rated_peaks():
+def test_host_logic_no_gpu_properties_give_the_published_rated_peaks():
     v100 = host.device_info(V100)
     a100 = host.device_info(A100, attributes=A100_ATTRIBUTES)
     h100 = host.device_info(H100)
@@ -65,7 +65,7 @@ def test_properties_give_the_published_rated_peaks():
     assert "80 SMs x 1530 MHz x 64 FP64 FLOP/cycle/SM" in _rated(v100, "fp64")["derivation"]
 
 
-def test_clock_sources_cuda13_attributes_and_nvml():
+def test_host_logic_no_gpu_clock_sources_cuda13_attributes_and_nvml():
     a100 = host.device_info(A100, attributes=A100_ATTRIBUTES)
     assert a100.sm_clock_khz == 1410000 and a100.sources["clockRate"] == "device attribute"
     from_nvml = host.device_info(A100, nvml={"max_sm_clock_mhz": 1410, "max_memory_clock_mhz": 1215})
@@ -76,7 +76,7 @@ def test_clock_sources_cuda13_attributes_and_nvml():
     assert host.rated_peaks(unknown)["memory"][0]["gbytes_per_s"] is None
 
 
-def test_caches_memory_name_and_unknown_architectures():
+def test_host_logic_no_gpu_caches_memory_name_and_unknown_architectures():
     v100 = host.device_info(V100)
     assert v100.name == "Tesla V100-SXM2-16GB" and v100.arch == "sm_70"
     assert host.caches(v100) == [
@@ -91,7 +91,7 @@ def test_caches_memory_name_and_unknown_architectures():
 
 
 # ----------------------------------------------------------------------------- geometry and ranks
-def test_default_geometry_is_erts_v100_set_scaled_to_the_sm_count():
+def test_host_logic_no_gpu_default_geometry_is_erts_v100_set_scaled_to_the_sm_count():
     blocks, threads, allowed = host.default_geometry(host.device_info(V100))
     assert blocks == [80, 160, 320, 640, 1280, 2560] and threads == [64, 128, 256, 512, 1024]
     assert allowed == [163840]  # ERT_BLOCKS_THREADS of ERT's V100 config
@@ -102,7 +102,7 @@ def test_default_geometry_is_erts_v100_set_scaled_to_the_sm_count():
     assert h_blocks[0] == 132 and h_allowed == [132 * 2048]
 
 
-def test_launches_skip_geometries_larger_than_the_working_set():
+def test_host_logic_no_gpu_launches_skip_geometries_larger_than_the_working_set():
     blocks, threads = [80, 160, 320], [64, 128, 256]
     every = host.launches(n_units=30000, blocks=blocks, threads_per_block=threads, blocks_threads=None)
     assert all(g["blocks"] * g["threads"] <= 30000 for g in every)
@@ -114,7 +114,7 @@ def test_launches_skip_geometries_larger_than_the_working_set():
         [{"blocks": 1, "threads": 10}]
 
 
-def test_backend_geometry_from_config_and_fp16_units():
+def test_host_logic_no_gpu_backend_geometry_from_config_and_fp16_units():
     dev = EmulatedGpu(V100)
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=dev)
     # FP16 runs half2 units: 2**21 halves are 2**20 units, the same geometries as 2**20 floats.
@@ -136,14 +136,14 @@ def test_backend_geometry_from_config_and_fp16_units():
     (5, 8, 4, None, 1),                       # oversubscribed: ranks share GPUs (with a caveat)
     (1, 2, 4, 3, 3),                          # cuda.device fixes the GPU (with a caveat)
 ])
-def test_device_for_rank(local_rank, local_size, visible, configured, want):
+def test_host_logic_no_gpu_device_for_rank(local_rank, local_size, visible, configured, want):
     index, caveats = host.device_for_rank(local_rank=local_rank, local_size=local_size, visible=visible,
                                           configured=configured)
     assert index == want
     assert bool(caveats) == (local_size > visible or (configured is not None and local_size > 1))
 
 
-def test_device_for_rank_refuses_a_missing_gpu():
+def test_host_logic_no_gpu_device_for_rank_refuses_a_missing_gpu():
     with pytest.raises(ErtError, match="device 4 does not exist"):
         host.device_for_rank(local_rank=0, local_size=1, visible=4, configured=4)
     with pytest.raises(ErtError):
@@ -153,7 +153,7 @@ def test_device_for_rank_refuses_a_missing_gpu():
 # ----------------------------------------------------------------------------- accounting
 @pytest.mark.parametrize("precision", ["fp64", "fp32", "fp16"])
 @pytest.mark.parametrize("flops", [1, 2, 64, 1024])
-def test_flops_and_bytes_match_the_kernel_instructions(precision, flops):
+def test_host_logic_no_gpu_flops_and_bytes_match_the_kernel_instructions(precision, flops):
     """KernelSpec's per-element counts equal what the kernel issues per unit (FP16: half2 units of 2 elements)."""
     spec = KernelSpec(precision, flops, flops > 1)
     elements, trials = 4096, 3
@@ -247,7 +247,7 @@ ALL_KINDS = [KernelSpec(p, f, fma, "rw") for p in ("fp64", "fp32", "fp16")
 
 
 @pytest.mark.parametrize("spec", ALL_KINDS, ids=lambda s: s.key)
-def test_replay_matches_the_kernel_arithmetic_bit_for_bit(spec):
+def test_host_logic_no_gpu_replay_matches_the_kernel_arithmetic_bit_for_bit(spec):
     # 1000 elements (FP16: 500 half2), trials split over launches so trial_offset carries the parity.
     backend = _prepared(spec, 1000)
     for trials in (1, 6, 40):
@@ -262,7 +262,7 @@ def test_replay_matches_the_kernel_arithmetic_bit_for_bit(spec):
         assert result.detail == "max rel err 0"
 
 
-def test_replay_parity_and_long_runs():
+def test_host_logic_no_gpu_replay_parity_and_long_runs():
     spec = KernelSpec("fp32", 2, False)
     odd = host.replay_rw(precision="fp32", flops_per_element=2, fma=False, trials=1001)
     even = host.replay_rw(precision="fp32", flops_per_element=2, fma=False, trials=1002)
@@ -274,7 +274,7 @@ def test_replay_parity_and_long_runs():
 
 @pytest.mark.parametrize("spec", [KernelSpec("fp64", 8, True), KernelSpec("fp16", 1, False),
                                   KernelSpec("fp32", 1, False, "ro")], ids=lambda s: s.key)
-def test_check_catches_a_wrong_element_nan_and_a_lost_trial(spec):
+def test_host_logic_no_gpu_check_catches_a_wrong_element_nan_and_a_lost_trial(spec):
     backend = _prepared(spec, 2048)
     backend.run(5)
     assert backend.check().ok
@@ -294,7 +294,7 @@ def test_check_catches_a_wrong_element_nan_and_a_lost_trial(spec):
     assert not backend.check().ok
 
 
-def test_ro_expected_sums_any_stride():
+def test_host_logic_no_gpu_ro_expected_sums_any_stride():
     values = host.unit_values("fp32")
     for n_units, stride in ((1000, 64), (1000, 100), (37, 64)):
         u = np.arange(n_units)
@@ -306,7 +306,7 @@ def test_ro_expected_sums_any_stride():
 
 
 # ----------------------------------------------------------------------------- calibration and timing
-def test_trials_inside_one_launch_keep_launch_overhead_out_of_small_points():
+def test_host_logic_no_gpu_trials_inside_one_launch_keep_launch_overhead_out_of_small_points():
     """A 16 KiB point whose trials take 164 ns each, with a 5 us launch.
 
     The driver doubles trials until one timed region (one launch) lasts
@@ -325,7 +325,7 @@ def test_trials_inside_one_launch_keep_launch_overhead_out_of_small_points():
     assert backend.check().ok
 
 
-def test_describe_feeds_the_analysis():
+def test_host_logic_no_gpu_describe_feeds_the_analysis():
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(H100), local_rank=1, local_size=2)
     info = backend.describe()
     assert info["backend"] == "cuda" and info["device"].startswith("NVIDIA H100")
@@ -335,7 +335,7 @@ def test_describe_feeds_the_analysis():
     assert any("write-through" in c for c in info["caveats"])
 
 
-def test_probe_without_a_gpu_is_one_line_and_never_raises():
+def test_host_logic_no_gpu_probe_without_a_gpu_is_one_line_and_never_raises():
     ok, reason, detail = cuda_mod.probe()
     if ok:
         pytest.skip("a GPU is present: the unavailable path cannot be seen here")
@@ -343,7 +343,7 @@ def test_probe_without_a_gpu_is_one_line_and_never_raises():
     assert detail.get("accelerators", 0) == 0
 
 
-def test_ert_backends_shows_cuda_unavailable_in_one_line():
+def test_host_logic_no_gpu_ert_backends_shows_cuda_unavailable_in_one_line():
     from conftest import run_cmd
 
     proc = run_cmd("ert", "backends")
@@ -355,7 +355,7 @@ def test_ert_backends_shows_cuda_unavailable_in_one_line():
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_report_puts_each_ceiling_beside_its_rated_peak():
+def test_host_logic_no_gpu_report_puts_each_ceiling_beside_its_rated_peak():
     from ert.report import format_ceilings
 
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(V100))

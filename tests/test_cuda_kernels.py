@@ -127,30 +127,30 @@ def _check_variant(spec: KernelSpec, text: str, suffix: str = "") -> None:
         assert fma == 0 and mul >= k and mul % k == 0 and add == mul, (fma, mul, add)
 
 
-def test_every_batch_compiles(ptx):
+def test_nvcc_ptx_not_run_on_gpu_every_batch_compiles(ptx):
     for key, (rc, text, err) in ptx.items():
         assert rc == 0, f"{key}: {err}"
         assert f".target {key[1]}" in text
 
 
 @pytest.mark.parametrize("index", range(len(all_specs())), ids=[s.key for s in all_specs()])
-def test_every_variant_does_its_flops_on_every_arch(ptx, index):
+def test_nvcc_ptx_not_run_on_gpu_every_variant_does_its_flops_on_every_arch(ptx, index):
     spec = all_specs()[index]
     for arch in ARCHS:
         _check_variant(spec, ptx[("all", arch)][1], f"_v{index}")
 
 
 @pytest.mark.parametrize("index", range(len(FALLBACK)), ids=[s.key for s in FALLBACK])
-def test_fp16_without_header_emits_the_same_instructions(ptx, index):
+def test_nvcc_ptx_not_run_on_gpu_fp16_without_header_emits_the_same_instructions(ptx, index):
     _check_variant(FALLBACK[index], ptx[("noheader", "sm_75")][1], f"_v{index}")
 
 
 @pytest.mark.parametrize("spec", CMDLINE, ids=lambda s: s.key)
-def test_command_line_defines_build_the_same_kernel(ptx, spec):
+def test_nvcc_ptx_not_run_on_gpu_command_line_defines_build_the_same_kernel(ptx, spec):
     _check_variant(spec, ptx[(spec.key, "sm_90")][1])
 
 
-def test_source_compiles_with_no_defines(ptx):
+def test_nvcc_ptx_not_run_on_gpu_source_compiles_with_no_defines(ptx):
     # Defaults: FP64, 2 FLOPs (one fused multiply-add), read+write, unsuffixed names.
     for arch in ARCHS:
         rc, text, err = ptx[("defaults", arch)]
@@ -159,12 +159,12 @@ def test_source_compiles_with_no_defines(ptx):
 
 
 @pytest.mark.parametrize("defines", [("-DERT_PRECISION=8",), ("-DERT_FLOPS=3",), ("-DERT_FLOPS=2048",)])
-def test_bad_defines_are_refused(tmp_path, defines):
+def test_nvcc_ptx_not_run_on_gpu_bad_defines_are_refused(tmp_path, defines):
     rc, _, err = _nvcc(("-arch=sm_80", *defines), KERNEL, tmp_path / "x.ptx")
     assert rc != 0 and "error" in err
 
 
-def test_the_spec_accounting_is_the_kernels_documented_one():
+def test_nvcc_ptx_not_run_on_gpu_the_spec_accounting_is_the_kernels_documented_one():
     # The kernel's comment states FLOPs and bytes per element; KernelSpec is the one source of them.
     source = KERNEL.read_text()
     assert "1 FLOP,  sizeof(T) loaded + sizeof(T) stored" in source
