@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ert.errors import ErtError
+from ert.errors import ErtError, read_user_text
 
 # Seconds per unit of time, as ncu writes them (older releases spell them out).
 _TIME_UNITS = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
@@ -94,21 +94,7 @@ def unit_scale(unit: str, *, where: str, path) -> tuple[str, float]:
 
 # ----------------------------------------------------------------------------------------- reading files
 def _read_text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ErtError("no such file", path=path) from None
-    except IsADirectoryError:
-        raise ErtError("is a directory, expected an application data file", path=path) from None
-    except OSError as exc:
-        raise ErtError(f"cannot read: {exc.strerror or exc}", path=path) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ErtError(f"not UTF-8 text (bad byte at offset {exc.start})", path=path) from None
-    if not text.strip():
-        raise ErtError("file is empty", path=path)
-    return text
+    return read_user_text(path, expected="an application data file")
 
 
 def load_app(path) -> list[KernelData]:

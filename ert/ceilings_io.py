@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
-from ert.errors import ErtError
+from ert.errors import ErtError, read_user_text
 
 SCHEMA_VERSION = "1.1"
 
@@ -286,21 +286,7 @@ def write_ceilings(doc: dict, path: os.PathLike | str) -> None:
 
 def load_ceilings(path: os.PathLike | str) -> dict:
     """Read, parse and validate a ceilings file; every problem is an ErtError naming the file."""
-    source = Path(path)
-    if source.is_dir():
-        raise ErtError("is a directory, expected a ceilings JSON file", path=path)
-    try:
-        data = source.read_bytes()
-    except FileNotFoundError:
-        raise ErtError("no such file", path=path) from None
-    except OSError as exc:
-        raise ErtError(f"cannot read: {exc.strerror or exc}", path=path) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ErtError(f"not UTF-8 text (bad byte at offset {exc.start})", path=path) from None
-    if not text.strip():
-        raise ErtError("file is empty, expected a ceilings JSON object", path=path)
+    text = read_user_text(path, expected="a ceilings JSON file")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -21,3 +21,29 @@ class ErtError(Exception):
         parts = [p for p in (self.path, self.key) if p]
         parts.append(self.message)
         return ": ".join(parts)
+
+
+def read_user_text(path, *, expected: str) -> str:
+    """The text of a file the user named (UTF-8, BOM allowed); every fault is an ErtError naming it.
+
+    ``expected`` says what the file should be ("a ceilings JSON file"), for
+    the messages about a directory or an empty file.
+    """
+    from pathlib import Path
+
+    source = Path(path)
+    if source.is_dir():
+        raise ErtError(f"is a directory, expected {expected}", path=path)
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError:
+        raise ErtError("no such file", path=path) from None
+    except OSError as exc:
+        raise ErtError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ErtError(f"not UTF-8 text (bad byte at offset {exc.start})", path=path) from None
+    if not text.strip():
+        raise ErtError(f"file is empty, expected {expected}", path=path)
+    return text

@@ -29,6 +29,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+# The host side of these kernels: starting values and the replay every check compares with.
+from ert.replay import initial_values, replay_rw  # noqa: F401
+
 GRANULE_BYTES = 512
 
 
@@ -117,40 +120,6 @@ def ro_sum(buf, nthreads, n, trials, out):
                 total += acc
         out[t] = total
     return 0
-
-
-def initial_values(dtype) -> np.ndarray:
-    """The 16 distinct starting values that init_blocks writes, in element order mod 16."""
-    return (0.5 + np.arange(16) * 0.0625).astype(dtype)
-
-
-def replay_rw(*, dtype, fma_ops: int, trials: int, a: float, c: float) -> np.ndarray:
-    """Host replay of the rw recurrence for the 16 starting values after ``trials`` trials.
-
-    ``fma_ops`` = 0 is the single add.  The replay rounds the multiply and the
-    add separately (numpy has no fused multiply-add), so it is bit-exact for
-    the no-FMA and add kernels and within a few ulp for the FMA kernel.  It
-    stops early once the values have settled into their period-2 cycle, so its
-    cost is bounded whatever the trial count.
-    """
-    x = initial_values(dtype)
-    a_, c_ = dtype.type(a), dtype.type(c)
-    history: list[np.ndarray] = []
-    for tr in range(trials):
-        ct = c_ if tr % 2 == 0 else -c_
-        if fma_ops == 0:
-            x = x + ct
-        else:
-            for _ in range(fma_ops):
-                x = x * a_ + ct
-        history.append(x)
-        if len(history) >= 3 and np.array_equal(history[-1], history[-3]):
-            # Period 2 reached: the state after `trials` trials has the same parity.
-            remaining = trials - 1 - tr
-            return history[-1] if remaining % 2 == 0 else history[-2]
-        if len(history) > 3:
-            history.pop(0)
-    return x
 
 
 @njit(parallel=True, cache=True)

@@ -6,15 +6,12 @@ import os
 import time
 
 from ert.backends import CheckResult
+from ert.replay import A, C  # the recurrence's values (see ert/replay.py)
 from ert.spec import KernelSpec
 
 NAME = "numba-cpu"
 ALIGN_BYTES = 64
 DTYPES = {"fp64": "float64", "fp32": "float32"}  # the precisions this backend runs
-
-# Values of the recurrence (see kernels/numba_cpu.py); dyadic so the add form is exact.
-A = 0.9375
-C = 0.0625
 
 # Relative tolerance of the replay check, per precision.  The no-FMA and add
 # kernels match the replay bit for bit; the FMA kernel rounds once where the

@@ -7,10 +7,13 @@ import math
 import sys
 from importlib import resources
 
+import numpy as np
+
 from ert.backends import CheckResult
 from ert.backends.opencl_devices import (EXTENSION_OF, cache_hints, cpu_reference, device_info, is_pocl,
                                          precisions_of, probe, select_device, type_name)
 from ert.errors import ErtError
+from ert.replay import A, C, initial_values, replay_rw
 from ert.spec import KernelSpec
 
 __all__ = ["probe", "create", "OpenCLBackend"]
@@ -26,9 +29,6 @@ SUM_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float32"}
 # AVX2 registers; 6 vectors of 2 registers each leave room for the constants
 # (8 would spill).  GPUs hide latency with other warps and need fewer.
 DEFAULT_CHAINS = {"cpu": 6, "other": 4}
-# Values of the recurrence (see the kernel); dyadic, so the add form is exact.
-A = 0.9375
-C = 0.0625
 # Relative tolerance of the read+write check: the no-FMA and add kernels match
 # the replay bit for bit; fma() rounds once where the replay rounds twice, and
 # a < 1 damps those differences to a few ulp.
@@ -53,41 +53,6 @@ def create(*, config=None, local_rank: int = 0, local_size: int = 1, **_ignored)
     from ert.config import RunConfig
 
     return OpenCLBackend(config=config or RunConfig(), local_rank=local_rank, local_size=local_size)
-
-
-def initial_values(dtype) -> "np.ndarray":
-    """The 16 values ert_init writes, element i getting the (i % 16)-th."""
-    import numpy as np
-
-    return (0.5 + np.arange(16) * 0.0625).astype(dtype)
-
-
-def replay_rw(*, dtype, fma_ops: int, trials: int) -> "np.ndarray":
-    """The 16 distinct values after ``trials`` trials of the read+write kernel, replayed on the host.
-
-    Multiply and add are rounded separately (NumPy has no fused multiply-add).
-    Once the values repeat with period 2 the rest is decided by parity, so the
-    cost is bounded whatever the trial count.
-    """
-    import numpy as np
-
-    dtype = np.dtype(dtype)
-    x = initial_values(dtype)
-    a, c = dtype.type(A), dtype.type(C)
-    previous: list = []
-    for t in range(trials):
-        ct = c if t % 2 == 0 else -c
-        if fma_ops == 0:
-            x = x + ct
-        else:
-            for _ in range(fma_ops):
-                x = x * a + ct
-        previous.append(x)
-        if len(previous) == 3:
-            if np.array_equal(previous[0], previous[2]):
-                return previous[2] if (trials - 1 - t) % 2 == 0 else previous[1]
-            previous.pop(0)
-    return x
 
 
 class OpenCLBackend:
