@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ert.errors import ErtError, read_user_text
+from ert.errors import ErtError, parse_user_json, read_user_text
 
 # Seconds per unit of time, as ncu writes them (older releases spell them out).
 _TIME_UNITS = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
@@ -46,10 +45,7 @@ class KernelData:
     bytes: dict[str, float]
     fma_ratio: dict[str, float] = field(default_factory=dict)  # precision -> fma/(add+mul+fma) instructions
     launches: int = 1
-
-    def main_precision(self) -> str:
-        """The precision with the most FLOPs (what the roofline of this kernel is drawn in)."""
-        return max(self.flops, key=lambda p: self.flops[p])
+    fma_ratio_source: str = "file"  # where fma_ratio came from: "file" (hand-written) or "instruction counts"
 
 
 # ----------------------------------------------------------------------------------------- numbers and units
@@ -252,7 +248,7 @@ def _kernel_of(name: str, metrics: dict, where: str, path) -> KernelData:
     seconds = _seconds_of(metrics, name, where, path)
     flops, ratios = _flops_of(metrics, name, where, path)
     return KernelData(name=name, seconds=seconds, flops=flops, bytes=_bytes_of(metrics, name, where, path),
-                      fma_ratio=ratios)
+                      fma_ratio=ratios, fma_ratio_source="instruction counts")
 
 
 def _aggregate(launches: list[KernelData]) -> list[KernelData]:
@@ -273,7 +269,7 @@ def _aggregate(launches: list[KernelData]) -> list[KernelData]:
                 ratios[p] = sum(r * w for r, w in weights) / total
         out.append(KernelData(name=name, seconds=sum(k.seconds for k in group), flops=flops,
                               bytes={lvl: sum(k.bytes[lvl] for k in group) for lvl in levels},
-                              fma_ratio=ratios, launches=len(group)))
+                              fma_ratio=ratios, launches=len(group), fma_ratio_source=group[0].fma_ratio_source))
     return out
 
 
@@ -284,11 +280,7 @@ _KERNEL_KEYS = {"name", "seconds", "flops", "bytes", "fma_ratio", "launches"}
 def read_handwritten(text: str, *, path, as_json: bool) -> list[KernelData]:
     """YAML or JSON: {kernels: [{name, seconds, flops: {fp64: N}, bytes: {L1: N, L2: N, DRAM: N}, fma_ratio?}]}."""
     if as_json:
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ErtError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, key=f"line {exc.lineno}") \
-                from None
+        doc = parse_user_json(text, path=path)
     else:
         import yaml
 

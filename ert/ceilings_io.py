@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
-from ert.errors import ErtError, read_user_text
+from ert.errors import ErtError, parse_user_json, read_user_text
 
 SCHEMA_VERSION = "1.1"
 
@@ -229,8 +229,12 @@ def write_json_atomic(obj: Any, path: os.PathLike | str) -> None:
 
 def write_text_atomic(text: str, path: os.PathLike | str) -> None:
     """Write ``text`` (UTF-8) so that ``path`` is never half-written; see write_json_atomic."""
+    write_bytes_atomic(text.encode("utf-8"), path)
+
+
+def write_bytes_atomic(data: bytes, path: os.PathLike | str) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, and rename it over ``path``."""
     target = Path(path)
-    data = text.encode("utf-8")
     directory = target.parent
     try:
         mode = target.stat().st_mode & 0o7777 if target.is_file() else _new_file_mode()
@@ -287,12 +291,7 @@ def write_ceilings(doc: dict, path: os.PathLike | str) -> None:
 def load_ceilings(path: os.PathLike | str) -> dict:
     """Read, parse and validate a ceilings file; every problem is an ErtError naming the file."""
     text = read_user_text(path, expected="a ceilings JSON file")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ErtError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, key=f"line {exc.lineno}") from None
-    except RecursionError:
-        raise ErtError("invalid JSON: nested too deeply", path=path) from None
+    doc = parse_user_json(text, path=path)
     validate(doc, path=path)
     return doc
 
@@ -304,4 +303,6 @@ __all__ = [
     "write_ceilings",
     "load_ceilings",
     "write_json_atomic",
+    "write_text_atomic",
+    "write_bytes_atomic",
 ]

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ert.cli_consumers import _add_consumer_parsers
-from ert.cli_run import CEILINGS_NAME, CONFIG_NAME, QuietExit, _add_run_arguments, _thread_counts, cmd_run  # noqa: F401
+from ert.cli_run import CEILINGS_NAME, QuietExit, _add_run_arguments, cmd_run
 from ert.errors import ErtError
 
 

@@ -9,9 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ert.cli_run import CEILINGS_NAME
 from ert.errors import ErtError
-
-CEILINGS_NAME = "ceilings.json"
 
 
 # ---------------------------------------------------------------------------- consumers of the ceilings
@@ -68,8 +67,7 @@ def cmd_profile(args) -> int:
 
     doc = load_ceilings(_ceilings_path(args.ceilings))
     kernels = load_app(args.app)
-    profiles = profile.profile_all(kernels, doc, access=args.access, fma_ratio=args.fma_ratio,
-                                   ratio_source="instruction counts" if str(args.app).endswith(".csv") else "file")
+    profiles = profile.profile_all(kernels, doc, access=args.access, fma_ratio=args.fma_ratio)
     if args.json:
         print(json.dumps(profile.to_json(profiles, doc), indent=2))
     else:
@@ -124,13 +122,10 @@ def cmd_export(args) -> int:
 def cmd_import_ert_config(args) -> int:
     from ert import import_ert
 
+    from ert.errors import read_user_text
+
     path = Path(args.file)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ErtError("no such file", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ErtError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", path=path) from None
+    text = read_user_text(path, expected="an ERT config file")
     conv = import_ert.convert(text, path=path)
     yaml_text = import_ert.to_yaml(conv, source=path)
     for note in conv.notes:

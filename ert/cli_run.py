@@ -346,24 +346,25 @@ def _with_device(cfg, selector: str):
 
 
 def _supported_precisions(cfg, backend):
-    """(config without the precisions the backend cannot run, a warning or None); ErtError if none is left."""
+    """(config without the precisions the backend cannot run, a warning or None); ErtError if none is left.
+
+    The one place unsupported precisions are handled, for every backend; a
+    backend may say why (``unsupported_reason``, e.g. a missing OpenCL extension).
+    """
     from ert.config import with_overrides
     from ert.spec import KernelSpec
 
-    supports = getattr(backend, "supports", None)
-    if supports is None:
-        return cfg, None
-    ok = [p for p in cfg.precisions if supports(KernelSpec(p, 1, False))]
-    dropped = [p for p in cfg.precisions if p not in ok]
+    dropped = [p for p in cfg.precisions if not backend.supports(KernelSpec(p, 1, False))]
     if not dropped:
         return cfg, None
-    if not ok:
-        raise ErtError(f"backend '{cfg.backend}' runs none of the precisions asked for "
-                       f"({', '.join(dropped)}); choose another backend or precision", key="precisions")
-    already = set(backend.describe().get("skipped_precisions", []))  # the backend said so itself
-    warning = None if set(dropped) <= already else (
-        f"backend '{cfg.backend}' does not run {', '.join(dropped)}: those points are skipped")
-    return with_overrides(cfg, precisions=ok), warning
+    explain = getattr(backend, "unsupported_reason", None)
+    why = "; ".join(explain(p) for p in dropped) if explain else \
+        f"backend '{cfg.backend}' does not run {', '.join(dropped)}"
+    if len(dropped) == len(cfg.precisions):
+        raise ErtError(f"{why}, and nothing else was asked for; choose another backend, device or precision",
+                       key="precisions")
+    return with_overrides(cfg, precisions=[p for p in cfg.precisions if p not in dropped]), \
+        f"{why}: its {', '.join(dropped)} points are skipped"
 
 
 def _refuse_other_hardware(old_meta: dict, run_dir: Path, *, threads: int, ranks: int, device: str = "") -> None:

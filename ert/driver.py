@@ -222,11 +222,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
             for point in (_interleave_batch(todo) if planner else todo):
                 if progress:
                     progress.begin(point)
-                if point.launch:
-                    backend.prepare(point.spec, elements_per_thread=point.elements_per_thread,
-                                    launch=point.launch_dict())
-                else:
-                    backend.prepare(point.spec, elements_per_thread=point.elements_per_thread)
+                backend.prepare(point.spec, elements_per_thread=point.elements_per_thread,
+                                launch=point.launch_dict())
                 guess = 1
                 larger = [w for w in last_trials.get(point.spec, {}) if w >= point.wss_bytes]
                 if config.timing.min_repeats is not None and larger:

@@ -47,3 +47,15 @@ def read_user_text(path, *, expected: str) -> str:
     if not text.strip():
         raise ErtError(f"file is empty, expected {expected}", path=path)
     return text
+
+
+def parse_user_json(text: str, *, path):
+    """``json.loads`` of a user's file; a syntax error or absurd nesting is an ErtError naming file and line."""
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ErtError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, key=f"line {exc.lineno}") from None
+    except RecursionError:
+        raise ErtError("invalid JSON: nested too deeply", path=path) from None

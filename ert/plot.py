@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import tempfile
 from pathlib import Path
 
 from ert import roofs as roofs_mod
+from ert.ceilings_io import write_bytes_atomic
 from ert.errors import ErtError
 
 FORMATS = ("png", "svg", "pdf")
@@ -49,22 +48,7 @@ def save_figure(fig, path) -> None:
                     if fmt != "png" else {"Software": "ert"})
     finally:
         plt.close(fig)
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(buffer.getvalue())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_bytes_atomic(buffer.getvalue(), path)
 
 
 def _decade_below(x: float) -> float:

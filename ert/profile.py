@@ -62,7 +62,7 @@ class KernelProfile:
 
 
 def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
-                   fma_ratio: float | None = None, ratio_source: str = "file") -> KernelProfile:
+                   fma_ratio: float | None = None) -> KernelProfile:
     """The hierarchical roofline of one kernel against one ceilings document.
 
     Attainable GFLOP/s = min(compute ceiling, AI_level x bandwidth_level over
@@ -86,7 +86,7 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
                                       bound_gflops_per_s=ai * roof.gbytes_per_s if roof else None))
         peak = roofs_mod.fma_roof(doc, precision)
         f = fma_ratio if fma_ratio is not None else kernel.fma_ratio.get(precision)
-        source = "--fma-ratio" if fma_ratio is not None else (ratio_source if f is not None else None)
+        source = "--fma-ratio" if fma_ratio is not None else (kernel.fma_ratio_source if f is not None else None)
         compute_name = compute_value = short_name = None
         if peak is None:
             notes.append(f"no {precision} compute ceiling in the ceilings file: only memory bounds apply")
@@ -113,8 +113,8 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
 
 
 def profile_all(kernels: list[KernelData], doc: dict, *, access: str = "rw",
-                fma_ratio: float | None = None, ratio_source: str = "file") -> list[KernelProfile]:
-    return [profile_kernel(k, doc, access=access, fma_ratio=fma_ratio, ratio_source=ratio_source) for k in kernels]
+                fma_ratio: float | None = None) -> list[KernelProfile]:
+    return [profile_kernel(k, doc, access=access, fma_ratio=fma_ratio) for k in kernels]
 
 
 # ----------------------------------------------------------------------------------------- output

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import time
 
-from ert.spec import KernelSpec
 from ert.units import human_bytes
 
 
@@ -55,11 +54,11 @@ class Progress:
         cost = point_cost(point, self.min_seconds)
         self._cost_done += cost
         self._cost_left -= cost
-        spec = KernelSpec.from_dict(record["spec"])
-        sec = record["seconds"]["median"]
-        rate = (f"{spec.gbytes_per_s(elements=record['elements'], trials=record['trials'], seconds=sec):.1f} GB/s"
-                if spec.flops_per_element <= 2 else
-                f"{spec.gflops_per_s(elements=record['elements'], trials=record['trials'], seconds=sec):.1f} GFLOP/s")
+        from ert.analysis.ceilings import rates
+
+        gbytes_per_s, gflops_per_s = rates(record)
+        # As the analysis reads them: 1 FLOP/element is bandwidth, more is compute.
+        rate = (f"{gbytes_per_s:.1f} GB/s" if record["spec"]["flops_per_element"] < 2 else f"{gflops_per_s:.1f} GFLOP/s")
         flag = " NOISY" if record["noisy"] else ""
         flag += "" if record["valid"] else " CHECK FAILED"
         self._status(f"{rate}{flag}")

@@ -30,11 +30,25 @@ class RawWriter:
         """Cut a truncated last line (left by a kill) so new lines start clean."""
         if not self.path.exists():
             return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1
-            with open(self.path, "r+b") as fh:
-                fh.truncate(cut)
+        with open(self.path, "r+b") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return  # the usual case: nothing to read beyond one byte
+            # Scan back (in blocks) to the last newline and cut there.
+            end, block = size, 1 << 16
+            while end > 0:
+                start = max(0, end - block)
+                fh.seek(start)
+                chunk = fh.read(end - start)
+                newline = chunk.rfind(b"\n")
+                if newline >= 0:
+                    fh.truncate(start + newline + 1)
+                    return
+                end = start
+            fh.truncate(0)
 
     def append(self, record: dict) -> None:
         line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"

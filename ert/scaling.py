@@ -77,6 +77,7 @@ class HoldTarget:
     elements_per_thread: int
     trials: int          # of the sweep point
     seconds: float       # median seconds of the sweep point at ``trials``
+    launch: dict | None = None  # its launch geometry (device backends), so the hold runs the same kernel
 
 
 def hold_targets(raw) -> list[HoldTarget]:
@@ -103,7 +104,7 @@ def hold_targets(raw) -> list[HoldTarget]:
     for target, pid in picks:
         rec = by_id[pid]
         out.append(HoldTarget(target, pid, rec["spec"], rec["wss_bytes"], rec["elements_per_thread"],
-                              rec["trials"], rec["seconds"]["median"]))
+                              rec["trials"], rec["seconds"]["median"], rec.get("launch")))
     return out
 
 
@@ -137,7 +138,7 @@ def hold_peaks(*, run_dir: Path, backend, comm, seconds: float, progress=None) -
 
 def _hold(t: HoldTarget, *, backend, comm, seconds: float) -> dict:
     spec = KernelSpec.from_dict(t.spec)
-    backend.prepare(spec, elements_per_thread=t.elements_per_thread)
+    backend.prepare(spec, elements_per_thread=t.elements_per_thread, launch=t.launch)
     per_trial = t.seconds / t.trials
     trials = max(1, round(HOLD_REGION_SECONDS / per_trial))
     region_seconds: list[float] = []

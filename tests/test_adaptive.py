@@ -95,6 +95,7 @@ def test_same_levels_as_the_dense_sweep_from_a_fraction_of_the_points(cfg, seed)
     assert set(got) == set(want) and len(want) == 16  # L1, L2, L3, DRAM of four curves
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=0.03), key
+    assert len(adaptive["ceilings"]["compute"]) == len(dense["ceilings"]["compute"]) == 4
     for d, a in zip(dense["ceilings"]["compute"], adaptive["ceilings"]["compute"]):
         assert (a["precision"], a["fma"]) == (d["precision"], d["fma"])
         assert a["gflops_per_s"] == pytest.approx(d["gflops_per_s"], rel=0.03)

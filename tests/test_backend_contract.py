@@ -33,11 +33,6 @@ def backend(request):
     made.close()
 
 
-def _supported(backend, spec: KernelSpec) -> bool:
-    supports = getattr(backend, "supports", None)
-    return supports(spec) if supports else spec.precision != "fp16"
-
-
 def _elements(backend, spec: KernelSpec, wss_bytes: int) -> int:
     """Elements per thread for about ``wss_bytes`` in total, a whole number of granules."""
     granule = backend.granule_elements(spec)
@@ -66,7 +61,7 @@ KERNELS = [KernelSpec(p, f, fma, access) for p in ITEMSIZE
 
 @pytest.mark.parametrize("spec", KERNELS, ids=lambda s: s.key)
 def test_round_trip_is_checked_against_the_host_replay(backend, spec):
-    if not _supported(backend, spec):
+    if not backend.supports(spec):
         pytest.skip(f"{backend.name} does not run {spec.precision} here")
     n = _elements(backend, spec, 48 * 1024)
     _prepare(backend, spec, n)

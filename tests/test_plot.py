@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
+from ert.plot import _fmt_rate
 
 DATA = REPO / "tests" / "data"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -33,7 +34,7 @@ def test_roofline_png_and_svg_from_a_real_run(tiny_run, tmp_path):
     roofs = [e for e in doc["ceilings"]["memory"] if e["precision"] == "fp64" and e["access"] == "rw"]
     assert roofs
     for roof in roofs:
-        assert f"{roof['level']} {roof['gbytes_per_s']:.4g}" in text
+        assert f"{roof['level']} {_fmt_rate(roof['gbytes_per_s'])}" in text  # the plot's own number format
     assert "GB/s" in text and "GFLOP/s" in text
     assert "ridge points" in text
     for name in ("stencil", "dgemm-block", "stream-sum"):

@@ -235,6 +235,8 @@ def build(raw: RawData) -> dict:
     # What the backend knows makes its numbers misleading without context
     # (an OpenCL driver on a CPU that does not vectorise, say).
     warnings += [str(c) for c in meta.get("backend_info", {}).get("caveats", [])]
+    # What the ranks reported while setting up (skipped precisions, shared cores ...).
+    warnings += [str(w) for w in meta.get("rank_warnings", [])]
 
     planned, complete = planned_points(header, raw.ends, len(points))
     invalid = [r for r in points if not r["valid"]]

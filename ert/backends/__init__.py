@@ -34,12 +34,15 @@ class Backend(Protocol):
     def granule_elements(self, spec: KernelSpec) -> int:
         """Each thread's element count must be a multiple of this."""
 
+    def supports(self, spec: KernelSpec) -> bool:
+        """Whether this backend and device run ``spec`` (a backend may add ``unsupported_reason(precision)``)."""
+
     def prepare(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None = None) -> None:
         """Compile (untimed, cached), allocate and initialise buffers for one point.
 
         ``launch`` is one of the geometries the backend's optional
         ``launches(spec, elements_per_thread)`` listed (accelerators only);
-        backends without that method are never passed one.
+        backends without that method always get None and ignore it.
         """
 
     def run(self, trials: int) -> float:

@@ -8,6 +8,7 @@ which the tests exercise without a GPU.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from importlib import resources
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from ert.backends import CheckResult
 from ert.backends import cuda_host as host
+from ert.replay import A, C
 from ert.spec import KernelSpec
 
 NAME = "cuda"
@@ -69,8 +71,11 @@ def create(*, config=None, local_rank: int = 0, local_size: int = 1, **_ignored)
     return CudaBackend(config=config, local_rank=local_rank, local_size=local_size)
 
 
-def kernel_source() -> str:
-    return resources.files("ert.kernels").joinpath(host.KERNEL_FILE).read_text()
+@functools.cache
+def kernel_source() -> tuple[str, str]:
+    """(the kernel file's text, its SHA-256), read once per process."""
+    text = resources.files("ert.kernels").joinpath(host.KERNEL_FILE).read_text()
+    return text, hashlib.sha256(text.encode()).hexdigest()
 
 
 class CupyDevice:
@@ -109,9 +114,9 @@ class CupyDevice:
 
     def functions(self, spec: KernelSpec) -> tuple[object, object]:
         """(the spec's kernel, its ert_init), compiled once per source, options and device."""
-        source = kernel_source()
+        source, digest = kernel_source()
         options = host.compile_defines(spec) + COMPILE_OPTIONS
-        key = (hashlib.sha256(source.encode()).hexdigest(), options, self.index)
+        key = (digest, options, self.index)
         module = _MODULES.get(key)
         if module is None:
             module = self._cp.RawModule(code=source, options=options)
@@ -221,6 +226,9 @@ class CudaBackend:
     def granule_elements(self, spec: KernelSpec) -> int:
         return host.granule_elements(spec)
 
+    def supports(self, spec: KernelSpec) -> bool:
+        return spec.precision in host.NUMPY_DTYPE  # fp64, fp32 and fp16 (half2) on every GPU it runs on
+
     def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
         return host.launches(n_units=host.units_of(spec, elements_per_thread), blocks=self.blocks,
                              threads_per_block=self.threads_per_block, blocks_threads=self.blocks_threads)
@@ -249,7 +257,7 @@ class CudaBackend:
         n, t = np.int64(self._n_units), np.int64(trials)
         if self._spec.access == "ro":
             return (self._data, n, t, self._sums)
-        return (self._data, n, t, np.int64(self._trials_done), np.float64(host.A_VALUE), np.float64(host.C_VALUE))
+        return (self._data, n, t, np.int64(self._trials_done), np.float64(A), np.float64(C))
 
     def run(self, trials: int) -> float:
         seconds = self._dev.timed_launch(self._kernel, blocks=self._blocks, threads=self._threads,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from ert.errors import ErtError
+from ert.replay import A, C, initial_values  # what ert_init writes, and the recurrence's constants
 from ert.spec import KernelSpec
 
 KERNEL_FILE = "ert_cuda.cu"
@@ -16,9 +16,6 @@ PRECISION_BITS = {"fp64": 64, "fp32": 32, "fp16": 16}
 UNIT_ELEMENTS = {"fp64": 1, "fp32": 1, "fp16": 2}
 NUMPY_DTYPE = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16}
 
-# The recurrence's constants; dyadic, so exact in every precision.
-A_VALUE = 0.9375
-C_VALUE = 0.0625
 
 # ERT's shipped CUDA config (V100): blocks 80..2560 = SMs x 1..32, threads
 # 64..1024, blocks x threads = 163840 = SMs x 2048 (one full wave).  The same
@@ -257,11 +254,6 @@ def device_for_rank(*, local_rank: int, local_size: int, visible: int, configure
 
 
 # ----------------------------------------------------------------------------- replay and checks
-def initial_values(precision: str) -> np.ndarray:
-    """The 16 starting values, by element index mod 16 (what ert_init writes)."""
-    return (0.5 + np.arange(16) * 0.0625).astype(NUMPY_DTYPE[precision])
-
-
 # a = 15/16 has 4 significant bits, so b*a + c for |b| < 2 and |c| = 1/16
 # needs at most 53 + 5 bits: exact in float64 for FP32/FP16 inputs, and in an
 # x87 or quad long double (>= 63 bits) for FP64 inputs.  One rounding to the
@@ -289,8 +281,8 @@ def replay_rw(*, precision: str, flops_per_element: int, fma: bool, trials: int)
     the replay then jumps ahead, so its cost is bounded at any trial count.
     """
     dtype = NUMPY_DTYPE[precision]
-    x = initial_values(precision)
-    a, c = dtype(A_VALUE), dtype(C_VALUE)
+    x = initial_values(dtype)
+    a, c = dtype(A), dtype(C)
     k_ops = 0 if flops_per_element == 1 else flops_per_element // 2
     seen: dict[bytes, int] = {}
     t = 0
@@ -338,7 +330,7 @@ def rw_errors(values: np.ndarray, *, first_element: int, expected16: np.ndarray)
 
 def unit_values(precision: str) -> np.ndarray:
     """The 16-periodic starting value of each unit, summed over its elements, in float64."""
-    start = initial_values(precision).astype(np.float64)
+    start = initial_values(np.float64)
     if UNIT_ELEMENTS[precision] == 1:
         return start
     # Unit u holds elements 2u, 2u+1: period 8 in units, written out to 16.

@@ -135,7 +135,8 @@ class NumbaCpuBackend:
     def supports(self, spec: KernelSpec) -> bool:
         return spec.precision in DTYPES
 
-    def prepare(self, spec: KernelSpec, *, elements_per_thread: int) -> None:
+    def prepare(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None = None) -> None:
+        # ``launch`` is for device backends; a CPU thread's share is its whole block.
         if not self.supports(spec):
             raise ValueError(f"{NAME} does not run {spec.precision}")
         granule = self.granule_elements(spec)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import sys
 from importlib import resources
 
 import numpy as np
@@ -79,10 +78,6 @@ class OpenCLBackend:
         self.chains = self.options.chains or DEFAULT_CHAINS["cpu" if self.kind == "cpu" else "other"]
         self.builtin_fma = is_pocl(self.device)
         self._source = kernel_source()
-        self._caveats: list[str] = []
-        self._skipped = [p for p in config.precisions if not self.precisions[p]]
-        if self._skipped:
-            self._refuse_or_warn(config.precisions)
         self._buf = self._sums = None
         self._buf_bytes = self._sums_bytes = 0
         self._spec: KernelSpec | None = None
@@ -90,16 +85,9 @@ class OpenCLBackend:
         # One reference per node (rank 0 of it): ranks measuring at once would slow each other.
         self._want_reference = self.options.cpu_reference and local_rank == 0
 
-    def _refuse_or_warn(self, asked: list[str]) -> None:
-        missing = ", ".join(f"{p} ({EXTENSION_OF[p]})" for p in self._skipped)
-        where = f"OpenCL device {self.info['device']!r} has no {missing}"
-        if len(self._skipped) == len(asked):
-            raise ErtError(f"{where}, and nothing else was asked for; choose another device or precision",
-                           key="precisions")
-        message = f"{where}: its {', '.join(self._skipped)} points are skipped"
-        self._caveats.append(message)
-        if self.local_rank == 0:
-            print(f"ert-run: warning: {message}", file=sys.stderr)
+    def unsupported_reason(self, precision: str) -> str:
+        """Why this device cannot run ``precision`` (the driver skips those points, or refuses the run)."""
+        return f"OpenCL device {self.info['device']!r} has no {EXTENSION_OF.get(precision, precision)}"
 
     # -- geometry ---------------------------------------------------------------
     def vector_width(self, spec: KernelSpec) -> int:
@@ -359,9 +347,8 @@ class OpenCLBackend:
             "build_options_per_kernel": "-DERT_BITS, -DERT_VW, -DERT_FMA_OPS, -DERT_FMA from the kernel variant",
             "caches": caches,
             "memory_name": memory_name,
-            "skipped_precisions": self._skipped,
         }
-        caveats = list(self._caveats)
+        caveats = []
         if self.kind == "cpu":
             caveats.append(self._cpu_caveat())
             if self._cpu_reference is not None:
