@@ -30,9 +30,21 @@ COARSE_FACTOR = 2.0
 # still scatter more than its points' own spread.
 PLATEAU_MIN_POINTS = 4
 PLATEAU_MAX_POINTS = 8
-# A compute peak has saturated when one more doubling of FLOPs per element
-# gains less than this.
+# A compute peak has saturated when two more steps of FLOPs per element in a
+# row gain less than this over the best before them.  One step is not enough:
+# a noisy step, or one still bound by the cache's bandwidth (FLOPs 8 and 32
+# can gain nothing over each other on a wide core and still be far from the
+# peak), would stop the search early.
 SATURATION_GAIN = 0.03
+SATURATION_STEPS = 2
+
+
+def _saturated(log_rates: list[float]) -> bool:
+    """Whether the last SATURATION_STEPS log rates gained less than SATURATION_GAIN over every earlier one."""
+    if len(log_rates) <= SATURATION_STEPS:
+        return False
+    before = max(log_rates[:-SATURATION_STEPS])
+    return max(log_rates[-SATURATION_STEPS:]) - before <= math.log1p(SATURATION_GAIN)
 
 
 @dataclass
@@ -170,13 +182,13 @@ class AdaptivePlanner:
         """FLOPs per element raised until GFLOP/s saturates, then the best confirmed at two more sizes."""
         done = [(spec, grid, target, _log_rate(grid[target], known, compute=True)) for spec, grid, target in group
                 if any(p.id in known for p in grid[target].points)]
-        rated = [d for d in done if d[3] is not None]
-        if len(done) < len(group) and len(rated) >= 2 and rated[-1][3] - rated[-2][3] > math.log1p(SATURATION_GAIN):
+        measured = [d for d in done if d[3] is not None]
+        if len(done) < len(group) and not _saturated([d[3] for d in measured]):
             spec, grid, target = group[len(done)]
-            return list(grid[target].points)  # still rising: the next FLOP count
-        if not rated:
+            return list(grid[target].points)  # not yet saturated: the next FLOP count
+        if not measured:
             return []
-        spec, grid, target, _ = max(rated, key=lambda d: d[3])
+        spec, grid, target, _ = max(measured, key=lambda d: d[3])
         out = []
         for i in (target - self._stride, target + self._stride):
             if 0 <= i < len(grid):

@@ -148,3 +148,33 @@ def aggregate_capacity_bytes(cache: CacheInfo, threads: int, *, cpus: int | None
     if cpus is not None:
         instances = min(instances, max(math.ceil(cpus / share), 1))
     return instances * cache.size_bytes
+
+
+
+def process_cpus() -> list[int]:
+    """Every cpu some thread of this process may run on (the union of its threads' affinities).
+
+    An OpenMP runtime binds its master thread to one place once its pool
+    starts, so the process's own affinity then shows one core; the union over
+    ``/proc/self/task/*`` still shows every cpu the pool was given.
+    """
+    cpus: set[int] = set()
+    try:
+        for task in Path("/proc/self/task").iterdir():
+            for line in (_read(task / "status") or "").splitlines():
+                if line.startswith("Cpus_allowed_list:"):
+                    cpus.update(parse_cpu_list(line.split(":", 1)[1]))
+    except (OSError, ValueError):
+        pass
+    if not cpus and hasattr(os, "sched_getaffinity"):
+        cpus = set(os.sched_getaffinity(0))
+    return sorted(cpus) or list(range(os.cpu_count() or 1))
+
+
+def cores_in_use(threads: int) -> int:
+    """Physical cores that ``threads`` threads, one per core, occupy: SMT siblings share one core's units."""
+    from ert.placement import physical_cores
+
+    if threads < 1:
+        raise ValueError("threads must be at least 1")
+    return max(1, min(threads, len(physical_cores(process_cpus()))))

@@ -218,7 +218,38 @@ def _sustained_section(ceilings: dict) -> list[str]:
 
 
 def _rated_section(doc: dict) -> list[str]:
-    """Each measured ceiling beside the rated peak a device backend derived (metadata.backend_info.rated)."""
+    """Every ceiling as a percentage of its rated value (schema 1.2), with how each rated value was derived.
+
+    Files from before 1.2 carry rated peaks only in ``metadata.backend_info.rated``;
+    those are matched to the ceilings here as they always were.
+    """
+    ceilings = doc.get("ceilings", {})
+    entries = [("GFLOP/s", "gflops_per_s", _compute_name(e), e) for e in ceilings.get("compute", [])]
+    entries += [("GB/s", "gbytes_per_s", _memory_name(e), e) for e in ceilings.get("memory", [])]
+    if not any(isinstance(e.get("rated"), dict) for *_, e in entries):
+        return _legacy_rated_section(doc)
+    rows, derivations = [], []
+    for unit, key, name, e in entries:
+        rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
+        value, ratio, how = rated.get(key), rated.get("ratio"), str(rated.get("derivation", ""))
+        if value is None:
+            rows.append([f"{name} {unit}", format_rate(e.get(key)), _MISSING, _MISSING, ""])
+            continue
+        if how not in derivations:
+            derivations.append(how)
+        rows.append([f"{name} {unit}", format_rate(e.get(key)), format_rate(value),
+                     f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING,
+                     f"[{derivations.index(how) + 1}]"])
+    if not derivations:
+        return []
+    lines = ["Measured against rated (what the hardware can physically do)"] + _table(
+        ["ceiling", "measured", "rated", "of rated", "from"], rows, [False, True, True, True, False])
+    lines += [f"  [{i}] {how}" for i, how in enumerate(derivations, 1)]
+    return lines
+
+
+def _legacy_rated_section(doc: dict) -> list[str]:
+    """Rated peaks of a pre-1.2 file (metadata.backend_info.rated) beside the measured ceilings."""
     rated = (doc.get("metadata", {}).get("backend_info") or {}).get("rated")
     if not isinstance(rated, dict):
         return []

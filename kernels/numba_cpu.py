@@ -1,4 +1,4 @@
-"""The ERT kernels for the Numba CPU backend, and the host replay that checks them.
+"""The ERT kernels for the Numba CPU backend, written as exact LLVM vector IR.
 
 Per element per trial (contract shared with ert.spec.KernelSpec):
 
@@ -14,25 +14,43 @@ count between calls), so the final values depend on the parity of the total and
 an off-by-one in the trial loop is caught.  ``a`` < 1 keeps the values bounded
 (near +-1) for any trial count: no overflow, no denormals.
 
-Each thread owns one contiguous block of ``n`` elements, ``n`` a multiple of
-``GRANULE_BYTES / itemsize`` (the granule is 512 bytes: 8 zmm registers).  The
-multiply-add chains run over a 512-byte sub-block with the FLOP loop outside
-the element loop, which gives 8 independent vector chains; a single chain per
-element would be latency bound and lose the compute peak at high FLOP counts.
+Why LLVM IR and not plain loops: how many independent chains a core needs
+depends on the machine (FMA units x FMA latency: 8 on Skylake-SP to Granite
+Rapids and Zen 4, more where the loop itself costs issue slots, 16 on Neoverse
+V1), and plain loops leave that to the vectoriser, which picks 4 accumulators
+for a sum and may spill or split a multiply-add chain.  Each kernel here works
+on a *sub-block* of ``W`` elements as one LLVM vector ``<W x T>``; LLVM splits
+it into ``W / lanes`` machine registers, so
 
-FMA versus no-FMA is decided by ``fastmath``: ``{'contract'}`` lets LLVM fuse
-the multiply and add, ``False`` forbids it (checked on the assembly by tests).
+* the multiply-add kernels run ``W / lanes`` independent register-resident
+  chains (the FLOP loop is inside the sub-block: load once, K FMAs per
+  register, store once), with no load or store between the FMAs;
+* the load-only sum keeps ``W / lanes`` vector accumulators live across the
+  whole block and every trial, and reduces them once per call;
+* the add kernel is one unrolled run of loads, adds and stores per sub-block,
+  with no per-element overhead.
+
+``W`` is a compile-time constant (a factory argument), chosen by the backend
+from the vector width the CPU offers; the number of chains is swept like a GPU
+launch geometry and recorded with every point.  FMA versus no-FMA is explicit:
+``llvm.fma`` against an ``fmul`` and an ``fadd`` with no fast-math flags, which
+LLVM may not contract (tests read the assembly).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils, errors
+from numba.extending import intrinsic
 
 # The host side of these kernels: starting values and the replay every check compares with.
 from ert.replay import initial_values, replay_rw  # noqa: F401
 
-GRANULE_BYTES = 512
+# fp32 lane sums of the 1/16-multiples init_blocks writes stay exact below 2**20;
+# flushing a lane into the float64 total every 2**19 adds keeps every sum exact.
+FP32_EXACT_ADDS = 1 << 19
 
 
 @njit(parallel=True, cache=True)
@@ -44,82 +62,195 @@ def init_blocks(buf, nthreads, n):
             blk[i] = 0.5 + (i % 16) * 0.0625
 
 
-def _make_rw_kernel(w: int, fastmath):
-    """The multiply-add kernel with a compile-time sub-block of ``w`` elements.
+# ----------------------------------------------------------------------------- IR helpers
+def _vector_ptr(context, builder, arrty, arr, index, vecty):
+    """Pointer to ``<W x T>`` at element ``index`` of a contiguous 1-D array."""
+    ary = context.make_array(arrty)(context, builder, value=arr)
+    return builder.bitcast(builder.gep(ary.data, [index]), vecty.as_pointer())
 
-    ``w`` must be a constant for LLVM to unroll the sub-block into registers.
-    Numba's cache key covers the code and the values closed over, but not the
-    decorator's options, so ``fused`` is closed over (and returned) too:
-    without it the FMA and no-FMA kernels of one precision share one cache
-    entry, and whichever was compiled first is loaded for both.
+
+def _splat(builder, scalar, vecty):
+    first = builder.insert_element(ir.Constant(vecty, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0))
+    mask = ir.Constant(ir.VectorType(ir.IntType(32), vecty.count), [0] * vecty.count)
+    return builder.shuffle_vector(first, first, mask)
+
+
+def _fma_decl(module, vecty):
+    """``llvm.fma.v<W>f<bits>``: one rounding per multiply-add, whatever the fast-math flags."""
+    suffix = "f64" if vecty.element == ir.DoubleType() else "f32"
+    name = f"llvm.fma.v{vecty.count}{suffix}"
+    existing = module.globals.get(name)
+    return existing or ir.Function(module, ir.FunctionType(vecty, [vecty] * 3), name=name)
+
+
+def _hsum(builder, vec):
+    """Sum of a vector's lanes by halving (log2 W vector adds); exact here (see FP32_EXACT_ADDS)."""
+    width = vec.type.count
+    while width > 1:
+        half = width // 2
+        lo = builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half))))
+        hi = builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(ir.IntType(32), half),
+                                                          list(range(half, width))))
+        vec, width = builder.fadd(lo, hi), half
+    return builder.extract_element(vec, ir.Constant(ir.IntType(32), 0))
+
+
+def _literal(ty) -> int:
+    """The value of a compile-time constant argument (its Literal type), else a typing error."""
+    if not isinstance(ty, types.Literal):
+        raise errors.TypingError(f"expected a compile-time constant, got {ty}")
+    return int(ty.literal_value)
+
+
+# The intrinsics take the sub-block width (and FMA or not) as compile-time
+# constants, not as closure values of a factory: Numba's cache key hashes a
+# kernel's closure, and an intrinsic object pickles differently in every
+# process, so closing over one would recompile every kernel in every run.
+@intrinsic
+def sub_madd(typingctx, arr, i0, k_ops, a, c, width_lit, fused_lit):
+    """``sub_madd(arr, i0, k_ops, a, c, W, fused)``: K multiply-adds on ``arr[i0:i0+W]`` held in registers."""
+    width, fused = _literal(width_lit), bool(_literal(fused_lit))
+
+    def codegen(context, builder, sig, args):
+        arrty = sig.args[0]
+        vecty = ir.VectorType(context.get_value_type(arrty.dtype), width)
+        align = arrty.dtype.bitwidth // 8
+        ptr = _vector_ptr(context, builder, arrty, args[0], args[1], vecty)
+        va = _splat(builder, args[3], vecty)
+        vc = _splat(builder, args[4], vecty)
+        state = cgutils.alloca_once(builder, vecty)  # promoted to registers by mem2reg
+        builder.store(builder.load(ptr, align=align), state)
+        with cgutils.for_range(builder, args[2]):
+            x = builder.load(state)
+            if fused:
+                y = builder.call(_fma_decl(builder.module, vecty), [x, va, vc])
+            else:
+                y = builder.fadd(builder.fmul(x, va), vc)  # no flags: never contracted
+            builder.store(y, state)
+        builder.store(builder.load(state), ptr, align=align)
+        return context.get_dummy_value()
+
+    return types.void(arr, i0, k_ops, a, c, width_lit, fused_lit), codegen
+
+
+@intrinsic
+def sub_add(typingctx, arr, i0, c, width_lit):
+    """``sub_add(arr, i0, c, W)``: one load, add and store of ``arr[i0:i0+W]``."""
+    width = _literal(width_lit)
+
+    def codegen(context, builder, sig, args):
+        arrty = sig.args[0]
+        vecty = ir.VectorType(context.get_value_type(arrty.dtype), width)
+        align = arrty.dtype.bitwidth // 8
+        ptr = _vector_ptr(context, builder, arrty, args[0], args[1], vecty)
+        builder.store(builder.fadd(builder.load(ptr, align=align), _splat(builder, args[2], vecty)),
+                      ptr, align=align)
+        return context.get_dummy_value()
+
+    return types.void(arr, i0, c, width_lit), codegen
+
+
+@intrinsic
+def block_sum(typingctx, arr, trials, flush, width_lit):
+    """``block_sum(arr, trials, flush, W) -> float64``: ``trials`` sums of ``arr``.
+
+    ``W / lanes`` vector accumulators stay live across the block and across
+    trials; they are reduced into the float64 total every ``flush`` trials and
+    at the end, so the per-trial cost is only the loads and adds.
     """
-    fused = bool(fastmath)
+    width = _literal(width_lit)
 
-    @njit(parallel=True, fastmath=fastmath, cache=True)
-    def rw_kernel(buf, nthreads, n, trials, trial_offset, k_ops, a, c):
+    def codegen(context, builder, sig, args):
+        arrty = sig.args[0]
+        arr_v, trials_v, flush_v = args[:3]
+        scal = context.get_value_type(arrty.dtype)
+        vecty = ir.VectorType(scal, width)
+        align = arrty.dtype.bitwidth // 8
+        ary = context.make_array(arrty)(context, builder, value=arr_v)
+        n = builder.extract_value(ary.shape, 0)
+        intp = n.type
+        zero_vec = ir.Constant(vecty, [ir.Constant(scal, 0.0)] * width)
+        acc = cgutils.alloca_once(builder, vecty)
+        total = cgutils.alloca_once(builder, ir.DoubleType())
+        builder.store(zero_vec, acc)
+        builder.store(ir.Constant(ir.DoubleType(), 0.0), total)
+        subs = builder.sdiv(n, ir.Constant(intp, width))
+
+        def flush_acc():
+            part = _hsum(builder, builder.load(acc))
+            if scal != ir.DoubleType():
+                part = builder.fpext(part, ir.DoubleType())
+            builder.store(builder.fadd(builder.load(total), part), total)
+            builder.store(zero_vec, acc)
+
+        with cgutils.for_range(builder, trials_v) as trial_loop:
+            with cgutils.for_range(builder, subs) as sub_loop:
+                index = builder.mul(sub_loop.index, ir.Constant(intp, width))
+                ptr = _vector_ptr(context, builder, arrty, arr_v, index, vecty)
+                builder.store(builder.fadd(builder.load(acc), builder.load(ptr, align=align)), acc)
+            done = builder.add(trial_loop.index, ir.Constant(intp, 1))
+            due = builder.icmp_signed("==", builder.srem(done, flush_v), ir.Constant(intp, 0))
+            with builder.if_then(due):
+                flush_acc()
+        flush_acc()
+        return builder.load(total)
+
+    return types.float64(arr, trials, flush, width_lit), codegen
+
+
+# ----------------------------------------------------------------------------- kernels
+def make_rw_madd(width: int, fused: bool):
+    """The multiply-add kernel over sub-blocks of ``width`` elements (``width / lanes`` chains).
+
+    ``fused`` is returned by the kernel as well as used: Numba's cache key
+    covers the code and the values closed over, so the FMA and no-FMA
+    variants of one width get separate cache entries, and the backend can see
+    which one it loaded.
+    """
+    fused_flag = 1 if fused else 0
+
+    @njit(parallel=True, cache=True)
+    def rw_madd(buf, nthreads, n, trials, trial_offset, k_ops, a, c):
         for t in prange(nthreads):
             blk = buf[t * n:(t + 1) * n]
             for tr in range(trials):
                 ct = c if (tr + trial_offset) % 2 == 0 else -c
-                for i0 in range(0, blk.size, w):
-                    sub = blk[i0:i0 + w]
-                    for _ in range(k_ops):
-                        for j in range(w):
-                            sub[j] = sub[j] * a + ct
-        return 1 if fused else 0
+                for i0 in range(0, n, width):
+                    sub_madd(blk, i0, k_ops, a, ct, width, fused_flag)
+        return fused_flag
 
-    return rw_kernel
+    return rw_madd
 
 
-# One kernel per (precision, FMA or not); the FLOP count k_ops stays a runtime
-# argument, which costs nothing measurable and keeps JIT work to 4 variants.
-RW_FMA = {"fp64": _make_rw_kernel(GRANULE_BYTES // 8, {"contract"}),
-          "fp32": _make_rw_kernel(GRANULE_BYTES // 4, {"contract"})}
-RW_NOFMA = {"fp64": _make_rw_kernel(GRANULE_BYTES // 8, False),
-            "fp32": _make_rw_kernel(GRANULE_BYTES // 4, False)}
+def make_rw_add(width: int):
+    """The one-add bandwidth kernel over unrolled sub-blocks of ``width`` elements."""
+    @njit(parallel=True, cache=True)
+    def rw_add(buf, nthreads, n, trials, trial_offset, c):
+        for t in prange(nthreads):
+            blk = buf[t * n:(t + 1) * n]
+            for tr in range(trials):
+                ct = c if (tr + trial_offset) % 2 == 0 else -c
+                for i0 in range(0, n, width):
+                    sub_add(blk, i0, ct, width)
+        return 0
+
+    return rw_add
 
 
-@njit(parallel=True, fastmath=False, cache=True)
-def rw_add(buf, nthreads, n, trials, trial_offset, c):
-    for t in prange(nthreads):
-        blk = buf[t * n:(t + 1) * n]
-        for tr in range(trials):
-            ct = c if (tr + trial_offset) % 2 == 0 else -c
-            for i in range(blk.size):
-                blk[i] = blk[i] + ct
-    return 0
+def make_ro_sum(width: int):
+    """The load-only kernel: each thread sums its block ``trials`` times into out[t] (float64).
 
-
-# reassoc lets LLVM split the sum over several vector accumulators; without it
-# the reduction is one serial chain and measures add latency, not bandwidth.
-# Elements summed in the array's precision before the partial sum is added to
-# the float64 total: short enough that FP32 rounding stays ~1e-6 relative at
-# any n, long enough that the vector loop dominates.
-RO_CHUNK = 2048
-
-
-# reassoc lets LLVM split the sum over several vector accumulators; without it
-# the reduction is one serial chain and measures add latency, not bandwidth.
-@njit(parallel=True, fastmath={"reassoc", "nsz", "arcp", "contract"}, cache=True)
-def ro_sum(buf, nthreads, n, trials, out):
-    """Sum each thread's block ``trials`` times into out[t] (float64).
-
-    Each chunk is summed in the array's precision (so FP32 loads stay FP32
-    work) and added to a float64 total, so FP32 neither saturates over many
-    trials nor loses accuracy on large blocks.
+    ``flush`` is how many trials the vector accumulators run before they are
+    added to the float64 total (every sum stays exact; see FP32_EXACT_ADDS).
     """
-    for t in prange(nthreads):
-        blk = buf[t * n:(t + 1) * n]
-        total = out[t]
-        for _ in range(trials):
-            for i0 in range(0, blk.size, RO_CHUNK):
-                chunk = blk[i0:i0 + RO_CHUNK]
-                acc = chunk[0] - chunk[0]
-                for i in range(chunk.size):
-                    acc += chunk[i]
-                total += acc
-        out[t] = total
-    return 0
+    @njit(parallel=True, cache=True)
+    def ro_sum(buf, nthreads, n, trials, flush, out):
+        for t in prange(nthreads):
+            blk = buf[t * n:(t + 1) * n]
+            out[t] += block_sum(blk, trials, flush, width)
+        return 0
+
+    return ro_sum
 
 
 @njit(parallel=True, cache=True)
@@ -143,3 +274,49 @@ def max_rel_error(buf, nthreads, n, expected16, worst):
                 w_idx = float(i)
         worst[t, 0] = w_err
         worst[t, 1] = w_idx
+
+
+# ----------------------------------------------------------------------------- clock probes
+@intrinsic
+def dependent_fmas(typingctx, n, x, width_lit):
+    """``dependent_fmas(n, x, W) -> float64``: ``n`` dependent ``<W x f64>`` FMAs (n x FMA latency cycles)."""
+    width = _literal(width_lit)
+
+    def codegen(context, builder, sig, args):
+        vecty = ir.VectorType(ir.DoubleType(), width)
+        state = cgutils.alloca_once(builder, vecty)
+        builder.store(_splat(builder, args[1], vecty), state)
+        va = _splat(builder, ir.Constant(ir.DoubleType(), 0.999999), vecty)
+        vc = _splat(builder, ir.Constant(ir.DoubleType(), 1e-6), vecty)
+        with cgutils.for_range(builder, args[0]):
+            builder.store(builder.call(_fma_decl(builder.module, vecty), [builder.load(state), va, vc]), state)
+        return builder.extract_element(builder.load(state), ir.Constant(ir.IntType(32), 0))
+
+    return types.float64(n, x, width_lit), codegen
+
+
+def make_fma_latency_chain(width: int):
+    """``chain(nthreads, n, x, out)``: every thread runs ``n`` dependent FMAs one register wide."""
+
+    @njit(parallel=True, cache=True)
+    def chain(nthreads, n, x, out):
+        for t in prange(nthreads):
+            out[t] = dependent_fmas(n, x + t, width)
+        return 0
+
+    return chain
+
+
+@njit(parallel=True, cache=True)
+def imul_latency_chain(nthreads, n, x, out):
+    """``n`` dependent 64-bit integer multiplies per thread (3 cycles each on x86 cores).
+
+    Squaring, not multiplying by a constant: a product by one factor is a
+    reduction LLVM may split across vector lanes, a chain of squares is not.
+    """
+    for t in prange(nthreads):
+        v = (x + 2 * t) | 1  # odd, so the squares never collapse to 0
+        for _ in range(n):
+            v = v * v
+        out[t] = v
+    return 0

@@ -35,7 +35,7 @@ def bandwidth(access: str, wss: int) -> float:
     return gbs
 
 
-def record(point, rng: random.Random, noise: float, saturate_flops: float = 6.0) -> dict:
+def record(point, rng: random.Random, noise: float, saturate_flops: float = 6.0, stall=None) -> dict:
     spec = point.spec
     jitter = math.exp(rng.gauss(0, noise))
     elements = point.wss_bytes // spec.itemsize
@@ -44,6 +44,8 @@ def record(point, rng: random.Random, noise: float, saturate_flops: float = 6.0)
     else:
         peak = PEAK[(spec.precision, spec.fma)] * (1 - math.exp(-spec.flops_per_element / saturate_flops))
         gflops = min(peak, spec.arithmetic_intensity * bandwidth("rw", point.wss_bytes)) * jitter
+        if stall is not None:  # a machine whose GFLOP/s stalls over some FLOP counts (bandwidth, noise)
+            gflops = stall(spec.flops_per_element, gflops)
         seconds = elements * spec.flops_per_element / gflops / 1e9
     spread = abs(rng.gauss(0, noise)) * 2
     return {"type": "point", "id": point.id, "spec": spec.to_dict(), "wss_bytes": point.wss_bytes,
@@ -116,13 +118,31 @@ def test_compute_search_stops_once_gflops_saturate(cfg):
                       "flops_per_element": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]})
     records = run_adaptive(wide, random.Random(7), 0.002, saturate_flops=3.0)
     flops = sorted({r["spec"]["flops_per_element"] for r in records.values() if r["spec"]["flops_per_element"] > 1})
-    # Saturated (within 3 %) by 16 FLOPs per element: nothing beyond the next step is measured.
-    assert flops[-1] <= 32 and 2 in flops
+    # Saturated (within 3 %) by 16 FLOPs per element: two more steps confirm it, nothing beyond.
+    assert flops[-1] <= 64 and 2 in flops
     best = analyse(wide, list(records.values()))["ceilings"]["compute"][0]
     assert best["gflops_per_s"] == pytest.approx(PEAK[("fp64", True)], rel=0.02)
     # The peak is confirmed at working sets on both sides of the cache-resident one.
     at_best = {r["wss_bytes"] for r in records.values() if r["spec"]["flops_per_element"] == best["flops_per_element"]}
     assert len(at_best) == 3
+
+
+def test_compute_search_does_not_stop_on_a_stalled_step(cfg):
+    """FLOPs 8 and 32 equally bandwidth-bound (or one noisy step) must not end the search below the peak.
+
+    A default run once measured FP64 FMA at FLOPs 8 and 32 only and kept the
+    FLOPs-8 value: one step without gain looked like saturation.
+    """
+    wide = from_dict({**CONFIG, "precisions": ["fp64"], "fma": "on", "access": ["rw"],
+                      "flops_per_element": [1, 8, 32, 128, 256, 512]})
+    peak = PEAK[("fp64", True)]
+    # 55 GFLOP/s at FLOPs 8 and 32 alike, then the real peak from 128 on.
+    records = run_adaptive(wide, random.Random(3), 0.002,
+                           stall=lambda flops, g: 0.47 * peak if flops <= 32 else peak)
+    flops = sorted({r["spec"]["flops_per_element"] for r in records.values() if r["spec"]["flops_per_element"] > 1})
+    assert 128 in flops
+    best = analyse(wide, list(records.values()))["ceilings"]["compute"][0]
+    assert best["gflops_per_s"] == pytest.approx(peak, rel=0.02)
 
 
 @pytest.mark.parametrize("kill_at", [5, 60, 97])

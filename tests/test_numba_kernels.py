@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import textwrap
@@ -130,7 +131,7 @@ def test_ro_check_fails_when_a_thread_sum_is_wrong(backend):
 def test_prepare_refuses_a_partial_granule(backend):
     spec = KernelSpec("fp64", 1, False)
     granule = backend.granule_elements(spec)
-    assert granule * spec.itemsize == kernels.GRANULE_BYTES
+    assert granule * spec.itemsize == backend.add_unroll * backend.vector_bytes
     for bad in (0, granule - 1, granule + 1):
         with pytest.raises(ValueError):
             backend.prepare(spec, elements_per_thread=bad)
@@ -169,15 +170,16 @@ def _exact_replay(dtype, fma_ops, trials, fused):
 def test_fma_kernel_fuses_and_no_fma_kernel_does_not(precision):
     """Bit-level: the no-FMA kernel rounds twice per multiply-add, the FMA kernel once."""
     dtype = DTYPES[precision]
-    trials, ops, n = 7, 4, 2 * kernels.GRANULE_BYTES // np.dtype(dtype).itemsize
+    width = 8 * 64 // np.dtype(dtype).itemsize  # 8 zmm-sized registers (LLVM splits it as the CPU allows)
+    trials, ops, n = 7, 4, 2 * width
     separate = _exact_replay(dtype, ops, trials, fused=False)
     fused = _exact_replay(dtype, ops, trials, fused=True)
     assert not np.array_equal(separate, fused), "the test needs values where fusing changes the rounding"
     results = {}
-    for name, table in (("fma", kernels.RW_FMA), ("nofma", kernels.RW_NOFMA)):
+    for name, fused_kernel in (("fma", True), ("nofma", False)):
         buf = np.empty(THREADS * n, dtype)
         kernels.init_blocks(buf, THREADS, n)
-        table[precision](buf, THREADS, n, trials, 0, ops, dtype(A), dtype(C))
+        kernels.make_rw_madd(width, fused_kernel)(buf, THREADS, n, trials, 0, ops, dtype(A), dtype(C))
         results[name] = buf.reshape(-1, 16)
     np.testing.assert_array_equal(results["nofma"], np.tile(separate, (results["nofma"].shape[0], 1)),
                                   err_msg="the no-FMA kernel is fused (or otherwise not rounded per operation)")
@@ -190,67 +192,208 @@ def test_fma_kernel_fuses_and_no_fma_kernel_does_not(precision):
 
 # --------------------------------------------------------------------------- assembly
 
-ASM_SCRIPT = textwrap.dedent('''
-    import json, re, warnings
+ASM_SCRIPT = textwrap.dedent("""
+    import json, re, sys, warnings
     import numpy as np
-    from ert.backends.numba_cpu import configure_numba_env
+    from numba import types
+    from ert.backends.numba_cpu import chain_candidates, configure_numba_env, effective_codegen, vector_isa
     configure_numba_env(2)
     from ert.kernels import numba_cpu as k
-    out = {}
+    vector_bytes, registers = vector_isa(effective_codegen()["cpu_features"])
+    out = {"vector_bytes": vector_bytes, "cpu_name": effective_codegen()["cpu_name"]}
+    arr = {"fp64": types.float64[::1], "fp32": types.float32[::1]}
+    scalar = {"fp64": types.float64, "fp32": types.float32}
+    i64 = types.int64
+
+    def asm_of(kernel, sig):
+        # Compiled, not called: the same code whether or not this CPU could run it.
+        kernel.compile(sig)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            text = kernel.inspect_asm(sig)
+        return text, [str(w.message) for w in caught]
+
     # FMA first: the order in which a shared cache entry would hand the FMA code to the no-FMA kernel.
-    for prec, dt in (("fp64", np.float64), ("fp32", np.float32)):
-        for name, table in (("fma", k.RW_FMA), ("nofma", k.RW_NOFMA)):
-            buf = np.ones(2 * 512, dt)
-            table[prec](buf, 2, 512, 1, 0, 4, dt(0.9375), dt(0.0625))
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                asm = "\\n".join(table[prec].inspect_asm().values())
-            out[prec + "-" + name] = {
-                "asm_chars": len(asm),
-                "warnings": [str(w.message) for w in caught],
-                "fused": sorted(set(re.findall(r"\\b(vf(?:n?madd|n?msub)\\w*)", asm))),
-                "vmul": len(re.findall(r"\\bvmul\\w*", asm)),
-                "zmm": asm.count("%zmm"),
-            }
+    for prec in ("fp64", "fp32"):
+        lanes = vector_bytes // np.dtype(prec.replace("fp", "float")).itemsize
+        for chains in chain_candidates(registers):
+            for name, fused in (("fma", True), ("nofma", False)):
+                sig = (arr[prec], i64, i64, i64, i64, i64, scalar[prec], scalar[prec])
+                out[f"{prec}-{name}-c{chains}"] = asm_of(k.make_rw_madd(chains * lanes, fused), sig)
+        out[f"{prec}-add"] = asm_of(k.make_rw_add(8 * lanes), (arr[prec], i64, i64, i64, i64, scalar[prec]))
+        acc = max(chain_candidates(registers))
+        out[f"{prec}-ro"] = asm_of(k.make_ro_sum(acc * lanes), (arr[prec], i64, i64, i64, i64, types.float64[::1]))
     print(json.dumps(out))
-''')
+""")
+
+
+def compile_asm(tmp_path_factory, **env_extra) -> dict:
+    """Assembly of every kernel variant, compiled in a subprocess with an empty Numba cache.
+
+    inspect_asm() has nothing to show for a kernel loaded from the cache, so the
+    kernels are compiled anew.  ``env_extra`` can name another CPU to compile
+    for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES): the code is read, never run.
+    """
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path_factory.mktemp("numba-cache")), **env_extra)
+    proc = subprocess.run([sys.executable, "-c", ASM_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def asm(tmp_path_factory):
-    """Assembly of the four rw kernels, compiled fresh in a subprocess with an empty Numba cache.
+    return compile_asm(tmp_path_factory)
 
-    inspect_asm() has nothing to show for a kernel loaded from the cache, so the
-    kernels are compiled anew; the FMA kernels are compiled first.
-    """
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path_factory.mktemp("numba-cache")))
-    proc = subprocess.run([sys.executable, "-c", ASM_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+# Sapphire Rapids as configure_numba_env() sets it up on such a host: its own
+# features (LLVM's for the CPU name) with 512-bit vectors preferred.
+SAPPHIRE_RAPIDS = {"NUMBA_CPU_NAME": "sapphirerapids",
+                   "NUMBA_CPU_FEATURES": "+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx,-prefer-256-bit"}
+
+
+@pytest.fixture(scope="module")
+def intel_asm(tmp_path_factory):
+    if not X86:
+        pytest.skip("cross-compiling for an x86 target needs an x86 LLVM host here")
+    return compile_asm(tmp_path_factory, **SAPPHIRE_RAPIDS)
+
+
+def _blocks(asm_text: str) -> list[tuple[str, list[str]]]:
+    """Basic blocks of an AT&T listing: (label, instructions)."""
+    blocks, label, body = [], "", []
+    for line in asm_text.splitlines():
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        if line.endswith(":") and not line.startswith("."):
+            continue
+        if line.endswith(":"):
+            blocks.append((label, body))
+            label, body = line[:-1], []
+        elif not line.startswith("."):
+            body.append(line)
+    blocks.append((label, body))
+    return blocks
+
+
+def hot_loop(asm_text: str, mnemonic: str) -> list[str]:
+    """The single-block loop (from a label to a jump back to it) with the most ``mnemonic`` instructions."""
+    loops = []
+    for label, body in _blocks(asm_text):
+        back = [k for k, i in enumerate(body) if i.split()[0].startswith("j") and i.split()[-1] == label]
+        if label and back:
+            loops.append(body[:back[0] + 1])
+    loops = [b for b in loops if any(i.startswith(mnemonic) for i in b)]
+    assert loops, f"no loop with {mnemonic} found"
+    return max(loops, key=lambda b: sum(i.startswith(mnemonic) for i in b))
+
+
+def loop_facts(body: list[str], mnemonic: str) -> dict:
+    """What one hot loop does per iteration: its ``mnemonic`` count, chains, loads, stores, register width."""
+    ops = [i for i in body if i.startswith(mnemonic)]
+    memory = [i for i in body if "(%" in i]
+    stores = [i for i in memory if re.match(r"^v?mov\w*\s+%[xyz]mm\d+,\s*-?\w*\(", i)]
+    return {
+        "ops": len(ops),
+        # AT&T: the destination is the last operand; distinct destinations are independent chains.
+        "chains": len({i.split(",")[-1].strip() for i in ops}),
+        "memory_ops": len(memory),
+        "loads": len(memory) - len(stores),
+        "stores": len(stores),
+        "wide": {r for i in ops for r in re.findall(r"%([xyz])mm", i)},
+    }
+
+
+def test_loop_facts_reads_a_known_listing():
+    """The assembly reader itself, on a hand-written loop: 2 chains, a load and a store."""
+    listing = textwrap.dedent("""
+        .LBB0_3:
+            vfmadd213pd %zmm2, %zmm1, %zmm0
+            vfmadd213pd %zmm2, %zmm1, %zmm3
+            vmovupd (%rax), %zmm4
+            vmovupd %zmm4, 64(%rax)
+            addq $1, %rcx
+            jne .LBB0_3
+    """)
+    facts = loop_facts(hot_loop(listing, "vfmadd"), "vfmadd")
+    assert facts == {"ops": 2, "chains": 2, "memory_ops": 2, "loads": 1, "stores": 1, "wide": {"z"}}
+
+
+def _check_madd(listing: list, *, min_chains: int, register: str):
+    text, warned = listing
+    assert not warned, f"no assembly to inspect: {warned}"
+    facts = loop_facts(hot_loop(text, "vfmadd"), "vfmadd")
+    assert facts["memory_ops"] == 0, "the FMA loop loads or stores: not register-resident"
+    assert facts["chains"] >= min_chains, facts
+    assert facts["wide"] == {register}, facts
 
 
 @needs_x86
 @pytest.mark.parametrize("precision", ["fp64", "fp32"])
 def test_no_fma_kernel_assembly_has_no_fused_multiply_add(asm, precision):
-    info = asm[f"{precision}-nofma"]
-    assert not info["warnings"], f"no assembly to inspect: {info['warnings']}"
-    assert info["fused"] == [], f"no-FMA kernel contains {info['fused']}"
-    assert info["vmul"] > 0, "the no-FMA kernel must multiply"
+    for key in [k for k in asm if k.startswith(f"{precision}-nofma")]:
+        text, warned = asm[key]
+        assert not warned, f"no assembly to inspect: {warned}"
+        fused = sorted(set(re.findall(r"\b(vf(?:n?madd|n?msub)\w*)", text)))
+        assert fused == [], f"{key} contains {fused}"
+        assert re.search(r"\bvmul\w*", text), f"{key} must multiply"
 
 
 @needs_x86
 @needs_fma
 @pytest.mark.parametrize("precision", ["fp64", "fp32"])
-def test_fma_kernel_assembly_has_vfmadd(asm, precision):
-    info = asm[f"{precision}-fma"]
-    assert not info["warnings"], f"no assembly to inspect: {info['warnings']}"
-    assert any(name.startswith("vfmadd") for name in info["fused"]), info
+def test_fma_kernel_hot_loop_is_register_resident_fma_chains(asm, precision):
+    """As many independent FMA chains as the sweep asks for, with no load or store between the FMAs."""
+    register = {64: "z", 32: "y", 16: "x"}[asm["vector_bytes"]]
+    for key in [k for k in asm if k.startswith(f"{precision}-fma-c")]:
+        _check_madd(asm[key], min_chains=int(key.rsplit("c", 1)[1]), register=register)
 
 
-@pytest.mark.skipif(not X86 or "+avx512f" not in _host_features(), reason="the CPU has no AVX-512 (avx512f)")
-@pytest.mark.parametrize("kernel", ["fp64-fma", "fp64-nofma", "fp32-fma", "fp32-nofma"])
-def test_kernels_use_512_bit_registers_on_avx512(asm, kernel):
-    assert asm[kernel]["zmm"] > 0, f"{kernel} uses no zmm register: LLVM preferred 256-bit vectors"
+WIDEST = 512 if X86 and "+avx512f" in _host_features() else (256 if X86 and "+avx2" in _host_features() else None)
+
+
+@pytest.mark.skipif(WIDEST != 512, reason="the CPU has no AVX-512 (avx512f)")
+def test_kernels_use_512_bit_registers_on_avx512(asm):
+    assert asm["vector_bytes"] == 64
+    for key, value in asm.items():
+        if isinstance(value, list):
+            assert "%zmm" in value[0], f"{key} uses no zmm register: LLVM preferred 256-bit vectors"
+
+
+@needs_x86
+@pytest.mark.parametrize("precision", ["fp64", "fp32"])
+def test_intel_target_fma_loops_have_16_zmm_chains(intel_asm, precision):
+    """Compiled for Sapphire Rapids (2 x 512-bit FMA units, latency 4: 8 chains needed): 8 and 16 chains, zmm, no memory."""
+    assert intel_asm["cpu_name"] == "sapphirerapids" and intel_asm["vector_bytes"] == 64
+    for chains in (8, 16):
+        _check_madd(intel_asm[f"{precision}-fma-c{chains}"], min_chains=chains, register="z")
+    text = intel_asm[f"{precision}-nofma-c16"][0]
+    assert "vfmadd" not in text and re.search(r"vmulp[sd]\s[^\n]*%zmm", text)
+
+
+@needs_x86
+@pytest.mark.parametrize("precision", ["fp64", "fp32"])
+def test_intel_target_l1_loops(intel_asm, precision):
+    """read+write: one 64-byte load and one 64-byte store per vector; load-only: 64-byte loads into >= 8 accumulators."""
+    suffix = "pd" if precision == "fp64" else "ps"
+    add = loop_facts(hot_loop(intel_asm[f"{precision}-add"][0], f"vadd{suffix}"), f"vadd{suffix}")
+    assert add["wide"] == {"z"} and add["loads"] == add["ops"] == add["stores"] >= 8, add
+    assert add["memory_ops"] == add["loads"] + add["stores"]
+    ro = loop_facts(hot_loop(intel_asm[f"{precision}-ro"][0], f"vadd{suffix}"), f"vadd{suffix}")
+    assert ro["wide"] == {"z"} and ro["stores"] == 0 and ro["loads"] == ro["ops"], ro
+    assert ro["chains"] >= 8, ro
+
+
+@needs_x86
+@pytest.mark.parametrize("precision", ["fp64", "fp32"])
+def test_host_l1_loops(asm, precision):
+    """The same L1 loop shape on this machine's own target."""
+    suffix = "pd" if precision == "fp64" else "ps"
+    register = {64: "z", 32: "y", 16: "x"}[asm["vector_bytes"]]
+    add = loop_facts(hot_loop(asm[f"{precision}-add"][0], f"vadd{suffix}"), f"vadd{suffix}")
+    assert add["wide"] == {register} and add["loads"] == add["ops"] == add["stores"] >= 8, add
+    ro = loop_facts(hot_loop(asm[f"{precision}-ro"][0], f"vadd{suffix}"), f"vadd{suffix}")
+    assert ro["stores"] == 0 and ro["loads"] == ro["ops"] and ro["chains"] >= 8, ro
 
 
 def test_configure_numba_env_keeps_a_user_setting(monkeypatch):
@@ -331,4 +474,8 @@ def test_prepared_buffer_is_64_byte_aligned(backend, spec, granules):
 def test_describe(backend):
     info = backend.describe()
     assert info["backend"] == "numba-cpu" and info["threads"] == THREADS
-    assert info["alignment_bytes"] == 64 and info["granule_bytes"] == kernels.GRANULE_BYTES
+    assert info["alignment_bytes"] == 64 and info["chains_swept"] == list(backend.chains)
+    if WIDEST:
+        # What Numba really compiled with: the widest vectors this CPU offers.
+        assert info["numba_effective"]["vector_bits"] == WIDEST
+        assert ("+avx512f" in info["numba_effective"]["cpu_features"]) == (WIDEST == 512)

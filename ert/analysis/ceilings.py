@@ -7,13 +7,14 @@ import statistics
 from collections import defaultdict
 
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
+from ert.analysis.rated import attach_rated, invalidate_above_rated, scaled_rated
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
 from ert.analysis.scaling import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.hwinfo import CacheInfo
 from ert.rawio import RAW_NAME, RawData
 from ert.spec import KernelSpec
 
-SCHEMA_VERSION = "1.1"
+from ert.ceilings_io import SCHEMA_VERSION  # noqa: E402  (one constant for writer and reader)
 PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2}
 # A level whose points spread more than this (p90-p10 over median) is not flat:
 # it mixes levels the fit could not separate, or the machine changed under it.
@@ -226,11 +227,13 @@ def build(raw: RawData) -> dict:
     if len(groups) > 1:
         # A thread-scaling run: ceilings per thread count; the top level is the run's own count.
         for count, recs in groups.items():
-            per_count[count] = _ceilings_of(recs, caches, threads=count * ranks, memory_name=memory_name)
+            per_count[count] = _ceilings_of(recs, caches, threads=count * ranks, memory_name=memory_name,
+                                            rated=scaled_rated(meta, threads_per_rank=count))
         own = int(meta["threads_per_rank"])
         memory, compute, warnings = copy.deepcopy(per_count.get(own, per_count[max(per_count)]))
     else:
-        memory, compute, warnings = _ceilings_of(points, caches, threads=threads, memory_name=memory_name)
+        memory, compute, warnings = _ceilings_of(points, caches, threads=threads, memory_name=memory_name,
+                                                 rated=scaled_rated(meta, threads_per_rank=int(meta["threads_per_rank"])))
     warnings += attach_sustained(memory, compute, raw.sustained)
     # What the backend knows makes its numbers misleading without context
     # (an OpenCL driver on a CPU that does not vectorise, say).
@@ -239,6 +242,8 @@ def build(raw: RawData) -> dict:
     warnings += [str(w) for w in meta.get("rank_warnings", [])]
 
     planned, complete = planned_points(header, raw.ends, len(points))
+    points = invalidate_above_rated(points, scaled_rated(meta, threads_per_rank=int(meta["threads_per_rank"])))[0] \
+        if len(groups) <= 1 else points
     invalid = [r for r in points if not r["valid"]]
     noisy = [r for r in points if r["noisy"]]
     if invalid:
@@ -267,9 +272,15 @@ def build(raw: RawData) -> dict:
 
 
 def _ceilings_of(points: list[dict], caches: list[CacheInfo], *, threads: int,
-                 memory_name: str) -> tuple[list[dict], list[dict], list[str]]:
-    """(memory, compute, warnings) of one set of records measured with ``threads`` workers."""
-    used = best_launches(points)
+                 memory_name: str, rated: dict | None = None) -> tuple[list[dict], list[dict], list[str]]:
+    """(memory, compute, warnings) of one set of records measured with ``threads`` workers.
+
+    Points above their rated ceiling are dropped first (work was removed);
+    every ceiling then carries its rated value and ratio (ert.analysis.rated).
+    """
+    checked, rated_warnings = invalidate_above_rated(points, rated)
+    used = best_launches(checked)
     memory, warnings = memory_ceilings(used, caches, threads=threads, memory_name=memory_name)
     compute, compute_warnings = compute_ceilings(used)
-    return memory, compute, warnings + compute_warnings + _peak_at_edge(used, compute)
+    rated_warnings += attach_rated(memory, compute, rated)
+    return memory, compute, warnings + compute_warnings + _peak_at_edge(used, compute) + rated_warnings

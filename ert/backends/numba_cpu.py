@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
+import platform
+import sys
 import time
 
 from ert.backends import CheckResult
@@ -17,19 +20,25 @@ DTYPES = {"fp64": "float64", "fp32": "float32"}  # the precisions this backend r
 # kernels match the replay bit for bit; the FMA kernel rounds once where the
 # replay rounds twice, and a < 1 damps those differences to a few ulp.
 RW_TOLERANCE = {"fp64": 1e-12, "fp32": 2e-5}
-# The load-only sum is reassociated into vector lanes and chunks of RO_CHUNK
-# elements, so its rounding differs from an exact sum by up to ~RO_CHUNK ulp.
+# The load-only sums of the 1/16-multiples init_blocks writes are exact in
+# both precisions (see FP32_EXACT_ADDS); the tolerance only admits reordering.
 RO_TOLERANCE = {"fp64": 1e-10, "fp32": 1e-4}
 
 
 def configure_numba_env(threads: int | None = None) -> dict:
-    """Set Numba's environment before it is imported; return what was decided.
+    """Set Numba's environment before it compiles anything; return what was decided.
 
     * NUMBA_CPU_FEATURES: the host's features plus ``-prefer-256-bit`` where the
       CPU has AVX-512, or LLVM emits 256-bit vectors on Intel and loses half the
       peak.  A value the user set is left alone.
     * NUMBA_NUM_THREADS: at least the requested thread count (Numba caps
       set_num_threads at its pool size, which defaults to the core count).
+
+    Numba reads these when it is imported.  Nothing in ert imports numba before
+    this runs (``probe()`` only looks the package up); should something else
+    have imported it already, its configuration is reloaded here, which is
+    enough while nothing has been compiled yet.  ``effective_codegen()`` says
+    what was really used, and the backend records that.
     """
     decided = {}
     if "NUMBA_CPU_FEATURES" not in os.environ:
@@ -53,17 +62,58 @@ def configure_numba_env(threads: int | None = None) -> dict:
         pool = int(os.environ.get("NUMBA_NUM_THREADS", "0") or 0)
         if pool < threads:
             os.environ["NUMBA_NUM_THREADS"] = str(max(threads, os.cpu_count() or 1))
+    if "numba" in sys.modules:
+        from numba.core import config
+
+        if config.CPU_FEATURES != os.environ.get("NUMBA_CPU_FEATURES"):
+            config.reload_config()
     return decided
 
 
+def effective_codegen() -> dict:
+    """The CPU name and features Numba's code generator really uses (after it exists)."""
+    from numba.core.registry import cpu_target
+
+    codegen = cpu_target.target_context.codegen()
+    return {"cpu_name": codegen._get_host_cpu_name(), "cpu_features": codegen._tm_features}
+
+
+def vector_isa(features: str, machine: str | None = None) -> tuple[int, int]:
+    """(vector bytes, vector registers) the code generator targets, from its feature string."""
+    machine = machine or platform.machine()
+    flags = set(features.split(","))
+    if "+avx512f" in flags:
+        return (32 if "+prefer-256-bit" in flags else 64), 32
+    if "+avx" in flags or "+avx2" in flags:
+        return 32, 16
+    if machine in ("aarch64", "arm64"):
+        return 16, 32
+    return 16, 16
+
+
+def chain_candidates(vector_registers: int) -> tuple[int, ...]:
+    """Independent FMA chains per thread to sweep: enough for units x latency, with headroom, spill-free.
+
+    Two registers hold the multiplier and the addend.  8 chains cover two FMA
+    units of latency 4 (Skylake-SP to Granite Rapids, Zen 3 to Zen 5); 16 (12
+    with 16 registers) give the headroom a no-FMA pair (multiply then add,
+    latency 5 to 7) and cores with four FMA pipes (Neoverse V1/V2) need.
+    """
+    return (8, 16) if vector_registers >= 32 else (8, 12)
+
+
 def probe():
-    """(available, reason, detail) without compiling anything."""
+    """(available, reason, detail) without importing numba: it must first see its environment."""
+    from importlib import metadata as importlib_metadata
+    from importlib.util import find_spec
+
+    if find_spec("numba") is None or find_spec("llvmlite") is None:
+        return False, "numba is not installed (pip install numba)", {}
     try:
-        import llvmlite
-        import numba
-    except ImportError as exc:
+        versions = {name: importlib_metadata.version(name) for name in ("numba", "llvmlite")}
+    except importlib_metadata.PackageNotFoundError as exc:
         return False, f"numba is not installed ({exc})", {}
-    return True, "", {"numba": numba.__version__, "llvmlite": llvmlite.__version__}
+    return True, "", versions
 
 
 def create(*, threads: int, **_ignored) -> "NumbaCpuBackend":
@@ -80,7 +130,13 @@ def _aligned_empty(n_elements: int, dtype):
 
 
 class NumbaCpuBackend:
-    """The Backend protocol over Numba's parallel loops: one contiguous block per thread."""
+    """The Backend protocol over Numba's parallel loops: one contiguous block per thread.
+
+    The kernels work on sub-blocks of ``chains`` vector registers (see
+    kernels/numba_cpu.py).  How many chains a core needs depends on the
+    machine, so the compute kernels sweep it like a GPU's launch geometry
+    (``launches``); the analysis keeps the fastest per working set.
+    """
 
     name = NAME
 
@@ -98,29 +154,106 @@ class NumbaCpuBackend:
         self._k = kernels
         numba.set_num_threads(threads)
         self.threads = threads
+        self._codegen = effective_codegen()
+        self.vector_bytes, self.vector_registers = vector_isa(self._codegen["cpu_features"])
+        self.chains = chain_candidates(self.vector_registers)
+        # Load-only accumulators: as many as the compute chains' largest
+        # candidate (two loads per cycle x add latency 4 needs 8; 16 leave headroom).
+        self.ro_accumulators = max(self.chains)
+        self.add_unroll = 8  # the add kernel has no dependence: 8 registers per iteration hide the loop
+        self._kernels: dict = {}
         self._buf = None        # the aligned allocation, grown as needed and reused
         self._spec: KernelSpec | None = None
         self._n = 0
         self._trials_done = 0
         self._ro_out = None
+        self._width = 0
+        self._described: dict | None = None
 
     # -- metadata -------------------------------------------------------------
     def describe(self) -> dict:
-        import llvmlite.binding as llvm
+        """Device, what Numba compiled with, and the rated ceilings (measured once per backend)."""
+        if self._described is None:
+            from ert import hwinfo
 
+            self._described = {
+                "backend": NAME,
+                "device": f"{hwinfo.cpu_model()} ({self.threads} threads)",
+                "threads": self.threads,
+                "numba_threading_layer": self._threading_layer(),
+                "llvm_cpu": self._codegen["cpu_name"],
+                # What the measuring process really compiled with, not the environment variable.
+                "numba_effective": {**self._codegen, "vector_bits": self.vector_bits_compiled(),
+                                    "vector_registers": self.vector_registers},
+                "numba_cpu_features_env": os.environ.get("NUMBA_CPU_FEATURES", "host default"),
+                "pinning": {k: os.environ.get(k, "") for k in ("OMP_PROC_BIND", "OMP_PLACES")},
+                "alignment_bytes": ALIGN_BYTES,
+                "chains_swept": list(self.chains),
+                "ro_accumulators": self.ro_accumulators,
+                "rated": self.rated(),
+            }
+        return dict(self._described)
+
+    def vector_bits_compiled(self) -> int | None:
+        """Width of the registers the hot loops use, read from the assembly of an uncached compile."""
+        from numba import njit
+
+        sub_add = self._k.sub_add
+        width = self.add_unroll * self.vector_bytes // 8
+
+        def probe_kernel(buf, c):
+            sub_add(buf, 0, c, width)
+
+        compiled = njit(cache=False)(probe_kernel)
+        buf = self._np.zeros(width)
+        compiled(buf, 1.0)
+        return asm_vector_bits(compiled.inspect_asm(compiled.signatures[0]))
+
+    def rated(self) -> dict:
+        """The rated ceilings of the cores this backend runs on, with their derivation."""
         from ert import hwinfo
+        from ert.backends import cpu_rated
 
-        return {
-            "backend": NAME,
-            "device": f"{hwinfo.cpu_model()} ({self.threads} threads)",
-            "threads": self.threads,
-            "numba_threading_layer": self._threading_layer(),
-            "llvm_cpu": llvm.get_host_cpu_name(),
-            "numba_cpu_features": os.environ.get("NUMBA_CPU_FEATURES", "host default"),
-            "pinning": {k: os.environ.get(k, "") for k in ("OMP_PROC_BIND", "OMP_PLACES")},
-            "alignment_bytes": ALIGN_BYTES,
-            "granule_bytes": self._k.GRANULE_BYTES,
-        }
+        arch, why = cpu_rated.lookup(self._codegen["cpu_name"], hwinfo.cpu_model())
+        clock = self.measure_clock(arch.fma_latency if arch else 4)
+        cores = hwinfo.cores_in_use(self.threads)
+        rated = cpu_rated.rated_ceilings(arch=arch, why_none=why, clock_ghz=clock["vector_ghz"],
+                                         clock_how=clock["how"], cores=cores)
+        rated.update(cores_per_rank=cores, per_core=True, clock=clock)
+        return rated
+
+    def measure_clock(self, fma_latency: int) -> dict:
+        """The sustained clock under vector load: a dependent FMA chain of known latency on every thread.
+
+        Cross-checked by a dependent integer-multiply chain (3 cycles on x86);
+        the best of 5 timed runs of about 20 ms each.
+        """
+        np = self._np
+        lanes = self.vector_bytes // 8
+        chain = self._k.make_fma_latency_chain(lanes)
+        out_f = np.zeros(self.threads)
+        out_i = np.zeros(self.threads, dtype=np.int64)
+        chain(self.threads, 1000, 0.5, out_f)  # compile or load; never timed
+        self._k.imul_latency_chain(self.threads, 1000, 3, out_i)
+        n = 20_000_000
+
+        def best(fn, *args):
+            times = []
+            for _ in range(5):
+                start = time.perf_counter()
+                fn(*args)
+                times.append(time.perf_counter() - start)
+            return min(times)
+
+        fma_s = best(chain, self.threads, n // 4, 0.5, out_f)
+        imul_s = best(self._k.imul_latency_chain, self.threads, n // 3, 3, out_i)
+        from ert.backends.cpu_rated import clock_from_chains
+
+        vec, scalar, how = clock_from_chains(fma_seconds=fma_s, fma_count=n // 4, fma_latency=fma_latency,
+                                             imul_seconds=imul_s, imul_count=n // 3,
+                                             vector_bits=8 * self.vector_bytes)
+        agree = abs(vec - scalar) <= 0.1 * scalar
+        return {"vector_ghz": round(vec, 3), "integer_ghz": round(scalar, 3), "agree": agree, "how": how}
 
     def _threading_layer(self) -> str:
         try:
@@ -129,19 +262,50 @@ class NumbaCpuBackend:
             return os.environ.get("NUMBA_THREADING_LAYER", "default")
 
     # -- the protocol ----------------------------------------------------------
+    def _widths(self, spec: KernelSpec) -> dict[int, int]:
+        """Chains (vector registers per sub-block) to the sub-block's elements, for this kernel."""
+        lanes = self.vector_bytes // spec.itemsize
+        if spec.access == "ro":
+            chains = (self.ro_accumulators,)
+        elif spec.flops_per_element == 1:
+            chains = (self.add_unroll,)
+        else:
+            chains = self.chains
+        return {c: c * lanes for c in chains}
+
     def granule_elements(self, spec: KernelSpec) -> int:
-        return self._k.GRANULE_BYTES // spec.itemsize
+        return math.lcm(*self._widths(spec).values())
+
+    def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
+        """The chain counts this kernel is measured with at one working set (recorded per point)."""
+        return [{"chains": c} for c in self._widths(spec)]
 
     def supports(self, spec: KernelSpec) -> bool:
         return spec.precision in DTYPES
 
+    def _kernel(self, spec: KernelSpec, width: int):
+        key = (spec.access, spec.flops_per_element == 1, spec.fma, width)
+        if key not in self._kernels:
+            k = self._k
+            if spec.access == "ro":
+                self._kernels[key] = k.make_ro_sum(width)
+            elif spec.flops_per_element == 1:
+                self._kernels[key] = k.make_rw_add(width)
+            else:
+                self._kernels[key] = k.make_rw_madd(width, spec.fma)
+        return self._kernels[key]
+
     def prepare(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None = None) -> None:
-        # ``launch`` is for device backends; a CPU thread's share is its whole block.
         if not self.supports(spec):
             raise ValueError(f"{NAME} does not run {spec.precision}")
         granule = self.granule_elements(spec)
         if elements_per_thread < granule or elements_per_thread % granule:
             raise ValueError(f"elements_per_thread must be a multiple of {granule}")
+        widths = self._widths(spec)
+        chains = (launch or {}).get("chains", max(widths))
+        if chains not in widths:
+            raise ValueError(f"{spec.key}: {chains} chains is not one of {sorted(widths)}")
+        self._width = widths[chains]
         dtype = self._np.dtype(DTYPES[spec.precision])
         total = elements_per_thread * self.threads
         need = total * dtype.itemsize
@@ -153,6 +317,7 @@ class NumbaCpuBackend:
         self._view = buf
         self._k.init_blocks(buf, self.threads, elements_per_thread)
         self._ro_out = self._np.zeros(self.threads, dtype=self._np.float64)
+        self._fn = self._kernel(spec, self._width)
         # Compile or load from cache now, never inside a timed region.  The
         # multiply-add kernels return whether they were built to fuse: a cache
         # entry of the wrong variant would otherwise go unnoticed.
@@ -161,16 +326,22 @@ class NumbaCpuBackend:
             raise RuntimeError(f"{spec.key}: the loaded kernel was built with fma={bool(fused)}; "
                                f"clear Numba's cache (__pycache__ beside kernels/numba_cpu.py)")
 
+    def _flush_trials(self) -> int:
+        """Trials the load-only accumulators run before they are reduced (keeps every FP32 sum exact)."""
+        if self._spec.precision == "fp64":
+            return 1 << 62
+        adds_per_trial = max(self._n // self._width, 1)
+        return max(self._k.FP32_EXACT_ADDS // adds_per_trial, 1)
+
     def _call(self, trials: int):
-        spec, k, buf, n, nt = self._spec, self._k, self._view, self._n, self.threads
+        spec, buf, n, nt = self._spec, self._view, self._n, self.threads
         a = buf.dtype.type(A)
         c = buf.dtype.type(C)
         if spec.access == "ro":
-            return k.ro_sum(buf, nt, n, trials, self._ro_out)
+            return self._fn(buf, nt, n, trials, self._flush_trials(), self._ro_out)
         if spec.flops_per_element == 1:
-            return k.rw_add(buf, nt, n, trials, self._trials_done, c)
-        kernel = (k.RW_FMA if spec.fma else k.RW_NOFMA)[spec.precision]
-        return kernel(buf, nt, n, trials, self._trials_done, spec.fma_ops_per_element, a, c)
+            return self._fn(buf, nt, n, trials, self._trials_done, c)
+        return self._fn(buf, nt, n, trials, self._trials_done, spec.fma_ops_per_element, a, c)
 
     def run(self, trials: int) -> float:
         start = time.perf_counter()
@@ -189,7 +360,7 @@ class NumbaCpuBackend:
             expected = block_sum * self._trials_done
             got = self._ro_out.astype(np.float64)
             err = np.abs(got - expected).max() / max(expected, 1.0)
-            if err > RO_TOLERANCE[spec.precision]:
+            if not err <= RO_TOLERANCE[spec.precision]:
                 return CheckResult(False, f"load-only sums {got.tolist()} != replay {expected:.6g} (rel err {err:.2g})")
             return CheckResult(True, f"rel err {err:.2g}")
         expected16 = self._k.replay_rw(dtype=dtype, fma_ops=spec.fma_ops_per_element,
@@ -215,3 +386,18 @@ class NumbaCpuBackend:
     def close(self) -> None:
         self._buf = None
         self._view = None
+
+
+_REGISTER_BITS = (("zmm", 512), ("ymm", 256), ("xmm", 128))
+
+
+def asm_vector_bits(asm: str) -> int | None:
+    """Widest vector register an assembly listing computes with (x86 zmm/ymm/xmm, Arm q/v), None if none."""
+    import re
+
+    for reg, bits in _REGISTER_BITS:
+        if re.search(rf"\bv(add|fmadd|mul)\w*\s[^\n]*%{reg}\d", asm):
+            return bits
+    if re.search(r"\bfadd\s+v\d+\.(2d|4s)", asm):
+        return 128
+    return None

@@ -1,0 +1,125 @@
+"""Measured against rated: each ceiling beside what the hardware can physically do.
+
+The backend records its rated ceilings in ``metadata.backend_info.rated`` (a
+CPU's per-core figures x clock x cores, a GPU's from its properties).  Here
+they are scaled to the workers a set of records ran on and applied:
+
+* a point faster than ``ABOVE_RATED`` x its rated ceiling is **invalid**: the
+  hardware cannot do that, so work was removed (a compiler fusing trials, a
+  kernel skipping elements).  Bandwidth points are held to the fastest level's
+  rated value (the L1), since no level is faster;
+* a compute or L1 ceiling below ``BELOW_RATED`` x its rated value gets a
+  warning naming the ceiling, the rated value and how it was derived: the
+  kernel, not the machine, is then the limit;
+* every ceiling carries ``rated``: the value, measured/rated, and the
+  derivation, or the reason there is none.
+"""
+
+from __future__ import annotations
+
+ABOVE_RATED = 1.05
+BELOW_RATED = 0.75
+
+
+def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
+    """The backend's rated ceilings for ``threads_per_rank`` threads on every rank, or None without any.
+
+    CPU backends rate per core (``per_core``): the values are rescaled from
+    the cores the backend described to the cores these threads occupy.
+    Device backends rate one device per rank.
+    """
+    rated = (meta.get("backend_info") or {}).get("rated")
+    if not isinstance(rated, dict):
+        return None
+    ranks = int(meta.get("ranks", 1))
+    factor = float(ranks)
+    note = f" x {ranks} ranks" if ranks > 1 else ""
+    if rated.get("per_core"):
+        described = int(rated.get("cores_per_rank") or 1)
+        cores = min(threads_per_rank, described)  # one thread per core, as the backend pins them
+        factor *= cores / described
+        note = f" (for {cores} core(s) per rank{', x %d ranks' % ranks if ranks > 1 else ''})"
+    out = {"compute": {}, "memory": {}}
+    for entry in rated.get("compute", []):
+        value = entry.get("gflops_per_s")
+        out["compute"][(entry.get("precision"), bool(entry.get("fma")))] = {
+            "gflops_per_s": round(value * factor, 1) if value else None,
+            "derivation": _rescaled(entry, factor, note)}
+    for entry in rated.get("memory", []):
+        value = entry.get("gbytes_per_s")
+        out["memory"][(entry.get("level"), entry.get("access"))] = {
+            "gbytes_per_s": round(value * factor, 1) if value else None,
+            "derivation": _rescaled(entry, factor, note)}
+    return out
+
+
+def _rescaled(entry: dict, factor: float, note: str) -> str:
+    text = str(entry.get("derivation", ""))
+    value = entry.get("gflops_per_s", entry.get("gbytes_per_s"))
+    if factor == 1.0 or not value:
+        return text
+    return f"{text}; scaled x {factor:g}{note}"
+
+
+def _memory_rated(rated: dict, level: str, access: str | None) -> dict | None:
+    return rated["memory"].get((level, access)) or rated["memory"].get((level, None))
+
+
+def invalidate_above_rated(points: list[dict], rated: dict | None) -> tuple[list[dict], list[str]]:
+    """Points above ABOVE_RATED x rated marked invalid (copies), and one warning per kind of excess."""
+    from ert.analysis.ceilings import rates  # ceilings imports this module
+
+    if not rated:
+        return points, []
+    out, flagged = [], {}
+    for rec in points:
+        if not rec["valid"]:
+            out.append(rec)
+            continue
+        spec = rec["spec"]
+        gbs, gflops = rates(rec)
+        limit, what, measured = None, "", 0.0
+        compute = rated["compute"].get((spec["precision"], bool(spec["fma"])))
+        if spec["flops_per_element"] > 1 and compute and compute["gflops_per_s"]:
+            limit, what, measured = compute["gflops_per_s"], f"{spec['precision']} {'FMA' if spec['fma'] else 'no-FMA'} GFLOP/s", gflops
+        l1 = _memory_rated(rated, "L1", spec["access"])
+        if limit is None or not (measured > ABOVE_RATED * limit):
+            if l1 and l1["gbytes_per_s"] and gbs > ABOVE_RATED * l1["gbytes_per_s"]:
+                limit, what, measured = l1["gbytes_per_s"], f"{spec['access']} GB/s (the L1's rate)", gbs
+        if limit and measured > ABOVE_RATED * limit:
+            rec = dict(rec, valid=False,
+                       check=f"{measured:.4g} is {measured / limit:.2f}x the rated {what} {limit:.4g}: "
+                             f"more than the hardware can do, so work was removed")
+            flagged.setdefault(what, []).append(rec["id"])
+        out.append(rec)
+    warnings = [f"{len(ids)} point(s) measured above {ABOVE_RATED:.2f} x the rated {what} and were not used "
+                f"(work was removed), e.g. {ids[0]}" for what, ids in flagged.items()]
+    return out, warnings
+
+
+def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) -> list[str]:
+    """Put ``rated`` on every ceiling; warnings for compute and L1 ceilings below BELOW_RATED x rated."""
+    warnings = []
+    for c in compute:
+        r = (rated or {"compute": {}})["compute"].get((c["precision"], bool(c["fma"])))
+        name = f"{c['precision']} {'FMA' if c['fma'] else 'no-FMA'} peak"
+        warnings += _attach(c, r, "gflops_per_s", name, "GFLOP/s", warn=True)
+    for m in memory:
+        r = _memory_rated(rated, m["level"], m.get("access")) if rated else None
+        access = {"rw": "read+write", "ro": "read-only"}.get(m.get("access"), m.get("access") or "")
+        name = f"{m.get('precision', '')} {access} {m['level']}".strip()
+        warnings += _attach(m, r, "gbytes_per_s", name, "GB/s", warn=m["level"] == "L1")
+    return warnings
+
+
+def _attach(ceiling: dict, rated_entry: dict | None, key: str, name: str, unit: str, *, warn: bool) -> list[str]:
+    if rated_entry is None:
+        ceiling["rated"] = {key: None, "ratio": None, "derivation": "no rated value for this ceiling"}
+        return []
+    value = rated_entry.get(key)
+    ratio = round(ceiling[key] / value, 4) if value else None
+    ceiling["rated"] = {key: value, "ratio": ratio, "derivation": rated_entry.get("derivation", "")}
+    if warn and ratio is not None and ratio < BELOW_RATED:
+        return [f"{name}: {ceiling[key]:.4g} {unit} is {ratio:.0%} of the rated {value:.4g} {unit} "
+                f"({rated_entry.get('derivation', '')}): the kernel, not the hardware, limits it"]
+    return []

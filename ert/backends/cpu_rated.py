@@ -1,0 +1,177 @@
+"""Rated CPU ceilings: what the cores can physically do, from a microarchitecture table and a measured clock.
+
+A rated ceiling is the hardware's limit, not ours: FLOPs per cycle per core
+(SIMD lanes x FMA units x 2, or what a separate multiply and add can issue)
+and L1 bytes per cycle per core (load ports x width, plus the store port for
+read+write), times the clock the cores sustain under vector load, times the
+cores in use.  Every value carries how it was derived, and a CPU that is not
+in the table gets no value and says why.
+
+The table is keyed by the CPU name LLVM reports for the host (the same name
+Numba compiles for), refined by the marketing name where one microarchitecture
+ships with one or two FMA units (Skylake-SP and Cascade Lake Bronze, Silver and
+most Gold 5xxx parts have one 512-bit FMA unit).  The per-cycle figures are the
+vendors' published port widths (Intel's optimisation manual, AMD's software
+optimisation guides, Arm's Neoverse software optimisation guides).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Microarch:
+    """Per-core, per-cycle limits of one microarchitecture (the hardware's, not the kernels')."""
+
+    name: str
+    simd_bits: int          # width of one FP execution unit's datapath
+    fma_units: int          # FMA-capable pipes of that width
+    fma_latency: int        # cycles from an FMA's inputs to its result
+    separate_add_pipes: int  # FP add pipes beside the FMA pipes (AMD Zen), 0 where adds use the FMA pipes
+    l1_load_bytes: int | None    # bytes the L1 delivers to loads per cycle
+    l1_store_bytes: int | None   # bytes the L1 accepts from stores per cycle
+    source: str             # where the figures come from
+
+    def flops_per_cycle(self, precision: str, fma: bool) -> float:
+        lanes = self.simd_bits // (64 if precision == "fp64" else 32)
+        if fma:
+            return lanes * self.fma_units * 2
+        # A separate multiply and add: multiplies on the FMA pipes; adds on
+        # their own pipes where the core has them (then the pair issues as fast
+        # as an FMA), otherwise both share the FMA pipes (half the FMA rate).
+        if self.separate_add_pipes:
+            pairs = min(self.fma_units, self.separate_add_pipes)
+            return lanes * pairs * 2
+        return lanes * self.fma_units
+
+    def l1_bytes_per_cycle(self, access: str) -> int | None:
+        if self.l1_load_bytes is None:
+            return None
+        if access == "ro":
+            return self.l1_load_bytes
+        if self.l1_store_bytes is None:
+            return None
+        # Each element is loaded once and stored once: the slower of the two streams sets the pace.
+        return 2 * min(self.l1_load_bytes, self.l1_store_bytes)
+
+    def chains_needed(self) -> int:
+        """Independent FMA chains that keep every FMA pipe busy (units x latency)."""
+        return self.fma_units * self.fma_latency
+
+
+_INTEL = "Intel 64 and IA-32 Architectures Optimization Reference Manual (port widths and latencies)"
+_AMD = "AMD Software Optimization Guide for the family (FP pipes, load/store widths)"
+_ARM = "Arm Neoverse Software Optimization Guide (SIMD pipes, load/store widths)"
+
+_SKX = dict(simd_bits=512, fma_latency=4, separate_add_pipes=0, l1_load_bytes=128, l1_store_bytes=64, source=_INTEL)
+
+# Keyed by LLVM's host CPU name (llvm.get_host_cpu_name()).
+TABLE: dict[str, Microarch] = {
+    "skylake-avx512": Microarch("Skylake-SP", fma_units=2, **_SKX),
+    "cascadelake": Microarch("Cascade Lake", fma_units=2, **_SKX),
+    "cooperlake": Microarch("Cooper Lake", fma_units=2, **_SKX),
+    "icelake-server": Microarch("Ice Lake-SP", fma_units=2, **_SKX),
+    "sapphirerapids": Microarch("Sapphire Rapids", fma_units=2, **_SKX),
+    "emeraldrapids": Microarch("Emerald Rapids", fma_units=2, **_SKX),
+    "graniterapids": Microarch("Granite Rapids", fma_units=2, **_SKX),
+    "graniterapids-d": Microarch("Granite Rapids-D", fma_units=2, **_SKX),
+    # Client/AVX2 Intel cores: two 256-bit FMA units, 2 x 32 B loads and 1 x 32 B store.
+    "haswell": Microarch("Haswell", 256, 2, 5, 0, 64, 32, _INTEL),
+    "broadwell": Microarch("Broadwell", 256, 2, 5, 0, 64, 32, _INTEL),
+    "skylake": Microarch("Skylake", 256, 2, 4, 0, 64, 32, _INTEL),
+    # AMD Zen: two FMA/multiply pipes and two separate add pipes.
+    "znver2": Microarch("Zen 2", 256, 2, 5, 2, 64, 32, _AMD),
+    "znver3": Microarch("Zen 3", 256, 2, 4, 2, 64, 32, _AMD),
+    # Zen 4 runs AVX-512 on 256-bit pipes (double-pumped): 512-bit code, 256-bit rates.
+    "znver4": Microarch("Zen 4", 256, 2, 4, 2, 64, 32, _AMD),
+    # Zen 5 (EPYC 9005): full 512-bit pipes, 2 x 64 B loads and 1 x 64 B store per cycle.
+    "znver5": Microarch("Zen 5", 512, 2, 4, 2, 128, 64, _AMD),
+    # Arm Neoverse: 128-bit NEON pipes (the width Numba's code uses).
+    "neoverse-n1": Microarch("Neoverse N1", 128, 2, 4, 0, 32, 16, _ARM),
+    "neoverse-n2": Microarch("Neoverse N2", 128, 2, 4, 0, 48, 32, _ARM),
+    "neoverse-v1": Microarch("Neoverse V1", 128, 4, 4, 0, 48, 32, _ARM),
+    "neoverse-v2": Microarch("Neoverse V2", 128, 4, 4, 0, 48, 32, _ARM),
+    # A64FX: two 512-bit SVE FMA pipes, latency 9; 2 x 64 B loads or 1 x 64 B store.
+    "a64fx": Microarch("A64FX", 512, 2, 9, 0, 128, 64, "Fujitsu A64FX Microarchitecture Manual"),
+    # Apple M1..M3 performance cores: four 128-bit FMA pipes; L1 widths not published.
+    "apple-m1": Microarch("Apple M1 (P-core)", 128, 4, 4, 0, None, None, "Apple M1 measurements (Dougall Johnson)"),
+    "apple-m2": Microarch("Apple M2 (P-core)", 128, 4, 4, 0, None, None, "Apple M1 measurements (Dougall Johnson)"),
+    "apple-m3": Microarch("Apple M3 (P-core)", 128, 4, 4, 0, None, None, "Apple M1 measurements (Dougall Johnson)"),
+}
+
+# Skylake-SP and Cascade Lake parts with one 512-bit FMA unit per core (Intel ARK's
+# "# of AVX-512 FMA Units: 1"): Bronze, Silver, and Gold 5xxx except 5122 and 5222.
+_ONE_FMA = re.compile(r"(bronze|silver)|gold\s+5(?!122|222)\d{3}", re.IGNORECASE)
+
+
+def lookup(cpu_name: str, model_name: str = "") -> tuple[Microarch | None, str]:
+    """The table entry for a CPU, or None and why there is none."""
+    arch = TABLE.get(cpu_name)
+    if arch is None:
+        return None, f"no rated value: CPU '{cpu_name or 'unknown'}' ({model_name or 'no model name'}) is not in ert's microarchitecture table"
+    if cpu_name in ("skylake-avx512", "cascadelake") and _ONE_FMA.search(model_name or ""):
+        arch = Microarch(arch.name + " (one FMA unit)", arch.simd_bits, 1, arch.fma_latency, 0,
+                         arch.l1_load_bytes, arch.l1_store_bytes, arch.source + "; Intel ARK: 1 AVX-512 FMA unit")
+    return arch, ""
+
+
+def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | None, clock_how: str,
+                   cores: int, precisions: tuple[str, ...] = ("fp64", "fp32")) -> dict:
+    """``backend_info.rated`` for a CPU: compute per (precision, FMA) and L1 per access, each derived."""
+    compute, memory = [], []
+    if arch is None or not clock_ghz:
+        why = why_none or "no rated value: the sustained clock could not be measured"
+        for p in precisions:
+            for fma in (True, False):
+                compute.append({"precision": p, "fma": fma, "gflops_per_s": None, "derivation": why})
+        for access in ("rw", "ro"):
+            memory.append({"level": "L1", "access": access, "gbytes_per_s": None, "derivation": why})
+        return {"compute": compute, "memory": memory, "clock_ghz": clock_ghz, "clock_source": clock_how,
+                "microarchitecture": arch.name if arch else None}
+    base = f"{cores} core(s) x {clock_ghz:.2f} GHz ({clock_how})"
+    for p in precisions:
+        lanes = arch.simd_bits // (64 if p == "fp64" else 32)
+        for fma in (True, False):
+            per_cycle = arch.flops_per_cycle(p, fma)
+            if fma:
+                how = f"{lanes} lanes x {arch.fma_units} FMA unit(s) x 2"
+            elif arch.separate_add_pipes:
+                how = (f"{lanes} lanes x (multiply on {arch.fma_units} FMA pipe(s) + add on "
+                       f"{arch.separate_add_pipes} separate add pipe(s))")
+            else:
+                how = f"{lanes} lanes x {arch.fma_units} FMA unit(s), a multiply and an add issue separately"
+            compute.append({"precision": p, "fma": fma,
+                            "gflops_per_s": round(cores * clock_ghz * per_cycle, 1),
+                            "flops_per_cycle_per_core": per_cycle,
+                            "derivation": f"{base} x {per_cycle:g} {p.upper()} FLOP/cycle ({arch.name}: {how})"})
+    for access in ("rw", "ro"):
+        per_cycle = arch.l1_bytes_per_cycle(access)
+        if per_cycle is None:
+            memory.append({"level": "L1", "access": access, "gbytes_per_s": None,
+                           "derivation": f"no rated value: {arch.name}'s L1 load/store widths are not in the table"})
+            continue
+        how = (f"{arch.l1_load_bytes} B loads" if access == "ro"
+               else f"one load and one store of min({arch.l1_load_bytes}, {arch.l1_store_bytes}) B each")
+        memory.append({"level": "L1", "access": access, "gbytes_per_s": round(cores * clock_ghz * per_cycle, 1),
+                       "bytes_per_cycle_per_core": per_cycle,
+                       "derivation": f"{base} x {per_cycle} B/cycle ({arch.name}: {how} per cycle)"})
+    return {"compute": compute, "memory": memory, "clock_ghz": round(clock_ghz, 3), "clock_source": clock_how,
+            "microarchitecture": arch.name, "table_source": arch.source}
+
+
+def clock_from_chains(*, fma_seconds: float, fma_count: int, fma_latency: int,
+                      imul_seconds: float, imul_count: int, imul_latency: int = 3,
+                      vector_bits: int = 512) -> tuple[float, float, str]:
+    """(vector GHz, integer GHz, how) from two dependent chains of known latency, timed on every core.
+
+    The vector FMA chain is the clock under vector load; the integer multiply
+    chain (3 cycles on every x86 core listed, and never folded the way some
+    cores fold dependent add-immediate chains) cross-checks it.
+    """
+    vec = fma_count * fma_latency / fma_seconds / 1e9
+    scalar = imul_count * imul_latency / imul_seconds / 1e9
+    how = (f"measured: a dependent {vector_bits}-bit FMA chain on every thread x {fma_latency}-cycle latency = {vec:.2f} GHz, "
+           f"cross-checked by a dependent integer-multiply chain x {imul_latency} cycles = {scalar:.2f} GHz")
+    return vec, scalar, how
