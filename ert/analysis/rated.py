@@ -33,12 +33,13 @@ def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
         return None
     ranks = int(meta.get("ranks", 1))
     factor = float(ranks)
-    note = f" x {ranks} ranks" if ranks > 1 else ""
+    note = f" ({ranks} ranks)" if ranks > 1 else ""
     if rated.get("per_core"):
         described = int(rated.get("cores_per_rank") or 1)
         cores = min(threads_per_rank, described)  # one thread per core, as the backend pins them
         factor *= cores / described
-        note = f" (for {cores} core(s) per rank{', x %d ranks' % ranks if ranks > 1 else ''})"
+        if cores != described or ranks > 1:
+            note = f" (for {cores} core(s) per rank{', x %d ranks' % ranks if ranks > 1 else ''})"
     out = {"compute": {}, "memory": {}}
     for entry in rated.get("compute", []):
         value = entry.get("gflops_per_s")
@@ -56,7 +57,7 @@ def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
 def _rescaled(entry: dict, factor: float, note: str) -> str:
     text = str(entry.get("derivation", ""))
     value = entry.get("gflops_per_s", entry.get("gbytes_per_s"))
-    if factor == 1.0 or not value:
+    if not note or not value:
         return text
     return f"{text}; scaled x {factor:g}{note}"
 
