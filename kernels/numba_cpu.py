@@ -155,8 +155,9 @@ def block_sum(typingctx, arr, trials, flush, width_lit):
     """``block_sum(arr, trials, flush, W) -> float64``: ``trials`` sums of ``arr``.
 
     ``W / lanes`` vector accumulators stay live across the block and across
-    trials; they are reduced into the float64 total every ``flush`` trials and
-    at the end, so the per-trial cost is only the loads and adds.
+    trials; they are reduced into the float64 total after every ``flush``
+    sub-blocks (each lane then holds at most ``flush`` values) and at the end,
+    so the steady-state cost is only the loads, the adds and a counter.
     """
     width = _literal(width_lit)
 
@@ -172,8 +173,10 @@ def block_sum(typingctx, arr, trials, flush, width_lit):
         zero_vec = ir.Constant(vecty, [ir.Constant(scal, 0.0)] * width)
         acc = cgutils.alloca_once(builder, vecty)
         total = cgutils.alloca_once(builder, ir.DoubleType())
+        since_flush = cgutils.alloca_once(builder, intp)
         builder.store(zero_vec, acc)
         builder.store(ir.Constant(ir.DoubleType(), 0.0), total)
+        builder.store(ir.Constant(intp, 0), since_flush)
         subs = builder.sdiv(n, ir.Constant(intp, width))
 
         def flush_acc():
@@ -182,16 +185,17 @@ def block_sum(typingctx, arr, trials, flush, width_lit):
                 part = builder.fpext(part, ir.DoubleType())
             builder.store(builder.fadd(builder.load(total), part), total)
             builder.store(zero_vec, acc)
+            builder.store(ir.Constant(intp, 0), since_flush)
 
-        with cgutils.for_range(builder, trials_v) as trial_loop:
+        with cgutils.for_range(builder, trials_v):
             with cgutils.for_range(builder, subs) as sub_loop:
                 index = builder.mul(sub_loop.index, ir.Constant(intp, width))
                 ptr = _vector_ptr(context, builder, arrty, arr_v, index, vecty)
                 builder.store(builder.fadd(builder.load(acc), builder.load(ptr, align=align)), acc)
-            done = builder.add(trial_loop.index, ir.Constant(intp, 1))
-            due = builder.icmp_signed("==", builder.srem(done, flush_v), ir.Constant(intp, 0))
-            with builder.if_then(due):
-                flush_acc()
+                count = builder.add(builder.load(since_flush), ir.Constant(intp, 1))
+                builder.store(count, since_flush)
+                with builder.if_then(builder.icmp_signed("==", count, flush_v), likely=False):
+                    flush_acc()
         flush_acc()
         return builder.load(total)
 
@@ -240,8 +244,8 @@ def make_rw_add(width: int):
 def make_ro_sum(width: int):
     """The load-only kernel: each thread sums its block ``trials`` times into out[t] (float64).
 
-    ``flush`` is how many trials the vector accumulators run before they are
-    added to the float64 total (every sum stays exact; see FP32_EXACT_ADDS).
+    ``flush`` is how many sub-blocks the vector accumulators take in before
+    they are added to the float64 total (every sum stays exact; see FP32_EXACT_ADDS).
     """
     @njit(parallel=True, cache=True)
     def ro_sum(buf, nthreads, n, trials, flush, out):

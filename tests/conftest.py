@@ -54,6 +54,19 @@ def run_cmd(name: str, *args, cwd=None, timeout: float = 120) -> subprocess.Comp
                           timeout=timeout, env=dict(os.environ))
 
 
+def numba_plan(cfg, threads: int):
+    """The dense plan ert-run makes for ``cfg`` on the Numba backend with ``threads`` threads.
+
+    The backend's own granule and swept chain counts (its launches), as the
+    driver uses them; nothing is compiled or measured.
+    """
+    from ert.backends.numba_cpu import NumbaCpuBackend
+    from ert.sweep import plan
+
+    backend = NumbaCpuBackend(threads=threads)
+    return plan(cfg, workers=threads, granule_elements_of=backend.granule_elements, launches_of=backend.launches)
+
+
 def write_config(path: Path, data=None, **overrides) -> Path:
     """Write a YAML config: ``data`` (default: SLOW_SMALL) updated with ``overrides``."""
     doc = dict(SLOW_SMALL if data is None else data)

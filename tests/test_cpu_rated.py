@@ -236,3 +236,10 @@ def test_without_rated_values_nothing_is_invalidated_or_warned():
     doc = _doc([_point(FMA, 65536, 5000.0)], rated=None)
     assert doc["ceilings"]["compute"][0]["rated"]["ratio"] is None
     assert doc["metadata"]["points"]["invalid"] == 0
+
+
+def test_one_thread_is_rated_at_the_one_core_clock():
+    rated = dict(RATED, clock_ghz=4.0, clock_ghz_by_threads={"2": 4.0, "1": 4.4})
+    one = scaled_rated({"ranks": 1, "backend_info": {"rated": rated}}, threads_per_rank=1)
+    assert one["compute"][("fp64", True)]["gflops_per_s"] == pytest.approx(110.0)  # 200 / 2 cores x 4.4 / 4.0
+    assert "for 1 core(s) per rank at 4.40 GHz" in one["compute"][("fp64", True)]["derivation"]

@@ -13,9 +13,8 @@ import pytest
 
 from ert.ceilings_io import load_ceilings
 from ert.config import load
-from ert.sweep import plan
 
-from conftest import (TINY, command, point_records, raw_lines, raw_records, run_cmd, stderr_lines,
+from conftest import (TINY, command, numba_plan, point_records, raw_lines, raw_records, run_cmd, stderr_lines,
                       write_config)
 
 pytestmark = pytest.mark.slow
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 def test_ceilings_json_validates(tiny_run):
     doc = load_ceilings(tiny_run / "ceilings.json")
-    assert doc["schema_version"] == "1.1"
+    assert doc["schema_version"] == "1.2"
     assert doc["raw"] == "raw.jsonl"
 
 
@@ -35,7 +34,8 @@ def test_metadata(tiny_run):
     assert meta["ranks"] == 1
     assert type(meta["threads_per_rank"]) is int and meta["threads_per_rank"] >= 1
     assert meta["backend"] == "numba-cpu"
-    assert meta["points"]["planned"] == meta["points"]["measured"] == 72
+    assert meta["points"]["planned"] == meta["points"]["measured"] == len(numba_plan(load(tiny_run / "config.yaml"),
+                                                                                       meta["threads_per_rank"]))
     assert meta["points"]["invalid"] == 0
     saved = load(tiny_run / "config.yaml")  # the resolved config that reproduces the run
     assert saved.backend == "numba-cpu" and saved.threads == meta["threads_per_rank"]
@@ -92,7 +92,7 @@ def test_raw_records(tiny_run):
     header = records[0]
     cfg = load(tiny_run / "config.yaml")
     threads = header["metadata"]["threads_per_rank"]
-    planned = plan(cfg, workers=threads, granule_elements_of=lambda s: 512 // s.itemsize)
+    planned = numba_plan(cfg, threads)
     assert header["planned_points"] == len(planned)
     points = [r for r in records if r["type"] == "point"]
     assert sorted(r["id"] for r in points) == sorted(p.id for p in planned)
@@ -181,8 +181,7 @@ def wait_for_points(proc: subprocess.Popen, out: Path, count: int, timeout: floa
 def planned_ids(run_dir: Path) -> list[str]:
     header = raw_records(run_dir)[0]
     cfg = load(run_dir / "config.yaml")
-    ids = [p.id for p in plan(cfg, workers=header["metadata"]["threads_per_rank"],
-                              granule_elements_of=lambda s: 512 // s.itemsize)]
+    ids = [p.id for p in numba_plan(cfg, header["metadata"]["threads_per_rank"])]
     assert len(ids) == header["planned_points"]
     return ids
 

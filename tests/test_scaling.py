@@ -16,9 +16,8 @@ from ert.config import load
 from ert.driver import _cache_resident_bytes
 from ert.report import format_ceilings
 from ert.scaling import _plan_for
-from ert.sweep import plan
 
-from conftest import command, point_records, raw_records, run_cmd, stderr_lines, write_config
+from conftest import command, numba_plan, point_records, raw_records, run_cmd, stderr_lines, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +47,7 @@ def scaling_run(tmp_path_factory):
 def test_ceilings_per_thread_count_validate_and_the_top_level_is_the_largest(scaling_run):
     out, _ = scaling_run
     doc = load_ceilings(out / "ceilings.json")
-    assert doc["schema_version"] == "1.1"
+    assert doc["schema_version"] == "1.2"
     counts = doc["scaling"]["by_threads"]
     assert [c["threads_per_rank"] for c in counts] == [1, 2]
     assert doc["metadata"]["threads_per_rank"] == 2
@@ -167,7 +166,7 @@ def test_adaptive_run_resumes_after_kill_9_and_finishes_its_plan(tmp_path):
     # everything measured is part of its plan.
     cfg = load(out / "config.yaml")
     threads = cfg.threads
-    candidates = plan(cfg, workers=threads, granule_elements_of=lambda s: 512 // s.itemsize)
+    candidates = numba_plan(cfg, threads)
     planner = AdaptivePlanner(candidates, growth=cfg.working_set.growth,
                               cache_resident_bytes=_cache_resident_bytes(object(), threads))
     assert planner.next_batch(final) == []

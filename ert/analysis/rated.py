@@ -38,8 +38,13 @@ def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
         described = int(rated.get("cores_per_rank") or 1)
         cores = min(threads_per_rank, described)  # one thread per core, as the backend pins them
         factor *= cores / described
+        clocks = rated.get("clock_ghz_by_threads") or {}
+        clock, own = clocks.get(str(cores)), rated.get("clock_ghz")
+        if clock and own and cores != described:
+            factor *= clock / own  # the clock this many busy cores reach, measured
         if cores != described or ranks > 1:
-            note = f" (for {cores} core(s) per rank{', x %d ranks' % ranks if ranks > 1 else ''})"
+            at = f" at {clock:.2f} GHz" if clock and cores != described else ""
+            note = f" (for {cores} core(s) per rank{at}{', x %d ranks' % ranks if ranks > 1 else ''})"
     out = {"compute": {}, "memory": {}}
     for entry in rated.get("compute", []):
         value = entry.get("gflops_per_s")

@@ -221,10 +221,15 @@ class NumbaCpuBackend:
         cores = hwinfo.cores_in_use(self.threads)
         rated = cpu_rated.rated_ceilings(arch=arch, why_none=why, clock_ghz=clock["vector_ghz"],
                                          clock_how=clock["how"], cores=cores)
-        rated.update(cores_per_rank=cores, per_core=True, clock=clock)
+        # One core alone may boost higher than all of them together: a 1-thread
+        # sweep (--threads 1,N) is rated at the clock one busy core reaches.
+        by_threads = {str(self.threads): clock["vector_ghz"]}
+        if self.threads > 1:
+            by_threads["1"] = self.measure_clock(arch.fma_latency if arch else 4, threads=1)["vector_ghz"]
+        rated.update(cores_per_rank=cores, per_core=True, clock=clock, clock_ghz_by_threads=by_threads)
         return rated
 
-    def measure_clock(self, fma_latency: int) -> dict:
+    def measure_clock(self, fma_latency: int, threads: int | None = None) -> dict:
         """The sustained clock under vector load: a dependent FMA chain of known latency on every thread.
 
         Cross-checked by a dependent integer-multiply chain (3 cycles on x86).
@@ -234,12 +239,13 @@ class NumbaCpuBackend:
         and a contended sample can only read slow, never fast.
         """
         np = self._np
+        threads = threads or self.threads
         lanes = self.vector_bytes // 8
         chain = self._k.make_fma_latency_chain(lanes)
-        out_f = np.zeros(self.threads)
-        out_i = np.zeros(self.threads, dtype=np.int64)
-        chain(self.threads, 1000, 0.5, out_f)  # compile or load; never timed
-        self._k.imul_latency_chain(self.threads, 1000, 3, out_i)
+        out_f = np.zeros(threads)
+        out_i = np.zeros(threads, dtype=np.int64)
+        chain(threads, 1000, 0.5, out_f)  # compile or load; never timed
+        self._k.imul_latency_chain(threads, 1000, 3, out_i)
         cycles = 8_000_000  # about 2 ms at 4 GHz
 
         def fastest(fn, *args):
@@ -251,8 +257,8 @@ class NumbaCpuBackend:
             return best
 
         fma_n, imul_n = cycles // fma_latency, cycles // 3
-        fma_s = fastest(chain, self.threads, fma_n, 0.5, out_f)
-        imul_s = fastest(self._k.imul_latency_chain, self.threads, imul_n, 3, out_i)
+        fma_s = fastest(chain, threads, fma_n, 0.5, out_f)
+        imul_s = fastest(self._k.imul_latency_chain, threads, imul_n, 3, out_i)
         from ert.backends.cpu_rated import clock_from_chains
 
         vec, scalar, how = clock_from_chains(fma_seconds=fma_s, fma_count=fma_n, fma_latency=fma_latency,
@@ -333,19 +339,16 @@ class NumbaCpuBackend:
             raise RuntimeError(f"{spec.key}: the loaded kernel was built with fma={bool(fused)}; "
                                f"clear Numba's cache (__pycache__ beside kernels/numba_cpu.py)")
 
-    def _flush_trials(self) -> int:
-        """Trials the load-only accumulators run before they are reduced (keeps every FP32 sum exact)."""
-        if self._spec.precision == "fp64":
-            return 1 << 62
-        adds_per_trial = max(self._n // self._width, 1)
-        return max(self._k.FP32_EXACT_ADDS // adds_per_trial, 1)
+    def _flush_subblocks(self) -> int:
+        """Sub-blocks the load-only accumulators take in before they are reduced (keeps every FP32 sum exact)."""
+        return 1 << 62 if self._spec.precision == "fp64" else self._k.FP32_EXACT_ADDS
 
     def _call(self, trials: int):
         spec, buf, n, nt = self._spec, self._view, self._n, self.threads
         a = buf.dtype.type(A)
         c = buf.dtype.type(C)
         if spec.access == "ro":
-            return self._fn(buf, nt, n, trials, self._flush_trials(), self._ro_out)
+            return self._fn(buf, nt, n, trials, self._flush_subblocks(), self._ro_out)
         if spec.flops_per_element == 1:
             return self._fn(buf, nt, n, trials, self._trials_done, c)
         return self._fn(buf, nt, n, trials, self._trials_done, spec.fma_ops_per_element, a, c)
