@@ -287,7 +287,14 @@ class NumbaCpuBackend:
         return {c: c * lanes for c in chains}
 
     def granule_elements(self, spec: KernelSpec) -> int:
-        return math.lcm(*self._widths(spec).values())
+        """Every chain count's sub-block divides a thread's block; bandwidth kernels get two at least.
+
+        With a single sub-block per thread, LLVM may keep it in registers
+        across trials (its loads and stores become loop-invariant), which
+        would remove the very traffic a bandwidth kernel measures.
+        """
+        granule = math.lcm(*self._widths(spec).values())
+        return granule * 2 if spec.flops_per_element == 1 else granule
 
     def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
         """The chain counts this kernel is measured with at one working set (recorded per point)."""
