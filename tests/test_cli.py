@@ -45,6 +45,9 @@ BAD_CONFIGS = {
     "threads-zero": ("threads: 0\n", ["threads"]),
     "top-level-list": ("- backend\n- numba-cpu\n", ["top level"]),
     "unknown-backend-in-file": ("backend: nosuch\n", ["backend", "nosuch"]),
+    # Empty or comments only: once silently the built-in 918-point dense sweep.
+    "empty": ("", ["config is empty"]),
+    "comments-only": ("# backend: numba-cpu\n\n   # threads: 1\n", ["config is empty"]),
 }
 
 
