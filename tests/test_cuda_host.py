@@ -629,3 +629,38 @@ def test_host_logic_no_gpu_read_write_points_are_checked_on_the_device(spec):
     result = backend.check()
     assert not result.ok and "2 element(s)" in result.detail and "element 777: 3.0" in result.detail
     assert backend._dev.bytes_read == spec.itemsize  # only the first bad element came back
+
+
+def _curve(access, plateaus):
+    """Records of one fp64 bandwidth curve: (up to bytes, GB/s) steps over 1 MiB - 1 GiB at growth 1.1."""
+    spec = KernelSpec("fp64", 1, False, access)
+    out, wss = [], float(1 << 20)
+    while wss <= 1 << 30:
+        w = int(wss) // 8 * 8
+        gbs = next(g for limit, g in plateaus if w <= limit)
+        seconds = spec.bytes_moved(elements=w // 8, trials=1) / (gbs * 1e9)
+        out.append({"id": f"{spec.key}-w{w}", "spec": spec.to_dict(), "wss_bytes": w, "elements": w // 8,
+                    "trials": 1, "seconds": {"min": seconds, "median": seconds, "max": seconds},
+                    "noisy": False, "valid": True})
+        wss *= 1.1
+    return out
+
+
+def test_host_logic_no_gpu_read_write_curves_are_never_named_against_the_l1():
+    """An A100 (20 MiB of L1 summed over 108 SMs, 40 MiB L2): read+write runs at L2 speed to ~24 MiB.
+
+    Against the summed L1 (nearer in log than the L2) that break was named
+    "L1"; read+write never shows an L1 (write-through), so it is the L2.
+    The read-only curve keeps its L1.
+    """
+    from ert.analysis.ceilings import caches_by_access, memory_ceilings
+
+    backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(A100))
+    info = backend.describe()
+    caches = caches_by_access(info["caches"])
+    rw = _curve("rw", [(24 << 20, 4000.0), (1 << 40, 1500.0)])
+    ro = _curve("ro", [(16 << 20, 9000.0), (1 << 40, 1600.0)])
+    ceilings, _ = memory_ceilings(rw + ro, caches, threads=1, memory_name=info["memory_name"])
+    names = {access: [c["level"] for c in ceilings if c["access"] == access] for access in ("rw", "ro")}
+    assert names == {"rw": ["L2", "HBM"], "ro": ["L1", "HBM"]}, names
+    assert [c["gbytes_per_s"] for c in ceilings if c["access"] == "rw"] == [4000.0, 1500.0]
