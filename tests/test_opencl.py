@@ -280,3 +280,25 @@ def test_pocl_code_fuses_only_the_fma_variant(tmp_path):
         pytest.skip("the first OpenCL device (the one the script picks) is not PoCL's")
     assert _fma_count(tmp_path, "fma") > 0
     assert _fma_count(tmp_path, "nofma") == 0
+
+
+# ----------------------------------------------------------------------------- issue 13 (GPU readiness), on PoCL
+def test_local_sizes_never_exceed_the_kernels_own_work_group_limit():
+    backend = _backend(global_sizes=[64, 256], local_sizes=[1, 4, 16, 64], layout="interleaved")
+    spec = KernelSpec("fp32", 1, False)
+    limit = backend.kernel_work_group_size(spec)
+    assert 1 <= limit <= backend.info["max_work_group_size"]
+    launches = backend.launches(spec, backend.granule_elements(spec) * 64)
+    assert launches and all(launch["local"] <= limit for launch in launches)
+    backend.close()
+
+
+def test_no_fma_binaries_are_read_for_fused_multiply_adds():
+    backend = _backend()
+    spec = KernelSpec("fp64", 8, False)
+    backend.prepare(spec, elements_per_thread=backend.granule_elements(spec) * 4)
+    info = backend.describe()
+    # PoCL hands out LLVM bitcode: FP_CONTRACT OFF held, so no fused intrinsic in the no-FMA module.
+    assert info["fp_contract_off_checked"].get("fp64") == 0, info["fp_contract_off_checked"]
+    assert not any("no-FMA ceiling is not one" in c for c in info["caveats"])
+    backend.close()
