@@ -89,3 +89,49 @@ def test_local_sizes_are_limited_by_the_kernel_not_the_device():
     # A device allowing 1024 work-items per group, a kernel whose registers allow 256.
     assert usable_local_sizes([64, 256, 512, 1024], 256) == [64, 256]
     assert usable_local_sizes([1024], 256) == []
+
+
+class _Platform:
+    def __init__(self, name, vendor):
+        self.name, self.vendor = name, vendor
+
+
+class _BuildDevice:
+    """A device as build_failure reads it: its platform's name and vendor."""
+
+    def __init__(self, platform, vendor):
+        self.platform = _Platform(platform, vendor)
+
+
+# PyOpenCL's exception text for a failed build, as PoCL 3.0 on AMD Zen 5 and NVIDIA's driver give it.
+POCL_ZEN5 = """clBuildProgram failed: BUILD_PROGRAM_FAILURE - clBuildProgram failed: BUILD_PROGRAM_FAILURE
+
+Build on <pyopencl.Device 'pthread-AMD EPYC' on 'Portable Computing Language' at 0x5651>:
+
+error: unknown target CPU 'generic'
+Device pthread-AMD EPYC failed to build the program
+
+(options: -DERT_BITS=64 -I /venv/pyopencl/cl)"""
+NVIDIA_LOG = """clBuildProgram failed: BUILD_PROGRAM_FAILURE - clBuildProgram failed: BUILD_PROGRAM_FAILURE
+
+Build on <pyopencl.Device 'NVIDIA H100 80GB HBM3' on 'NVIDIA CUDA' at 0x1>:
+
+<kernel>:1:47: error: use of undeclared identifier 'y'
+__kernel void k(__global float *x) { x[0] = y; }
+
+(options: -I /venv/pyopencl/cl)"""
+
+
+def test_build_failures_are_read_down_to_their_first_error_line():
+    from ert.backends.opencl_devices import build_failure, first_error_line
+
+    assert first_error_line(POCL_ZEN5) == "error: unknown target CPU 'generic'"
+    assert build_failure(_BuildDevice("Portable Computing Language", "The pocl project"), POCL_ZEN5) == \
+        "PoCL: unknown target CPU 'generic'; its LLVM does not know this CPU"
+    assert first_error_line(NVIDIA_LOG) == "<kernel>:1:47: error: use of undeclared identifier 'y'"
+    assert build_failure(_BuildDevice("NVIDIA CUDA", "NVIDIA Corporation"), NVIDIA_LOG) == \
+        "NVIDIA CUDA: <kernel>:1:47: error: use of undeclared identifier 'y'"
+    # A log without an error line: its first line after PyOpenCL's header; no log: the message itself.
+    assert first_error_line("clBuildProgram failed\n\nBuild on <dev>:\n\nsomething broke\n") == "something broke"
+    assert first_error_line("clBuildProgram failed: OUT_OF_HOST_MEMORY") == "clBuildProgram failed: OUT_OF_HOST_MEMORY"
+    assert first_error_line("") == "no build log"

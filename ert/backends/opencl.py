@@ -9,7 +9,7 @@ from importlib import resources
 import numpy as np
 
 from ert.backends import CheckResult
-from ert.backends.opencl_devices import (EXTENSION_OF, cache_hints, cpu_reference, device_info,
+from ert.backends.opencl_devices import (EXTENSION_OF, build_program, cache_hints, cpu_reference, device_info,
                                          fused_multiply_adds, is_pocl, precisions_of, probe, select_device,
                                          type_name)
 from ert.errors import ErtError
@@ -193,12 +193,9 @@ class OpenCLBackend:
         device_id = "|".join(str(self.info[k]) for k in ("platform", "platform_version", "device", "driver_version"))
         key = hashlib.sha256("\0".join([self._source, " ".join(options), device_id]).encode()).hexdigest()
         if key not in _PROGRAMS:
-            program = self._cl.Program(self.context, self._source)
-            try:
-                program = program.build(options=options)
-            except self._cl.RuntimeError as exc:
-                raise RuntimeError(f"building {KERNEL_FILE} with {' '.join(options)} failed: {exc}") from None
-            _PROGRAMS[key] = program
+            # A failed build is one line naming the device and the log's first error (ErtError).
+            _PROGRAMS[key] = build_program(self.context, self.device, self._source, options,
+                                           what=f"{KERNEL_FILE} ({' '.join(options)})")
         if not spec.fma and spec.fma_ops_per_element and spec.precision not in self.contract:
             self._check_contract(spec, _PROGRAMS[key])
         return _PROGRAMS[key]

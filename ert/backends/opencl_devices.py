@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -79,8 +80,81 @@ def device_line(p_index: int, d_index: int, device) -> str:
             f"{device.max_compute_units} compute units; fp64 {yes[prec['fp64']]}, fp16 {yes[prec['fp16']]})")
 
 
+# A kernel any OpenCL C compiler builds: whether a device's driver can build programs here at all.
+PROBE_SOURCE = "__kernel void ert_probe(__global float *x) { x[get_global_id(0)] += 1.0f; }"
+# Device -> "" (it builds) or why not: the probe builds once per device and process.
+_BUILD_PROBLEMS: dict[tuple, str] = {}
+
+
+def first_error_line(message: str) -> str:
+    """The first error line of a failed build's message (PyOpenCL's exception text holds the driver's log).
+
+    The first line with ``error:`` in it (clang's ``<kernel>:3:5: error: ...``,
+    PoCL's ``error: unknown target CPU ...``); else the first line of the log
+    after PyOpenCL's ``Build on <device>:`` line; else the message's first line.
+    """
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if not lines:
+        return "no build log"
+    for line in lines:
+        if re.search(r"\berror\s*:", line, re.IGNORECASE):
+            return line[:240]
+    for i, line in enumerate(lines):
+        if line.startswith("Build on") and i + 1 < len(lines) and not lines[i + 1].startswith("(options:"):
+            return lines[i + 1][:240]
+    return lines[0][:240]
+
+
+def build_failure(device, message: str) -> str:
+    """``DRIVER: first error line`` of a failed build, with what it means where that is known."""
+    line = first_error_line(message)
+    line = re.sub(r"^error\s*:\s*", "", line, flags=re.IGNORECASE)
+    pocl = is_pocl(device)
+    why = f"{'PoCL' if pocl else device.platform.name.strip()}: {line}"
+    if pocl and "unknown target cpu" in line.lower():
+        why += "; its LLVM does not know this CPU"
+    return why
+
+
+def build_program(context, device, source: str, options=(), *, what: str = "a kernel"):
+    """``source`` built for ``device``; an ErtError naming the device and the first error line if it fails."""
+    cl = _import_cl()
+    try:
+        return cl.Program(context, source).build(options=list(options), devices=[device])
+    except cl.Error as exc:
+        raise ErtError(f"OpenCL device {device.name.strip()!r} ({device.platform.name.strip()}) cannot build "
+                       f"{what}: {build_failure(device, str(exc))}", key="backend") from None
+
+
+def build_problem(device) -> str:
+    """"" where the device's driver builds a trivial kernel, else a one-line reason; once per device and process."""
+    key = (int(device.int_ptr), device.platform.name, device.name, device.driver_version)
+    if key not in _BUILD_PROBLEMS:
+        cl = _import_cl()
+        try:
+            context = cl.Context([device])
+            cl.Program(context, PROBE_SOURCE).build(devices=[device])
+            problem = ""
+        except cl.Error as exc:
+            text = str(exc)
+            if "BUILD_PROGRAM_FAILURE" in text or "Build on" in text:
+                problem = f"the driver cannot build kernels here ({build_failure(device, text)})"
+            else:
+                problem = f"the driver cannot run kernels here ({type(exc).__name__}: {_short(exc)})"
+        except Exception as exc:  # never let one device break the probe
+            problem = f"the driver cannot run kernels here ({type(exc).__name__}: {_short(exc)})"
+        _BUILD_PROBLEMS[key] = problem
+    return _BUILD_PROBLEMS[key]
+
+
 def probe():
-    """(available, reason, detail) for the registry; never raises."""
+    """(available, reason, detail) for the registry; never raises.
+
+    Every device must build a trivial kernel (once per process; drivers
+    cache builds): a device whose driver cannot build is listed as unusable
+    with the driver's reason, and with no usable device the backend is
+    unavailable for that reason.
+    """
     try:
         cl = _import_cl()
     except ImportError as exc:
@@ -93,11 +167,18 @@ def probe():
         return False, exc.message, {"pyopencl": cl.VERSION_TEXT}
     except Exception as exc:
         return False, f"OpenCL device query failed: {type(exc).__name__}: {_short(exc)}", {}
-    accelerators = sum(1 for _, _, d in found if type_name(d) != "cpu")
+    problems = [build_problem(d) for _, _, d in found]
+    lines = [device_line(p, i, d) + (f" unusable: {problem}" if problem else "")
+             for (p, i, d), problem in zip(found, problems)]
+    usable = [c for c, problem in zip(found, problems) if not problem]
+    if not usable:
+        reason = "; ".join(f"{d.name.strip()}: {problem}" for (_, _, d), problem in zip(found, problems))
+        return False, reason, {"pyopencl": cl.VERSION_TEXT, "devices": lines}
+    accelerators = sum(1 for _, _, d in usable if type_name(d) != "cpu")
     return True, "", {
         "pyopencl": cl.VERSION_TEXT,
         "accelerators": accelerators,
-        "devices": [device_line(p, i, d) for p, i, d in found],
+        "devices": lines,
     }
 
 
@@ -122,7 +203,9 @@ def select_device(options, *, local_rank: int = 0):
     ``platform``: index or name substring (null: every platform);
     ``device_type``: all, cpu, gpu or accelerator; ``device``: index among the
     matching devices, or name substring (null: every matching device).  Among
-    the remaining devices, GPUs and accelerators first (``preferred_order``),
+    the remaining devices whose driver builds kernels (``build_problem``; a
+    device picked by index that cannot is an error naming the driver's
+    reason), GPUs and accelerators first (``preferred_order``),
     the rank's index within its node picks one (modulo their count), so ranks
     on a node spread over its GPUs.
     """
@@ -149,6 +232,9 @@ def select_device(options, *, local_rank: int = 0):
             raise ErtError(f"device index {options.device} is out of range: {len(candidates)} device(s) match "
                            f"({'; '.join(device_line(*c) for c in candidates)})", key="opencl.device")
         chosen, picked_by = candidates[options.device], f"index {options.device} of {len(candidates)} matching"
+        problem = build_problem(chosen[2])
+        if problem:
+            raise ErtError(f"device {device_line(*chosen)} cannot be used: {problem}", key="opencl.device")
     else:
         candidates = preferred_order(candidates)
         if options.device is not None:
@@ -156,6 +242,11 @@ def select_device(options, *, local_rank: int = 0):
             if not candidates:
                 raise ErtError(f"no OpenCL device name contains {options.device!r} (devices: "
                                f"{'; '.join(device_line(*c) for c in found)})", key="opencl.device")
+        usable = [c for c in candidates if not build_problem(c[2])]
+        if not usable:
+            raise ErtError("no matching OpenCL device can be used (" + "; ".join(
+                f"{c[2].name.strip()}: {build_problem(c[2])}" for c in candidates) + ")", key="opencl.device")
+        candidates = usable
         chosen = candidates[local_rank % len(candidates)]
         picked_by = f"local rank {local_rank} modulo {len(candidates)} matching device(s)"
     p_index, d_index, device = chosen
