@@ -59,10 +59,12 @@ def cmd_backends(args) -> int:
     for name in REGISTRY.names():
         st = REGISTRY.status(name)
         if st.available:
-            versions = ", ".join(f"{k} {v}" for k, v in st.detail.items() if k != "devices")
+            devices = st.detail.get("devices")
+            listed = devices if isinstance(devices, list) else []  # cuda reports a count, opencl one line each
+            versions = ", ".join(f"{k} {v}" for k, v in st.detail.items() if not (k == "devices" and listed))
             print(f"{name:12s} available    {versions}")
-            # A device backend lists every device it sees, one per line.
-            for line in st.detail.get("devices", []):
+            # A device backend lists every device it sees, one per line (with why, where one is unusable).
+            for line in listed:
                 print(f"{'':12s}   device    {line}")
         else:
             print(f"{name:12s} unavailable  {st.reason}")

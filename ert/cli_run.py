@@ -251,7 +251,7 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
     from ert.analysis.ceilings import build
     from ert.backends import REGISTRY
     from ert.ceilings_io import write_ceilings
-    from ert.comm import merge_rank_warnings
+    from ert.comm import merge_rank_warnings, shared_device_warnings
     from ert.driver import run_sweep
     from ert.progress import Progress
     from ert.rawio import read_raw
@@ -273,6 +273,9 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
                   launches_of=getattr(backend, "launches", None))
     own_warnings = list(placement.warnings if placement else []) + list(getattr(backend, "warnings", []))
     own_warnings += [skipped_warning] if skipped_warning else []
+    # Whether ranks share a device, from the device each rank really holds.
+    own_warnings += shared_device_warnings(comm.allgather((socket.gethostname(), getattr(backend, "device_id", None))),
+                                           comm.rank)
     rank_warnings = merge_rank_warnings(comm.allgather(own_warnings))
     header = None
     if not resume:

@@ -108,6 +108,23 @@ def merge_rank_warnings(per_rank: list[list[str]]) -> list[str]:
     return out
 
 
+def shared_device_warnings(gathered: list[tuple[str, str | None]], rank: int) -> list[str]:
+    """This rank's warning when other ranks on its node drive the same device.
+
+    ``gathered[r]`` is rank r's (host name, device id): a GPU's UUID or PCI
+    bus id, an OpenCL platform:device pair, or None for a backend without a
+    device.  Counting ranks against visible GPUs cannot tell: under
+    ``srun --gpus-per-task=1`` every rank sees one GPU, each a different one.
+    """
+    host, device = gathered[rank]
+    if not device:
+        return []
+    sharing = [r for r, (h, d) in enumerate(gathered) if h == host and d == device]
+    if len(sharing) < 2:
+        return []
+    return [f"{len(sharing)} ranks on {host} share device {device}: each measures a share of it"]
+
+
 def launched_size() -> int:
     """Ranks the launcher says this job has (1 when not under a launcher)."""
     for var in _SIZE_VARS:

@@ -276,6 +276,11 @@ def load(path: str | Path) -> RunConfig:
         where = f"line {mark.line + 1}" if mark else None
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ErtError(f"invalid YAML: {problem}", path=path, key=where) from None
+    if data is None:
+        # An empty file (or one of comments only) is almost always a mistake: taking
+        # it as the built-in defaults would start a long dense sweep nobody asked for.
+        raise ErtError("the config is empty (no keys, only blank lines or comments); "
+                       "give at least one key, or run without a config for the packaged default", path=path)
     return from_dict(data, source=path)
 
 

@@ -240,6 +240,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
                 ok = all(c[0] for c in checks)
                 detail = "; ".join(f"rank {i}: {d}" for i, (good, d) in enumerate(checks) if not good) or check.detail
                 record = point_record(point, m, check_ok=ok, check_detail=detail, ranks=comm.size, threads=threads)
+                if hasattr(backend, "point_info"):  # device backends: occupancy, clocks seen during the point
+                    record["device"] = backend.point_info()  # rank 0's, as rank 0 writes
                 if writer:
                     writer.append(record)
                 records[point.id] = record

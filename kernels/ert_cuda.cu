@@ -13,6 +13,12 @@
 //   ERT_RO         0: read+write (ERT's kernel ert_rw), 1: load-only sum (ert_ro)
 //                  instead                                               default 0
 //
+//
+// The host also compiles with --maxrregcount = 64K registers / threads per SM
+// (32 on 2048-thread SMs, 40 on 1536, 64 on 1024), so that a full SM of threads
+// is resident at every block size: without it ptxas gives the FLOPs-1 and
+// load-only kernels 40 registers on sm_90, 1600 threads per SM, not 2048, and
+// every "one full wave" geometry ran as two waves with a low-occupancy tail.
 // ERT_FMA is ignored when ERT_FLOPS is 1 (a single add), and both are when
 // ERT_RO is 1 (one add per element).  Every module also holds ert_init.
 //
@@ -75,6 +81,10 @@
 #define ERT_RO 0
 #endif
 
+// No __launch_bounds__: it would override --maxrregcount (see above), and
+// its (threads, blocks) form cannot express 1536-thread SMs at 1024-thread blocks.
+#define ERT_BOUNDS
+
 #if ERT_FLOPS < 1 || ERT_FLOPS > 1024 || (ERT_FLOPS & (ERT_FLOPS - 1)) != 0
 #error "ERT_FLOPS must be a power of two from 1 to 1024"
 #endif
@@ -88,6 +98,7 @@ __device__ __forceinline__ unit_t ert_mul(unit_t x, unit_t y) { return __dmul_rn
 __device__ __forceinline__ unit_t ert_add(unit_t x, unit_t y) { return __dadd_rn(x, y); }
 __device__ __forceinline__ acc_t ert_sum_unit(acc_t acc, unit_t x) { return acc + x; }
 __device__ __forceinline__ unit_t ert_init_unit(long long u) { return 0.5 + (double)(u & 15) * 0.0625; }
+__device__ __forceinline__ double ert_lane(unit_t x, int lane) { return x; }
 #elif ERT_PRECISION == 32
 typedef float unit_t;
 typedef float acc_t;
@@ -97,6 +108,7 @@ __device__ __forceinline__ unit_t ert_mul(unit_t x, unit_t y) { return __fmul_rn
 __device__ __forceinline__ unit_t ert_add(unit_t x, unit_t y) { return __fadd_rn(x, y); }
 __device__ __forceinline__ acc_t ert_sum_unit(acc_t acc, unit_t x) { return acc + x; }
 __device__ __forceinline__ unit_t ert_init_unit(long long u) { return 0.5f + (float)(u & 15) * 0.0625f; }
+__device__ __forceinline__ double ert_lane(unit_t x, int lane) { return (double)x; }
 #elif ERT_PRECISION == 16 && ERT_HAVE_FP16_HEADER
 typedef __half2 unit_t;   // two elements per unit
 typedef float acc_t;      // halves are summed exactly in float: one add per element
@@ -109,6 +121,9 @@ __device__ __forceinline__ acc_t ert_sum_unit(acc_t acc, unit_t x) {
     return (acc + f.x) + f.y;
 }
 __device__ __forceinline__ unit_t ert_pack(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+__device__ __forceinline__ double ert_lane(unit_t x, int lane) {
+    return (double)(lane ? __high2float(x) : __low2float(x));
+}
 #elif ERT_PRECISION == 16
 // No cuda_fp16.h (an NVRTC without its built-in headers): the same half2
 // instructions the intrinsics above emit, on the 32 bits of a half2.
@@ -142,8 +157,19 @@ __device__ __forceinline__ acc_t ert_sum_unit(acc_t acc, unit_t x) {
         : "=f"(lo), "=f"(hi) : "r"(x));
     return (acc + lo) + hi;
 }
+__device__ __forceinline__ double ert_lane(unit_t x, int lane) {
+    float lo, hi;
+    asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+        : "=f"(lo), "=f"(hi) : "r"(x));
+    return (double)(lane ? hi : lo);
+}
 #else
 #error "ERT_PRECISION must be 64, 32 or 16"
+#endif
+#if ERT_PRECISION == 16
+#define ERT_LANES 2   // elements per unit
+#else
+#define ERT_LANES 1
 #endif
 #if ERT_PRECISION == 16
 __device__ __forceinline__ unit_t ert_init_unit(long long u) {
@@ -167,16 +193,55 @@ __device__ __forceinline__ unit_t ert_init_unit(long long u) {
 #define ERT_STRIDE ((long long)gridDim.x * blockDim.x)
 
 // Element e (unit e / 2 for half2) starts at 0.5 + (e mod 16) / 16, as the host replay assumes.
-extern "C" __global__ void ERT_NAME(ert_init)(unit_t *data, long long n_units)
+extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_init)(unit_t *data, long long n_units)
 {
     for (long long u = ERT_FIRST; u < n_units; u += ERT_STRIDE) {
         data[u] = ert_init_unit(u);
     }
 }
 
+// The read+write check on the device: every element against the replay's 16
+// values (exact in double for every precision), relative error above
+// `tolerance` (or NaN) counted in bad[0], the lowest such element kept in
+// bad[1] (the host starts it at ~0).  Only on a mismatch does the host copy
+// the data back to say more; a passing point moves two words, not the set.
+extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_check)(const unit_t *data, long long n_units, const double *expected16,
+                                                          double tolerance, unsigned long long *bad)
+{
+    for (long long u = ERT_FIRST; u < n_units; u += ERT_STRIDE) {
+        const unit_t x = data[u];
+        for (int lane = 0; lane < ERT_LANES; ++lane) {
+            const long long e = u * ERT_LANES + lane;
+            const double want = expected16[e & 15];
+            const double err = fabs(ert_lane(x, lane) - want) / fmax(fabs(want), 1.0);
+            if (!(err <= tolerance)) {
+                atomicAdd(&bad[0], 1ULL);
+                atomicMin(&bad[1], (unsigned long long)e);
+            }
+        }
+    }
+}
+
+// A busy launch of known length: every thread spins on the global nanosecond
+// timer for `duration_ns`, so the SMs issue instructions the whole time and
+// the clocks ramp up from idle before a point is timed (the host checks and
+// compiles between points, and a GPU drops its clock when idle).
+extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_spin)(long long duration_ns, unsigned long long *spins)
+{
+    unsigned long long start, now, count = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        ++count;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while ((long long)(now - start) < duration_ns);
+    if (ERT_FIRST == 0) {
+        spins[0] = count;  // one store keeps the loop: the host may read how often thread 0 spun
+    }
+}
+
 #if !ERT_RO
 // Read+write: every unit is loaded, run through ERT_FLOPS FLOPs per element and stored, every trial.
-extern "C" __global__ void ERT_NAME(ert_rw)(unit_t *data, long long n_units, long long ntrials, long long trial_offset,
+extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_rw)(unit_t *data, long long n_units, long long ntrials, long long trial_offset,
                                   double a_value, double c_value)
 {
     const long long first = ERT_FIRST;
@@ -213,13 +278,16 @@ extern "C" __global__ void ERT_NAME(ert_rw)(unit_t *data, long long n_units, lon
 // at any trial count), and the total is added to sums[first]: one slot per
 // launched thread, accumulated over every launch since the host zeroed it,
 // so a launch that skipped its work is caught too.
-extern "C" __global__ void ERT_NAME(ert_ro)(const unit_t *data, long long n_units, long long ntrials, double *sums)
+extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_ro)(const unit_t *data, long long n_units, long long ntrials, double *sums)
 {
     const long long first = ERT_FIRST;
     const long long stride = ERT_STRIDE;
     double total = 0.0;
     for (long long t = 0; t < ntrials; ++t) {
         acc_t acc = 0;
+        // Two loads in flight per thread; the compiler's own unroll by 4 spills
+        // FP64 at the 32-register cap that keeps a full SM resident.
+#pragma unroll 2
         for (long long u = first; u < n_units; u += stride) {
             acc = ert_sum_unit(acc, data[u]);
         }

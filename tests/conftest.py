@@ -37,6 +37,36 @@ SLOW_SMALL = {
 }
 
 
+_OPENCL_STATUS = []
+
+
+def opencl_status():
+    """The opencl backend's registry status, probed once per test session (it builds a trivial kernel)."""
+    if not _OPENCL_STATUS:
+        from ert.backends import REGISTRY
+
+        _OPENCL_STATUS.append(REGISTRY.status("opencl"))
+    return _OPENCL_STATUS[0]
+
+
+def pyopencl_importable() -> bool:
+    try:
+        import pyopencl  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """``@pytest.mark.opencl_device``: skip, with the probe's reason, where no OpenCL device builds kernels
+    (PoCL 3.0 on AMD Zen 5: its LLVM does not know the CPU).  Before any fixture of the test runs."""
+    if item.get_closest_marker("opencl_device") is not None:
+        status = opencl_status()
+        if not status.available:
+            pytest.skip(f"no usable OpenCL device: {status.reason}")
+
+
 def command(name: str) -> str:
     """The installed console script ``name`` of this interpreter's environment."""
     beside = Path(sys.executable).parent / name

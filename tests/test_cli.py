@@ -45,6 +45,9 @@ BAD_CONFIGS = {
     "threads-zero": ("threads: 0\n", ["threads"]),
     "top-level-list": ("- backend\n- numba-cpu\n", ["top level"]),
     "unknown-backend-in-file": ("backend: nosuch\n", ["backend", "nosuch"]),
+    # Empty or comments only: once silently the built-in 918-point dense sweep.
+    "empty": ("", ["config is empty"]),
+    "comments-only": ("# backend: numba-cpu\n\n   # threads: 1\n", ["config is empty"]),
 }
 
 
@@ -215,6 +218,28 @@ def test_backends_lists_numba_cpu_as_available():
     row = next(r for r in rows if r and r[0] == "numba-cpu")
     assert row[1] == "available"
     assert "numba" in row
+
+
+def test_backends_prints_device_lines_counts_and_reasons(monkeypatch, capsys):
+    """`ert backends` from each probe's detail: a CUDA-style device count, OpenCL-style device lines."""
+    from ert import cli
+    from ert.backends import REGISTRY, BackendStatus
+
+    statuses = {
+        "cuda": BackendStatus("cuda", True, "", {"cupy": "13.0", "devices": 2, "accelerators": 2}),
+        "opencl": BackendStatus("opencl", True, "", {"pyopencl": "2026.1", "accelerators": 0, "devices": [
+            "[0:0] pthread-X (cpu; PoCL) unusable: the driver cannot build kernels here (PoCL: boom)",
+            "[1:0] Some GPU (gpu; Vendor)"]}),
+        "numba-cpu": BackendStatus("numba-cpu", False, "numba is missing"),
+    }
+    monkeypatch.setattr(REGISTRY, "status", lambda name: statuses[name])
+    assert cli.main(["backends"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["cuda", "available"] and "devices 2" in lines[0]
+    assert lines[1].startswith("opencl") and "devices" not in lines[1]
+    assert lines[2].split()[0] == "device" and lines[2].endswith("(PoCL: boom)")
+    assert lines[3].split()[0] == "device" and lines[3].endswith("Some GPU (gpu; Vendor)")
+    assert lines[4].split()[:2] == ["numba-cpu", "unavailable"] and lines[4].endswith("numba is missing")
 
 
 def test_python_m_ert_help():

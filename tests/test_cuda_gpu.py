@@ -8,6 +8,7 @@ import pytest
 
 from conftest import CONFIGS, run_cmd
 from ert.backends import cuda as cuda_mod
+from ert.backends import cuda_host as host
 from ert.spec import KernelSpec
 
 _OK, _REASON, _ = cuda_mod.probe()
@@ -23,12 +24,23 @@ def test_needs_gpu_never_run_yet_every_kind_of_kernel_runs_and_passes_its_check(
     backend = cuda_mod.create()
     try:
         elements = 1 << 22
+        info = backend._dev.info
         for launch in backend.launches(spec, elements)[:2]:
             backend.prepare(spec, elements_per_thread=elements, launch=launch)
             seconds = backend.run(3) + backend.run(4)
             assert seconds > 0
             result = backend.check()
             assert result.ok, result.detail
+            # The register cap holds under NVRTC too: a default geometry is one resident wave.
+            assert backend._kernel.num_regs <= host.max_registers(info.max_threads_per_sm), backend._kernel.num_regs
+            assert backend.point_info()["occupancy"]["waves"] == 1, backend.point_info()
+            if backend._dev.sm_clock_mhz is not None:
+                assert backend.point_info()["sm_clock_mhz"]["min"] > 0
+        # A corrupted element is found by the on-device check.
+        if spec.access == "rw":
+            backend._data[100:104].fill(255)  # NaN in every precision
+            result = backend.check()
+            assert not result.ok and f"the first, element {100 // spec.itemsize}:" in result.detail, result.detail
     finally:
         backend.close()
 
@@ -54,6 +66,11 @@ def test_needs_gpu_never_run_yet_full_sweep_gives_sane_ceilings(tmp_path):
         if l2 is not None:
             assert l2 > gbytes, (precision, access, l2, gbytes)
     assert any(k[2] == "L2" for k in levels), f"no L2 level among {sorted(levels)}"
+    # Read+write never shows the write-through L1.
+    assert not any(k[1] == "rw" and k[2].startswith("L1") for k in levels), sorted(levels)
+    points = [json.loads(line) for line in (out / "raw.jsonl").read_text().splitlines()]
+    points = [p for p in points if p.get("type") == "point"]
+    assert all(p["device"]["occupancy"]["waves"] == 1 for p in points), "a default geometry ran in two waves"
 
     compute = {(c["precision"], c["fma"]): c["gflops_per_s"] for c in doc["ceilings"]["compute"]}
     ratio = compute[("fp32", True)] / compute[("fp32", False)]

@@ -64,7 +64,8 @@ def _batch_source(specs: list[KernelSpec], *, fp16_header: bool) -> str:
     else:
         lines.append("#define ERT_NO_FP16_HEADER 1")
     for i, spec in enumerate(specs):
-        lines.append("#undef ERT_PRECISION\n#undef ERT_FLOPS\n#undef ERT_FMA\n#undef ERT_RO\n#undef ERT_NAME_SUFFIX")
+        lines.append("#undef ERT_PRECISION\n#undef ERT_FLOPS\n#undef ERT_FMA\n#undef ERT_RO\n#undef ERT_NAME_SUFFIX\n"
+                     "#undef ERT_LANES")
         lines += [f"#define {d[2:].replace('=', ' ')}" for d in host.compile_defines(spec)]
         lines.append(f"#define ERT_NAME_SUFFIX _v{i}")
         lines.append(f"namespace v{i} {{\n#include \"{KERNEL}\"\n}}")
@@ -125,6 +126,58 @@ def _check_variant(spec: KernelSpec, text: str, suffix: str = "") -> None:
     else:
         # Never fused: as many separately rounded multiplies and adds as multiply-adds asked for.
         assert fma == 0 and mul >= k and mul % k == 0 and add == mul, (fma, mul, add)
+
+
+def _ptxas_registers(arch: str, max_threads_per_sm: int) -> dict[str, tuple[int, int]]:
+    """{kernel: (registers, spill bytes)} from ptxas -v for every variant, built as the host builds it for a GPU."""
+    lines = ["#include <cuda_fp16.h>"]
+    for i, spec in enumerate(all_specs()):
+        lines.append("#undef ERT_PRECISION\n#undef ERT_FLOPS\n#undef ERT_FMA\n#undef ERT_RO\n#undef ERT_NAME_SUFFIX\n"
+                     "#undef ERT_LANES")
+        lines += [f"#define {d[2:].replace('=', ' ')}" for d in host.compile_defines(spec)]
+        lines.append(f"#define ERT_NAME_SUFFIX _v{i}")
+        lines.append(f"namespace v{i} {{\n#include \"{KERNEL}\"\n}}")
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "all.cu"
+        source.write_text("\n".join(lines) + "\n")
+        # The options CuPy compiles with for such a GPU, beside the -D defines.
+        options = [o for o in host.compile_options(all_specs()[0], max_threads_per_sm=max_threads_per_sm)
+                   if not o.startswith("-D")]
+        proc = subprocess.run([NVCC, "-cubin", "-std=c++17", f"-arch={arch}", *options, "-Xptxas", "-v", str(source),
+                               "-o", str(Path(tmp) / "all.cubin")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out, name, spill = {}, None, 0
+    for line in proc.stderr.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            name = m.group(1)
+        elif m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line):
+            spill = int(m.group(1)) + int(m.group(2))
+        elif (m := re.search(r"Used (\d+) registers", line)) and name:
+            out[name] = (int(m.group(1)), spill)
+    return out
+
+
+@pytest.mark.parametrize("arch, threads_per_sm", [("sm_90", 2048), ("sm_86", 1536), ("sm_75", 1024)])
+def test_nvcc_ptx_not_run_on_gpu_every_kernel_leaves_registers_for_a_full_sm(arch, threads_per_sm):
+    """ptxas's register count lets a full SM of threads be resident (one wave really is one wave).
+
+    Without the register cap the FLOPs-1 read+write and read-only kernels
+    took 40 registers on sm_90 (1600 threads per SM of 2048) and 44 on sm_86.
+    """
+    used = _ptxas_registers(arch, threads_per_sm)
+    assert len(used) == 4 * len(all_specs())  # the kernel, ert_init, ert_check, ert_spin of every variant
+    for name, (registers, spill) in used.items():
+        assert registers * threads_per_sm <= host.REGISTERS_PER_SM, (name, registers)
+        assert spill == 0, (name, spill)
+
+
+def test_nvcc_ptx_not_run_on_gpu_check_and_warm_up_kernels(ptx):
+    text = ptx[("all", "sm_90")][1]
+    for index, spec in enumerate(all_specs()):
+        check = _entry(text, f"ert_check_v{index}")
+        assert "ld.global" in check and "atom.global" in check  # count and first bad element, on the device
+        spin = _entry(text, f"ert_spin_v{index}")
+        assert "%globaltimer" in spin  # a busy wait of known length in nanoseconds, whatever the clock
 
 
 def test_nvcc_ptx_not_run_on_gpu_every_batch_compiles(ptx):

@@ -74,7 +74,38 @@ def _distinct_levels(named: list[NamedLevel]) -> int:
     return len({lvl.name for lvl in named if not lvl.name[-1].islower()})
 
 
-def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int,
+def caches_by_access(cache_list: list[dict]) -> dict[str | None, list[CacheInfo]]:
+    """Cache hints per access pattern from metadata entries.
+
+    An entry may list the access patterns its level shows in (``access``:
+    ["ro"] for a GPU's write-through L1, which read+write curves never show
+    as a plateau); entries without it apply to every curve.  Key None holds
+    the hints of an access pattern not listed.
+    """
+    def applies(entry: dict, access: str | None) -> bool:
+        return "access" not in entry or (access is not None and access in entry["access"])
+
+    return {access: [CacheInfo(level=c["level"], kind=c.get("kind", "Unified"), size_bytes=c["size_bytes"],
+                               shared_cpu_count=c.get("shared_cpu_count", 1))
+                     for c in cache_list if applies(c, access)]
+            for access in (None, "rw", "ro")}
+
+
+def _for_access(caches, access: str) -> list[CacheInfo]:
+    if isinstance(caches, dict):
+        return caches.get(access, caches.get(None, []))
+    return list(caches)
+
+
+def _applies(name: str, caches: list[CacheInfo], memory_name: str) -> bool:
+    """Whether a level name (L2, L2b, DRAM ...) is one this access pattern's hints can produce."""
+    base = name.rstrip("abcdefghijklmnopqrstuvwxyz") or name
+    if not caches or base == memory_name or not base.startswith("L"):
+        return True
+    return base in {f"L{c.level}" for c in caches}
+
+
+def memory_ceilings(points: list[dict], caches, *, threads: int,
                     memory_name: str = "DRAM") -> tuple[list[dict], list[str]]:
     """Plateaus of bandwidth versus working set, per (precision, access), named as levels.
 
@@ -84,7 +115,9 @@ def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int
     separates more levels than another (on Zen 4, read+write runs at nearly
     the same speed in L1, L2 and L3 while read-only does not), the other
     curve's levels are measured over the clearer curve's level ranges, and a
-    warning says so.
+    warning says so.  ``caches`` is a list (for every curve) or a dict by access
+    pattern (``caches_by_access``): a level whose hint does not apply to an
+    access pattern is never given to its curves.
     """
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for rec in points:
@@ -101,7 +134,8 @@ def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int
             warnings.append(f"{_label(*key)}: only {len(curve)} bandwidth points, too few for plateaus")
             continue
         curves[key] = curve
-        fits[key] = _own_levels(curve, caches, threads=threads, memory_name=memory_name, label=_label(*key))
+        fits[key] = _own_levels(curve, _for_access(caches, key[1]), threads=threads, memory_name=memory_name,
+                                label=_label(*key))
     if not fits:
         return [], warnings
     ref_key = max(fits, key=lambda k: _distinct_levels(fits[k][0]))  # first of the best, in report order
@@ -112,9 +146,12 @@ def memory_ceilings(points: list[dict], caches: list[CacheInfo], *, threads: int
         precision, access = key
         label = _label(*key)
         curve = curves[key]
-        if _distinct_levels(named) < _distinct_levels(reference):
+        # Only the reference's levels this access pattern can have (no L1 for
+        # a GPU's read+write curve).
+        applicable = [lvl for lvl in reference if _applies(lvl.name, _for_access(caches, access), memory_name)]
+        if _distinct_levels(named) < _distinct_levels(applicable):
             own = ", ".join(lvl.name for lvl in named) or "none"
-            named = _levels_over_reference(curve, reference, _label(*ref_key))
+            named = _levels_over_reference(curve, applicable, _label(*ref_key))
             warnings.append(f"{label}: its own curve separates fewer levels ({own}) than the {_label(*ref_key)} "
                             f"curve; its levels are measured over that curve's level ranges")
         else:
@@ -217,8 +254,7 @@ def build(raw: RawData) -> dict:
     # A device backend reports its own caches (e.g. a GPU's L1 and L2) and memory
     # name (HBM); otherwise the host CPU's caches name the levels.
     cache_list = meta.get("backend_info", {}).get("caches", meta.get("caches_reported", []))
-    caches = [CacheInfo(level=c["level"], kind=c.get("kind", "Unified"), size_bytes=c["size_bytes"],
-                        shared_cpu_count=c.get("shared_cpu_count", 1)) for c in cache_list]
+    caches = caches_by_access(cache_list)
     points = raw.points
     memory_name = meta.get("backend_info", {}).get("memory_name", meta.get("memory_name", "DRAM"))
     groups = by_thread_count(points)
@@ -271,7 +307,7 @@ def build(raw: RawData) -> dict:
     return doc
 
 
-def _ceilings_of(points: list[dict], caches: list[CacheInfo], *, threads: int,
+def _ceilings_of(points: list[dict], caches, *, threads: int,
                  memory_name: str, rated: dict | None = None) -> tuple[list[dict], list[dict], list[str]]:
     """(memory, compute, warnings) of one set of records measured with ``threads`` workers.
 

@@ -22,11 +22,16 @@ from ert.spec import KernelSpec
 NAME = "cuda"
 # CuPy compile options beside the -D defines; __has_include needs C++17.
 COMPILE_OPTIONS = ("--std=c++17",)
-# Device-to-host copies of the checked array go in pieces of this size, so a
-# 1 GiB working set never needs 1 GiB of host memory at once.
-CHECK_CHUNK_BYTES = 64 << 20
 INIT_THREADS = 256
-INSTALL_HINT = "pip install cupy-cuda13x (Turing sm_75 and newer) or cupy-cuda12x (Volta sm_70)"
+# A wheel-only CuPy compiles with NVRTC but needs the CUDA headers too: the
+# [ctk] extra brings them as wheels (or use a system CUDA toolkit).
+INSTALL_HINT = ("pip install 'cupy-cuda13x[ctk]' (Turing sm_75 and newer) or 'cupy-cuda12x[ctk]' (Volta sm_70), "
+                "or plain cupy with a system CUDA toolkit")
+# Before each point is timed, a busy launch of this length brings the clocks
+# up from where an idle GPU left them (the host checks and compiles between points).
+WARMUP_SECONDS = 0.02
+# Threads per block of the warm-up launch (it runs on every SM).
+WARMUP_THREADS = 256
 
 # Compiled modules by (source hash, options, device index): compiling is never
 # timed and never repeated within a process (CuPy also caches on disk).
@@ -92,7 +97,8 @@ class CupyDevice:
         attributes = {}
         # CUDA 13 dropped the clocks from the properties; the attributes keep them.
         for key, attr in (("clock_rate_khz", runtime.cudaDevAttrClockRate),
-                          ("memory_clock_rate_khz", runtime.cudaDevAttrMemoryClockRate)):
+                          ("memory_clock_rate_khz", runtime.cudaDevAttrMemoryClockRate),
+                          ("max_blocks_per_sm", runtime.cudaDevAttrMaxBlocksPerMultiprocessor)):
             try:
                 attributes[key] = runtime.deviceGetAttribute(attr, index)
             except Exception:  # left to NVML, or reported as unknown
@@ -106,37 +112,74 @@ class CupyDevice:
         self.versions = {"cupy": cupy.__version__,
                          "cuda_runtime": _cuda_version(runtime.runtimeGetVersion()),
                          "cuda_driver": _cuda_version(runtime.driverGetVersion())}
+        self.sm_clock_mhz = host.open_sm_clock(pci_bus_id)  # None without NVML
+        self.device_id = self.info.uuid or pci_bus_id or f"cuda:{index}"
         self._stream = cupy.cuda.Stream(non_blocking=True)
         self._start = cupy.cuda.Event()
         self._stop = cupy.cuda.Event()
         self._buffer = None
         self._sums = None
+        with self._stream:
+            self._words = cupy.zeros(2, dtype=cupy.uint64)     # the check's mismatch count and first bad element
+            self._expected = cupy.zeros(16, dtype=cupy.float64)
+        self._stream.synchronize()
 
-    def functions(self, spec: KernelSpec) -> tuple[object, object]:
-        """(the spec's kernel, its ert_init), compiled once per source, options and device."""
+    def functions(self, spec: KernelSpec) -> dict:
+        """The module's kernels by role (kernel, init, check, spin), compiled once per source, options and device."""
         source, digest = kernel_source()
-        options = host.compile_defines(spec) + COMPILE_OPTIONS
+        options = host.compile_options(spec, max_threads_per_sm=self.info.max_threads_per_sm) + COMPILE_OPTIONS
         key = (digest, options, self.index)
         module = _MODULES.get(key)
         if module is None:
             module = self._cp.RawModule(code=source, options=options)
             module.compile()
             _MODULES[key] = module
-        return module.get_function(host.kernel_name(spec)), module.get_function("ert_init")
+        return {"kernel": module.get_function(host.kernel_name(spec)), "init": module.get_function("ert_init"),
+                "check": module.get_function("ert_check"), "spin": module.get_function("ert_spin")}
 
     def buffer(self, nbytes: int):
-        """A device buffer of at least ``nbytes``, reused while large enough."""
+        """A device buffer of at least ``nbytes``, reused while large enough (the caller holds no other reference)."""
         if self._buffer is None or self._buffer.nbytes < nbytes:
             self._buffer = None  # free the old one first: the largest sets fill most of the memory
-            self._buffer = self._cp.empty(nbytes, dtype=self._cp.uint8)
+            self._cp.get_default_memory_pool().free_all_blocks()
+            with self._stream:
+                self._buffer = self._cp.empty(nbytes, dtype=self._cp.uint8)
         return self._buffer
 
     def zeroed_sums(self, count: int):
-        if self._sums is None or self._sums.size < count:
-            self._sums = self._cp.zeros(count, dtype=self._cp.float64)
-        else:
-            self._sums[:count].fill(0)
+        """``count`` float64 zeros, written on the kernels' stream (a non-blocking stream is not ordered
+        with the legacy default stream, so zeroing there could race with the launches)."""
+        with self._stream:
+            if self._sums is None or self._sums.size < count:
+                self._sums = None
+                self._sums = self._cp.zeros(count, dtype=self._cp.float64)
+            else:
+                self._sums[:count].fill(0)
+        self._stream.synchronize()
         return self._sums
+
+    def occupancy(self, function, threads: int) -> int:
+        """Blocks of ``threads`` threads of ``function`` resident on one SM at once (the occupancy API)."""
+        driver = self._cp.cuda.driver
+        return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(function.kernel.ptr, threads, 0))
+
+    def check_rw(self, function, data, *, n_units: int, expected16: np.ndarray, tolerance: float,
+                 blocks: int, threads: int) -> tuple[int, int]:
+        """(mismatching elements, the first of them) from ert_check on the device; two words come back."""
+        with self._stream:
+            self._expected.set(np.ascontiguousarray(expected16, dtype=np.float64), stream=self._stream)
+            self._words.set(np.array([0, np.iinfo(np.uint64).max], dtype=np.uint64), stream=self._stream)
+            function((blocks,), (threads,), (data, np.int64(n_units), self._expected, np.float64(tolerance),
+                                             self._words))
+            words = self._words.get(stream=self._stream)
+        self._stream.synchronize()
+        return int(words[0]), int(words[1])
+
+    def spin(self, function, *, seconds: float) -> None:
+        """A busy launch on every SM for ``seconds`` (untimed): the clocks rise before timing starts."""
+        blocks = self.info.sm_count * max(1, self.info.max_threads_per_sm // WARMUP_THREADS)
+        self.launch(function, blocks=blocks, threads=WARMUP_THREADS,
+                    args=(np.int64(int(seconds * 1e9)), self._words))
 
     def launch(self, function, *, blocks: int, threads: int, args: tuple) -> None:
         """An untimed launch; returns when it has finished."""
@@ -161,6 +204,8 @@ class CupyDevice:
         self._buffer = None
         self._sums = None
         self._cp.get_default_memory_pool().free_all_blocks()
+        if self.sm_clock_mhz is not None:
+            self.sm_clock_mhz.close()
 
 
 class CudaBackend:
@@ -174,38 +219,48 @@ class CudaBackend:
 
         options = config.cuda if config is not None else CudaOptions()
         self.local_rank, self.local_size = local_rank, local_size
+        # Whether ranks share this GPU is decided from the device ids every rank
+        # of the node reports (ert.comm.shared_device_warnings), not from counts here.
         self.caveats: list[str] = []
         if device is None:
             import cupy
 
-            index, self.caveats = host.device_for_rank(
-                local_rank=local_rank, local_size=local_size,
-                visible=cupy.cuda.runtime.getDeviceCount(), configured=options.device)
+            index = host.device_for_rank(local_rank=local_rank, visible=cupy.cuda.runtime.getDeviceCount(),
+                                         configured=options.device)
             device = CupyDevice(index)
         self._dev = device
+        self.device_id = getattr(device, "device_id", "") or f"cuda:{device.index}"
         info = device.info
-        blocks, threads, allowed = host.default_geometry(info)
         # ERT's rule: the blocks x threads constraint applies to the defaults;
         # a user who lists blocks or threads gets every pair unless they also
         # give blocks_threads.
-        if options.blocks is not None or options.threads_per_block is not None:
-            allowed = None
-        self.blocks = options.blocks or blocks
-        self.threads_per_block = options.threads_per_block or threads
-        self.blocks_threads = options.blocks_threads if options.blocks_threads is not None else allowed
+        custom = options.blocks is not None or options.threads_per_block is not None
+        self.pairs = None if custom or options.blocks_threads is not None else host.default_geometry(info)
+        self.blocks = options.blocks or sorted({b for b, _ in host.default_geometry(info)})
+        self.threads_per_block = options.threads_per_block or list(host.DEFAULT_THREADS_PER_BLOCK)
+        self.blocks_threads = options.blocks_threads
         self._spec: KernelSpec | None = None
+        self._data = self._sums = None
         self._trials_done = 0
+        self._point: dict = {}
 
     # -- metadata -------------------------------------------------------------
     def describe(self) -> dict:
         info = self._dev.info
         caveats = list(self.caveats)
         caveats.append("NVIDIA L1 caches are write-through: read+write points never run at L1 speed "
-                       "(stores go to L2); the read-only curve shows the L1 plateau")
+                       "(stores go to L2); the read-only curve shows the L1 plateau, and only read-only "
+                       "curves are named against the L1 size")
+        geometry = ({"pairs": [list(p) for p in self.pairs]} if self.pairs is not None else
+                    {"blocks": self.blocks, "threads_per_block": self.threads_per_block,
+                     "blocks_threads": self.blocks_threads})
+        geometry["balanced"] = ("each configured geometry is reduced to the fewest blocks that give every "
+                                "thread the same number of units (ceil(units / threads))")
         return {
             "backend": NAME,
             "device": f"{info.name} ({info.arch}, GPU {self._dev.index})",
             "device_index": self._dev.index,
+            "device_id": self.device_id,
             "local_rank": self.local_rank,
             "local_size": self.local_size,
             "threads": 1,
@@ -213,10 +268,12 @@ class CudaBackend:
             "caches": host.caches(info),
             "memory_name": info.memory_name,
             "rated": host.rated_peaks(info),
-            "launch_geometry": {"blocks": self.blocks, "threads_per_block": self.threads_per_block,
-                                "blocks_threads": self.blocks_threads},
-            "timing": "CUDA events around one launch that runs all its trials; compile, initialisation "
-                      "and a 1-trial warm-up launch are untimed",
+            "launch_geometry": geometry,
+            "timing": f"CUDA events around one launch that runs all its trials; compile, initialisation, a "
+                      f"{WARMUP_SECONDS * 1e3:.0f} ms busy launch (clocks up) and a 1-trial warm-up launch "
+                      f"are untimed",
+            "check": "read+write: every element compared on the GPU with the 16 replay values (copied back "
+                     "only on a mismatch); read-only: every thread's sum copied back",
             "nvml": self._dev.nvml,
             **self._dev.versions,
             "caveats": caveats,
@@ -231,7 +288,8 @@ class CudaBackend:
 
     def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
         return host.launches(n_units=host.units_of(spec, elements_per_thread), blocks=self.blocks,
-                             threads_per_block=self.threads_per_block, blocks_threads=self.blocks_threads)
+                             threads_per_block=self.threads_per_block, blocks_threads=self.blocks_threads,
+                             pairs=self.pairs)
 
     def prepare(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None = None) -> None:
         n_units = host.units_of(spec, elements_per_thread)
@@ -240,18 +298,29 @@ class CudaBackend:
         blocks, threads = int(launch["blocks"]), int(launch["threads"])
         if blocks < 1 or threads < 1:
             raise ValueError(f"bad launch geometry {launch}")
-        kernel, init = self._dev.functions(spec)  # compiled here, never inside a timed region
+        functions = self._dev.functions(spec)  # compiled here, never inside a timed region
         itemsize = spec.itemsize * host.UNIT_ELEMENTS[spec.precision]
+        # Drop this backend's hold on the previous point's buffers, so that the
+        # device can free them before it allocates a larger one.
+        self._data = self._sums = None
         data = self._dev.buffer(n_units * itemsize)
         init_blocks = min(max(1, -(-n_units // INIT_THREADS)), 1 << 20)
-        self._dev.launch(init, blocks=init_blocks, threads=INIT_THREADS, args=(data, np.int64(n_units)))
+        self._dev.launch(functions["init"], blocks=init_blocks, threads=INIT_THREADS,
+                         args=(data, np.int64(n_units)))
         self._spec, self._data, self._n_units = spec, data, n_units
         self._blocks, self._threads = blocks, threads
-        self._kernel, self._trials_done = kernel, 0
+        self._functions, self._kernel, self._trials_done = functions, functions["kernel"], 0
         self._sums = self._dev.zeroed_sums(blocks * threads) if spec.access == "ro" else None
-        # Warm-up: the first launch of a module loads it and faults its pages in.
-        self._dev.launch(kernel, blocks=blocks, threads=threads, args=self._args(1))
+        resident = self._dev.occupancy(self._kernel, threads)
+        self._point = {"occupancy": host.occupancy(blocks=blocks, threads=threads, resident_blocks_per_sm=resident,
+                                                   sm_count=self._dev.info.sm_count),
+                       "units_per_thread": -(-n_units // (blocks * threads))}
+        # Warm-up: the first launch of a module loads it and faults its pages
+        # in; the busy launch then raises the clocks from where idling left them.
+        self._dev.launch(self._kernel, blocks=blocks, threads=threads, args=self._args(1))
         self._trials_done = 1
+        self._dev.spin(functions["spin"], seconds=WARMUP_SECONDS)
+        self._clocks_mhz: list[float] = []
 
     def _args(self, trials: int) -> tuple:
         n, t = np.int64(self._n_units), np.int64(trials)
@@ -263,7 +332,19 @@ class CudaBackend:
         seconds = self._dev.timed_launch(self._kernel, blocks=self._blocks, threads=self._threads,
                                          args=self._args(trials))
         self._trials_done += trials
+        if self._dev.sm_clock_mhz is not None:  # NVML: the clock right after the region, while still loaded
+            clock = self._dev.sm_clock_mhz()
+            if clock:
+                self._clocks_mhz.append(float(clock))
         return seconds
+
+    def point_info(self) -> dict:
+        """What the device did during the point just measured (occupancy, SM clocks seen), for its raw record."""
+        out = dict(self._point)
+        if self._clocks_mhz:
+            out["sm_clock_mhz"] = {"min": min(self._clocks_mhz), "max": max(self._clocks_mhz),
+                                   "samples": len(self._clocks_mhz)}
+        return out
 
     def check(self) -> CheckResult:
         spec = self._spec
@@ -277,22 +358,20 @@ class CudaBackend:
                 return CheckResult(False, f"thread {worst}: sum {sums[worst]!r} != replay {expected[worst]!r} "
                                           f"after {self._trials_done} trials")
             return CheckResult(True, f"max rel err {err:.2g}")
-        dtype = host.NUMPY_DTYPE[spec.precision]
         expected16 = host.replay_rw(precision=spec.precision, flops_per_element=spec.flops_per_element,
                                     fma=spec.fma, trials=self._trials_done)
-        n_bytes = self._n_units * host.UNIT_ELEMENTS[spec.precision] * spec.itemsize
-        chunk = CHECK_CHUNK_BYTES - CHECK_CHUNK_BYTES % 64
-        worst_err, worst_at = 0.0, 0
-        for lo in range(0, n_bytes, chunk):
-            values = self._dev.read(self._data, lo, min(n_bytes, lo + chunk)).view(dtype)
-            err, i = host.rw_errors(values, first_element=lo // spec.itemsize, expected16=expected16)
-            if not err <= worst_err:
-                worst_err, worst_at = err, lo // spec.itemsize + i
-                worst_value = values[i]
-        if not worst_err <= host.rw_tolerance(spec):
-            return CheckResult(False, f"element {worst_at}: {worst_value!r} != replay {expected16[worst_at % 16]!r} "
-                                      f"after {self._trials_done} trials")
-        return CheckResult(True, f"max rel err {worst_err:.2g}")
+        tolerance = host.rw_tolerance(spec)
+        bad, first = self._dev.check_rw(self._functions["check"], self._data, n_units=self._n_units,
+                                        expected16=expected16.astype(np.float64), tolerance=tolerance,
+                                        blocks=self._blocks, threads=self._threads)
+        if bad == 0:
+            return CheckResult(True, f"every element within {tolerance:.2g} of the replay")
+        # Only now is anything copied back: the first bad element, to say what it holds.
+        dtype = host.NUMPY_DTYPE[spec.precision]
+        lo = first * spec.itemsize
+        value = self._dev.read(self._data, lo, lo + spec.itemsize).view(dtype)[0]
+        return CheckResult(False, f"{bad} element(s) differ from the replay; the first, element {first}: "
+                                  f"{float(value)!r} != replay {float(expected16[first % 16])!r} after {self._trials_done} trials")
 
     def close(self) -> None:
         self._data = None

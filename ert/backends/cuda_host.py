@@ -18,10 +18,20 @@ NUMPY_DTYPE = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16}
 
 
 # ERT's shipped CUDA config (V100): blocks 80..2560 = SMs x 1..32, threads
-# 64..1024, blocks x threads = 163840 = SMs x 2048 (one full wave).  The same
-# rules are applied to the device's own SM count and threads per SM.
-DEFAULT_BLOCKS_PER_SM = (1, 2, 4, 8, 16, 32)
+# 64..1024, blocks x threads = 163840 = SMs x 2048 (one full wave).  That rule
+# finds no pair on GPUs of 1536 threads per SM (sm_86/87/89/120: A10, A40, L4,
+# L40, RTX 30/40/50), so the defaults are built per block size instead: as many
+# blocks per SM as fit at once (threads per SM / block size, at most the
+# architecture's resident-block limit), i.e. one full wave on every GPU.
 DEFAULT_THREADS_PER_BLOCK = (64, 128, 256, 512, 1024)
+MAX_THREADS_PER_BLOCK = 1024
+# Resident blocks per SM by compute capability (CUDA C++ Programming Guide,
+# "Technical Specifications per Compute Capability"), where the device does not
+# say (cudaDevAttrMaxBlocksPerMultiprocessor); 16 for an unknown architecture.
+MAX_BLOCKS_PER_SM = {(7, 0): 32, (7, 2): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16, (8, 9): 24,
+                     (9, 0): 32, (10, 0): 32, (12, 0): 24}
+# 32-bit registers per SM, every architecture since Maxwell.
+REGISTERS_PER_SM = 65536
 
 # Unified L1 data cache / shared memory per SM, bytes, by compute capability
 # (CUDA C++ Programming Guide, "Compute Capabilities": 128 KB on 7.0, 96 KB on
@@ -52,11 +62,36 @@ FLOPS_PER_CYCLE_PER_SM = {
 HBM_MIN_BUS_BITS = 1024
 
 
+def memory_name(bus_bits: int | None, *, host_unified: bool = False) -> str:
+    """The name of a GPU's own memory level, the same on the cuda and opencl backends.
+
+    HBM where the bus is known to be 1024 bits or wider; DRAM otherwise
+    (GDDR boards, an integrated GPU sharing the host's memory, or a bus width
+    the driver does not report).
+    """
+    if host_unified or not bus_bits:
+        return "DRAM"
+    return "HBM" if bus_bits >= HBM_MIN_BUS_BITS else "DRAM"
+
+
 # ----------------------------------------------------------------------------- kernel variants
 def compile_defines(spec: KernelSpec) -> tuple[str, ...]:
     """The -D options that specialise kernels/ert_cuda.cu for one KernelSpec."""
     return (f"-DERT_PRECISION={PRECISION_BITS[spec.precision]}", f"-DERT_FLOPS={spec.flops_per_element}",
             f"-DERT_FMA={int(spec.fma)}", f"-DERT_RO={int(spec.access == 'ro')}")
+
+
+def max_registers(max_threads_per_sm: int) -> int:
+    """Registers per thread that let a full SM of threads be resident: 32 at 2048, 40 at 1536, 64 at 1024.
+
+    Registers are allocated per warp in units of 256, so per thread in multiples of 8.
+    """
+    return max(16, min(255, REGISTERS_PER_SM // max(max_threads_per_sm, 1) // 8 * 8))
+
+
+def compile_options(spec: KernelSpec, *, max_threads_per_sm: int) -> tuple[str, ...]:
+    """Everything kernels/ert_cuda.cu is compiled with for one KernelSpec on one GPU (NVRTC or nvcc)."""
+    return compile_defines(spec) + (f"--maxrregcount={max_registers(max_threads_per_sm)}",)
 
 
 def kernel_name(spec: KernelSpec) -> str:
@@ -90,6 +125,8 @@ class DeviceInfo:
     max_threads_per_sm: int
     shared_memory_per_sm_bytes: int = 0
     pci_bus_id: str = ""
+    max_blocks_per_sm: int = 0  # resident blocks per SM; 0: unknown (MAX_BLOCKS_PER_SM by architecture)
+    uuid: str = ""
     sources: dict = field(default_factory=dict)  # where each clock came from
 
     @property
@@ -102,8 +139,12 @@ class DeviceInfo:
         return L1_PER_SM_BYTES.get(self.compute_capability, self.shared_memory_per_sm_bytes)
 
     @property
+    def resident_blocks_per_sm(self) -> int:
+        return self.max_blocks_per_sm or MAX_BLOCKS_PER_SM.get(self.compute_capability, 16)
+
+    @property
     def memory_name(self) -> str:
-        return "HBM" if self.memory_bus_bits >= HBM_MIN_BUS_BITS else "DRAM"
+        return memory_name(self.memory_bus_bits)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -155,20 +196,32 @@ def device_info(props: dict, *, attributes: dict | None = None, nvml: dict | Non
         max_threads_per_sm=int(props.get("maxThreadsPerMultiProcessor", 2048)),
         shared_memory_per_sm_bytes=int(props.get("sharedMemPerMultiprocessor", 0)),
         pci_bus_id=pci_bus_id,
+        max_blocks_per_sm=int(attributes.get("max_blocks_per_sm") or props.get("maxBlocksPerMultiProcessor", 0)),
+        uuid=_uuid(props.get("uuid")),
         sources=sources,
     )
+
+
+def _uuid(value) -> str:
+    """The GPU's UUID as text (CuPy gives the 16 raw bytes), or ""."""
+    if isinstance(value, (bytes, bytearray)) and value:
+        return "GPU-" + bytes(value[:16]).hex()
+    return str(value) if value else ""
 
 
 def caches(info: DeviceInfo) -> list[dict]:
     """Level hints for the analysis: every SM's L1 together as level 1, the L2 as level 2.
 
     One rank drives one GPU, so ``shared_cpu_count`` 1 makes the analysis
-    count one GPU's caches per rank.
+    count one GPU's caches per rank.  NVIDIA's L1 is write-through: stores go
+    to the L2, so read+write curves never show an L1 plateau, and the summed
+    L1 (V100 10 MiB, A100 20 MiB, H100 33 MiB) is close to or above the L2;
+    the L1 hint therefore applies to read-only curves alone (``access``).
     """
     out = []
     if info.l1_per_sm_bytes:
         out.append({"level": 1, "kind": "Data", "size_bytes": info.l1_per_sm_bytes * info.sm_count,
-                    "shared_cpu_count": 1})
+                    "shared_cpu_count": 1, "access": ["ro"]})
     if info.l2_bytes:
         out.append({"level": 2, "kind": "Unified", "size_bytes": info.l2_bytes, "shared_cpu_count": 1})
     return out
@@ -203,54 +256,93 @@ def rated_peaks(info: DeviceInfo) -> dict:
 
 
 # ----------------------------------------------------------------------------- launches and ranks
-def default_geometry(info: DeviceInfo) -> tuple[list[int], list[int], list[int]]:
-    """ERT's V100 settings scaled to this GPU: (blocks, threads per block, allowed blocks x threads)."""
-    blocks = [info.sm_count * k for k in DEFAULT_BLOCKS_PER_SM]
-    return blocks, list(DEFAULT_THREADS_PER_BLOCK), [info.sm_count * info.max_threads_per_sm]
+def default_geometry(info: DeviceInfo) -> list[tuple[int, int]]:
+    """One full wave per block size on this GPU: [(blocks, threads per block), ...].
+
+    Blocks per SM = threads per SM / block size, at most the resident-block
+    limit: on a V100 (80 SMs x 2048) that is ERT's set (2560 x 64 ... 160 x
+    1024, all 163840 threads); on an A10 (72 x 1536, 16 blocks) 1152 x 64,
+    864 x 128, 432 x 256, 216 x 512 and 72 x 1024.  The kernels' launch bounds
+    keep the registers low enough for a full SM at every block size.
+    """
+    out = []
+    for t in DEFAULT_THREADS_PER_BLOCK:
+        per_sm = min(info.max_threads_per_sm // t, info.resident_blocks_per_sm)
+        if per_sm >= 1:
+            out.append((info.sm_count * per_sm, t))
+    return out or [(info.sm_count, min(DEFAULT_THREADS_PER_BLOCK))]
 
 
-def launches(*, n_units: int, blocks: list[int], threads_per_block: list[int],
-             blocks_threads: list[int] | None, max_threads_per_block: int = 1024) -> list[dict]:
+def balanced(n_units: int, blocks: int, threads: int) -> dict:
+    """The geometry that runs ``n_units`` on at most ``blocks`` x ``threads`` threads with equal work per thread.
+
+    A grid-stride loop over a fixed grid of S threads gives the first
+    n mod S threads one unit more than the rest: between S and 2S units half
+    the threads idle through the second round, a saw-tooth down to 50 %.
+    Instead, m = ceil(n / S) units per thread and the fewest blocks that cover
+    n / m threads: every thread does m units, bar the last fewer-than-m x
+    ``threads`` threads, which do m - 1 (so the launch runs at least
+    1 - m x threads / n of the balanced speed).  Below S units it is one unit
+    per thread.
+    """
+    per_thread = -(-n_units // (blocks * threads))
+    needed_threads = -(-n_units // per_thread)
+    return {"blocks": -(-needed_threads // threads), "threads": threads}
+
+
+def launches(*, n_units: int, blocks: list[int] | None = None, threads_per_block: list[int] | None = None,
+             blocks_threads: list[int] | None = None, pairs: list[tuple[int, int]] | None = None,
+             max_threads_per_block: int = MAX_THREADS_PER_BLOCK) -> list[dict]:
     """Launch geometries for one working set of ``n_units`` kernel units (elements; half2 pairs for FP16).
 
-    Every (blocks, threads) pair whose product is in ``blocks_threads`` (all
-    pairs when it is None), as ERT_BLOCKS_THREADS does, and none with more
-    threads than units (they would idle).  A working set smaller than every
-    such geometry gets one unit per thread instead: for each block size that
-    fits, as many blocks as fill the units.
+    The configured geometries are ``pairs`` (the defaults), or every
+    (blocks, threads) pair of the two lists whose product is in
+    ``blocks_threads`` (all pairs when it is None), as ERT_BLOCKS_THREADS
+    does.  Each is then balanced to the working set (``balanced``): never
+    more threads than needed, equal work per thread.  Block sizes larger
+    than the working set are skipped unless nothing else is left.
     """
     if n_units < 1:
         raise ValueError("a launch needs at least one unit")
-    sizes = sorted({t for t in threads_per_block if 1 <= t <= max_threads_per_block})
-    allowed = None if blocks_threads is None else set(blocks_threads)
-    out = [{"blocks": b, "threads": t} for b in sorted(set(blocks)) for t in sizes
-           if b >= 1 and (allowed is None or b * t in allowed) and b * t <= n_units]
-    if out:
-        return out
-    fitted = [{"blocks": n_units // t, "threads": t} for t in sizes if t <= n_units]
-    return fitted or [{"blocks": 1, "threads": n_units}]
+    if pairs is None:
+        sizes = sorted({t for t in threads_per_block if 1 <= t <= max_threads_per_block})
+        allowed = None if blocks_threads is None else set(blocks_threads)
+        pairs = [(b, t) for b in sorted(set(blocks)) for t in sizes
+                 if b >= 1 and (allowed is None or b * t in allowed)]
+    pairs = [(b, t) for b, t in pairs if b >= 1 and 1 <= t <= max_threads_per_block]
+    out: list[dict] = []
+    for b, t in sorted(pairs):
+        if t > n_units:
+            continue
+        geometry = balanced(n_units, b, t)
+        if geometry not in out:
+            out.append(geometry)
+    return out or [{"blocks": 1, "threads": n_units if n_units <= max_threads_per_block else max_threads_per_block}]
 
 
-def device_for_rank(*, local_rank: int, local_size: int, visible: int, configured: int | None) -> tuple[int, list[str]]:
-    """The GPU index this rank uses, and caveats when ranks share a GPU.
+def occupancy(*, blocks: int, threads: int, resident_blocks_per_sm: int, sm_count: int) -> dict:
+    """What one launch occupies: resident threads per SM and the waves the grid needs (1 = all resident at once)."""
+    per_sm = max(0, int(resident_blocks_per_sm))
+    waves = -(-blocks // (per_sm * sm_count)) if per_sm else None
+    return {"resident_blocks_per_sm": per_sm, "resident_threads_per_sm": per_sm * threads, "waves": waves}
+
+
+def device_for_rank(*, local_rank: int, visible: int, configured: int | None) -> int:
+    """The GPU index this rank uses.
 
     Without ``configured``, the rank's index within its node picks the GPU
     (modulo the visible count: under ``srun --gpus-per-task=1`` each rank sees
-    one GPU, index 0).
+    one GPU, index 0, a different one for each rank).  Whether ranks really
+    share a GPU is decided afterwards from the device ids every rank of the
+    node reports (``ert.comm.shared_device_warnings``): counts cannot tell.
     """
     if visible < 1:
         raise ErtError("no CUDA device is visible", key="backend")
-    caveats = []
     if configured is not None:
         if configured >= visible:
             raise ErtError(f"device {configured} does not exist: {visible} GPU(s) are visible", key="cuda.device")
-        if local_size > 1:
-            caveats.append(f"cuda.device fixes GPU {configured} for all {local_size} ranks of this node: "
-                           f"they share it, and each measures a share of its bandwidth")
-        return configured, caveats
-    if local_size > visible:
-        caveats.append(f"{local_size} ranks on this node share {visible} visible GPU(s): each measures a share")
-    return local_rank % visible, caveats
+        return configured
+    return local_rank % visible
 
 
 # ----------------------------------------------------------------------------- replay and checks
@@ -371,6 +463,44 @@ def ro_errors(sums: np.ndarray, expected: np.ndarray) -> tuple[float, int]:
 
 
 # ----------------------------------------------------------------------------- NVML (optional)
+class SmClock:
+    """The current SM clock of one GPU through NVML: call it for MHz; close() when done."""
+
+    def __init__(self, pynvml, handle):
+        self._nvml, self._handle = pynvml, handle
+
+    def __call__(self) -> int | None:
+        try:
+            return int(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
+        except Exception:  # a transient NVML error loses one sample, never the point
+            return None
+
+    def close(self) -> None:
+        try:
+            self._nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def open_sm_clock(pci_bus_id: str) -> SmClock | None:
+    """An SmClock for the GPU at ``pci_bus_id``, or None where pynvml is absent or cannot see it."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # optional: without NVML the points carry no clock
+        return None
+    try:
+        return SmClock(pynvml, pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if pci_bus_id else b""))
+    except Exception:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+        return None
+
+
+
 def read_nvml(pci_bus_id: str) -> dict:
     """Driver version, maximum clocks and power limit from NVML; {} where pynvml is absent or fails."""
     try:

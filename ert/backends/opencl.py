@@ -9,8 +9,9 @@ from importlib import resources
 import numpy as np
 
 from ert.backends import CheckResult
-from ert.backends.opencl_devices import (EXTENSION_OF, cache_hints, cpu_reference, device_info, is_pocl,
-                                         precisions_of, probe, select_device, type_name)
+from ert.backends.opencl_devices import (EXTENSION_OF, build_program, cache_hints, cpu_reference, device_info,
+                                         fused_multiply_adds, is_pocl, precisions_of, probe, select_device,
+                                         type_name)
 from ert.errors import ErtError
 from ert.replay import A, C, initial_values, replay_rw
 from ert.spec import KernelSpec
@@ -48,6 +49,18 @@ def kernel_source() -> str:
     return resources.files("ert.kernels").joinpath(KERNEL_FILE).read_text()
 
 
+def usable_local_sizes(requested: list[int], kernel_max: int) -> list[int]:
+    """The work-group sizes the built kernel can launch with (CL_KERNEL_WORK_GROUP_SIZE, which may be
+    smaller than the device's maximum: registers, local memory)."""
+    return [size for size in requested if size <= kernel_max]
+
+
+def contract_caveat(precision: str, fused: int) -> str:
+    """The warning that flags a no-FMA ceiling whose code the driver fused anyway."""
+    return (f"{precision} no-FMA ceiling is not one: the driver's code for the no-FMA kernel holds {fused} fused "
+            f"multiply-add(s) despite #pragma OPENCL FP_CONTRACT OFF; read it as an FMA ceiling")
+
+
 def create(*, config=None, local_rank: int = 0, local_size: int = 1, **_ignored) -> "OpenCLBackend":
     from ert.config import RunConfig
 
@@ -68,6 +81,11 @@ class OpenCLBackend:
         self.options = config.opencl
         self.local_rank, self.local_size = local_rank, local_size
         self.device, self.choice = select_device(self.options, local_rank=local_rank)
+        # Ranks on one host that pick the same platform:device share it (ert.comm.shared_device_warnings).
+        self.device_id = f"opencl:{self.choice['platform_index']}:{self.choice['device_index']}"
+        # FP_CONTRACT OFF, as the driver honoured it: precision -> fused multiply-adds
+        # found in a no-FMA binary (0: checked and clean), where the binary is readable.
+        self.contract: dict[str, int] = {}
         self.info = device_info(self.device)
         self.kind = type_name(self.device)
         self.precisions = precisions_of(self.device)
@@ -133,11 +151,13 @@ class OpenCLBackend:
                            key="working_set.max_bytes")
         default_global, default_local = self._default_sizes()
         globals_ = self.options.global_sizes or default_global
-        locals_ = [size for size in (self.options.local_sizes or default_local)
-                   if size <= self.info["max_work_group_size"]]
+        kernel_max = self.kernel_work_group_size(spec)
+        locals_ = usable_local_sizes(self.options.local_sizes or default_local, kernel_max)
+        if not locals_ and not self.options.local_sizes:
+            locals_ = [kernel_max]  # the defaults assume 256; a kernel that allows fewer gets its own maximum
         if not locals_:
-            raise ErtError(f"every local size exceeds the device's maximum work-group size "
-                           f"({self.info['max_work_group_size']})", key="opencl.local_sizes")
+            raise ErtError(f"every local size exceeds the kernel's maximum work-group size on this device "
+                           f"({kernel_max})", key="opencl.local_sizes")
         vw = self.vector_width(spec)
         groups = elements_per_thread // (vw * self.chains)
         # The interleaved load-only check needs each work-item's vectors to
@@ -162,18 +182,33 @@ class OpenCLBackend:
                 f"-DERT_FMA={int(spec.fma)}", f"-DERT_FMA_BUILTIN={int(self.builtin_fma)}",
                 f"-DERT_CONTIGUOUS={int(self.contiguous)}"]
 
+    def kernel_work_group_size(self, spec: KernelSpec) -> int:
+        """CL_KERNEL_WORK_GROUP_SIZE of the built kernel for ``spec`` (at most the device's maximum)."""
+        kernel = self._cl.Kernel(self._program(spec), "ert_ro" if spec.access == "ro" else "ert_rw")
+        size = kernel.get_work_group_info(self._cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)
+        return int(min(size, self.info["max_work_group_size"]))
+
     def _program(self, spec: KernelSpec):
         options = self.build_options(spec)
         device_id = "|".join(str(self.info[k]) for k in ("platform", "platform_version", "device", "driver_version"))
         key = hashlib.sha256("\0".join([self._source, " ".join(options), device_id]).encode()).hexdigest()
         if key not in _PROGRAMS:
-            program = self._cl.Program(self.context, self._source)
-            try:
-                program = program.build(options=options)
-            except self._cl.RuntimeError as exc:
-                raise RuntimeError(f"building {KERNEL_FILE} with {' '.join(options)} failed: {exc}") from None
-            _PROGRAMS[key] = program
+            # A failed build is one line naming the device and the log's first error (ErtError).
+            _PROGRAMS[key] = build_program(self.context, self.device, self._source, options,
+                                           what=f"{KERNEL_FILE} ({' '.join(options)})")
+        if not spec.fma and spec.fma_ops_per_element and spec.precision not in self.contract:
+            self._check_contract(spec, _PROGRAMS[key])
         return _PROGRAMS[key]
+
+    def _check_contract(self, spec: KernelSpec, program) -> None:
+        """Read the no-FMA binary (PTX on NVIDIA, bitcode on PoCL) for fused multiply-adds."""
+        try:
+            binaries = program.get_info(self._cl.program_info.BINARIES)
+        except Exception:  # a driver that does not hand its binary out: nothing to read
+            return
+        fused = fused_multiply_adds(bytes(binaries[0])) if binaries else None
+        if fused is not None:
+            self.contract[spec.precision] = fused
 
     def _buffer(self, attr: str, size_attr: str, need: int):
         """A device buffer of at least ``need`` bytes, reused across points and grown when too small."""
@@ -348,7 +383,8 @@ class OpenCLBackend:
             "caches": caches,
             "memory_name": memory_name,
         }
-        caveats = []
+        info["fp_contract_off_checked"] = dict(self.contract)
+        caveats = [contract_caveat(p, n) for p, n in sorted(self.contract.items()) if n]
         if self.kind == "cpu":
             caveats.append(self._cpu_caveat())
             if self._cpu_reference is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -79,8 +80,81 @@ def device_line(p_index: int, d_index: int, device) -> str:
             f"{device.max_compute_units} compute units; fp64 {yes[prec['fp64']]}, fp16 {yes[prec['fp16']]})")
 
 
+# A kernel any OpenCL C compiler builds: whether a device's driver can build programs here at all.
+PROBE_SOURCE = "__kernel void ert_probe(__global float *x) { x[get_global_id(0)] += 1.0f; }"
+# Device -> "" (it builds) or why not: the probe builds once per device and process.
+_BUILD_PROBLEMS: dict[tuple, str] = {}
+
+
+def first_error_line(message: str) -> str:
+    """The first error line of a failed build's message (PyOpenCL's exception text holds the driver's log).
+
+    The first line with ``error:`` in it (clang's ``<kernel>:3:5: error: ...``,
+    PoCL's ``error: unknown target CPU ...``); else the first line of the log
+    after PyOpenCL's ``Build on <device>:`` line; else the message's first line.
+    """
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if not lines:
+        return "no build log"
+    for line in lines:
+        if re.search(r"\berror\s*:", line, re.IGNORECASE):
+            return line[:240]
+    for i, line in enumerate(lines):
+        if line.startswith("Build on") and i + 1 < len(lines) and not lines[i + 1].startswith("(options:"):
+            return lines[i + 1][:240]
+    return lines[0][:240]
+
+
+def build_failure(device, message: str) -> str:
+    """``DRIVER: first error line`` of a failed build, with what it means where that is known."""
+    line = first_error_line(message)
+    line = re.sub(r"^error\s*:\s*", "", line, flags=re.IGNORECASE)
+    pocl = is_pocl(device)
+    why = f"{'PoCL' if pocl else device.platform.name.strip()}: {line}"
+    if pocl and "unknown target cpu" in line.lower():
+        why += "; its LLVM does not know this CPU"
+    return why
+
+
+def build_program(context, device, source: str, options=(), *, what: str = "a kernel"):
+    """``source`` built for ``device``; an ErtError naming the device and the first error line if it fails."""
+    cl = _import_cl()
+    try:
+        return cl.Program(context, source).build(options=list(options), devices=[device])
+    except cl.Error as exc:
+        raise ErtError(f"OpenCL device {device.name.strip()!r} ({device.platform.name.strip()}) cannot build "
+                       f"{what}: {build_failure(device, str(exc))}", key="backend") from None
+
+
+def build_problem(device) -> str:
+    """"" where the device's driver builds a trivial kernel, else a one-line reason; once per device and process."""
+    key = (int(device.int_ptr), device.platform.name, device.name, device.driver_version)
+    if key not in _BUILD_PROBLEMS:
+        cl = _import_cl()
+        try:
+            context = cl.Context([device])
+            cl.Program(context, PROBE_SOURCE).build(devices=[device])
+            problem = ""
+        except cl.Error as exc:
+            text = str(exc)
+            if "BUILD_PROGRAM_FAILURE" in text or "Build on" in text:
+                problem = f"the driver cannot build kernels here ({build_failure(device, text)})"
+            else:
+                problem = f"the driver cannot run kernels here ({type(exc).__name__}: {_short(exc)})"
+        except Exception as exc:  # never let one device break the probe
+            problem = f"the driver cannot run kernels here ({type(exc).__name__}: {_short(exc)})"
+        _BUILD_PROBLEMS[key] = problem
+    return _BUILD_PROBLEMS[key]
+
+
 def probe():
-    """(available, reason, detail) for the registry; never raises."""
+    """(available, reason, detail) for the registry; never raises.
+
+    Every device must build a trivial kernel (once per process; drivers
+    cache builds): a device whose driver cannot build is listed as unusable
+    with the driver's reason, and with no usable device the backend is
+    unavailable for that reason.
+    """
     try:
         cl = _import_cl()
     except ImportError as exc:
@@ -93,12 +167,30 @@ def probe():
         return False, exc.message, {"pyopencl": cl.VERSION_TEXT}
     except Exception as exc:
         return False, f"OpenCL device query failed: {type(exc).__name__}: {_short(exc)}", {}
-    accelerators = sum(1 for _, _, d in found if type_name(d) != "cpu")
+    problems = [build_problem(d) for _, _, d in found]
+    lines = [device_line(p, i, d) + (f" unusable: {problem}" if problem else "")
+             for (p, i, d), problem in zip(found, problems)]
+    usable = [c for c, problem in zip(found, problems) if not problem]
+    if not usable:
+        reason = "; ".join(f"{d.name.strip()}: {problem}" for (_, _, d), problem in zip(found, problems))
+        return False, reason, {"pyopencl": cl.VERSION_TEXT, "devices": lines}
+    accelerators = sum(1 for _, _, d in usable if type_name(d) != "cpu")
     return True, "", {
         "pyopencl": cl.VERSION_TEXT,
         "accelerators": accelerators,
-        "devices": [device_line(p, i, d) for p, i, d in found],
+        "devices": lines,
     }
+
+
+# Device types in order of preference when the config leaves the choice open:
+# PoCL's CPU device (the opencl extra installs it) must not win over a real GPU
+# because of the order the ICD loader lists platforms in.
+TYPE_PREFERENCE = {"gpu": 0, "accelerator": 1, "other": 2, "cpu": 3}
+
+
+def preferred_order(candidates: list[tuple[int, int, object]]) -> list[tuple[int, int, object]]:
+    """GPUs, then accelerators, then CPU devices; the loader's order within each type."""
+    return sorted(candidates, key=lambda c: TYPE_PREFERENCE.get(type_name(c[2]), 2))
 
 
 def _matches(text: str, *names: str) -> bool:
@@ -111,8 +203,11 @@ def select_device(options, *, local_rank: int = 0):
     ``platform``: index or name substring (null: every platform);
     ``device_type``: all, cpu, gpu or accelerator; ``device``: index among the
     matching devices, or name substring (null: every matching device).  Among
-    the remaining devices, the rank's index within its node picks one (modulo
-    their count), so ranks on a node spread over its GPUs.
+    the remaining devices whose driver builds kernels (``build_problem``; a
+    device picked by index that cannot is an error naming the driver's
+    reason), GPUs and accelerators first (``preferred_order``),
+    the rank's index within its node picks one (modulo their count), so ranks
+    on a node spread over its GPUs.
     """
     found = all_devices()
     platform_names = sorted({(p, d.platform.name.strip()) for p, _, d in found})
@@ -137,12 +232,21 @@ def select_device(options, *, local_rank: int = 0):
             raise ErtError(f"device index {options.device} is out of range: {len(candidates)} device(s) match "
                            f"({'; '.join(device_line(*c) for c in candidates)})", key="opencl.device")
         chosen, picked_by = candidates[options.device], f"index {options.device} of {len(candidates)} matching"
+        problem = build_problem(chosen[2])
+        if problem:
+            raise ErtError(f"device {device_line(*chosen)} cannot be used: {problem}", key="opencl.device")
     else:
+        candidates = preferred_order(candidates)
         if options.device is not None:
             candidates = [c for c in candidates if _matches(options.device, c[2].name)]
             if not candidates:
                 raise ErtError(f"no OpenCL device name contains {options.device!r} (devices: "
                                f"{'; '.join(device_line(*c) for c in found)})", key="opencl.device")
+        usable = [c for c in candidates if not build_problem(c[2])]
+        if not usable:
+            raise ErtError("no matching OpenCL device can be used (" + "; ".join(
+                f"{c[2].name.strip()}: {build_problem(c[2])}" for c in candidates) + ")", key="opencl.device")
+        candidates = usable
         chosen = candidates[local_rank % len(candidates)]
         picked_by = f"local rank {local_rank} modulo {len(candidates)} matching device(s)"
     p_index, d_index, device = chosen
@@ -202,8 +306,8 @@ def cache_hints(device, *, local_size: int = 1) -> tuple[list[dict], str]:
     The analysis counts one "thread" per rank for a device backend, so each
     entry's size is the capacity one rank's share of the device sees: a CPU
     device runs on ``compute_units`` cpus (private caches count once per cpu),
-    and the ``local_size`` ranks of a node share that CPU.  A GPU reports only
-    its global memory cache, which is its L2.
+    and the ``local_size`` ranks of a node share that CPU.  A GPU: see
+    ``gpu_cache_hints``.
     """
     if type_name(device) == "cpu":
         from ert import hwinfo
@@ -217,12 +321,83 @@ def cache_hints(device, *, local_size: int = 1) -> tuple[list[dict], str]:
             caches = [{"level": 2, "kind": "Unified", "shared_cpu_count": 1,
                        "size_bytes": int(device.global_mem_cache_size)}]
         return caches, "DRAM"
+    vendor = f"{device.vendor} {device.platform.vendor}"
+    return gpu_cache_hints(vendor=vendor, global_mem_cache_bytes=int(device.global_mem_cache_size or 0),
+                           host_unified=bool(device.host_unified_memory),
+                           cuda_facts=nvidia_facts(device.name.strip()) if is_nvidia(vendor) else None)
+
+
+def is_nvidia(vendor: str) -> bool:
+    return "nvidia" in vendor.lower()
+
+
+def gpu_cache_hints(*, vendor: str, global_mem_cache_bytes: int, host_unified: bool,
+                    cuda_facts: dict | None = None) -> tuple[list[dict], str]:
+    """(caches, memory name) of a GPU from what its OpenCL driver means by CL_DEVICE_GLOBAL_MEM_CACHE_SIZE.
+
+    NVIDIA's driver reports every SM's L1 summed, not the L2: a level-1 hint
+    that, as on the cuda backend, applies to read-only curves alone (the L1 is
+    write-through).  The L2 and the memory bus come from CUDA (``cuda_facts``:
+    ``l2_bytes``, ``memory_bus_bits``) where CuPy can see the same card.  Other
+    vendors report their last-level cache (AMD: the L2).  The memory level is
+    named as the cuda backend names it (``cuda_host.memory_name``): HBM on a
+    bus of 1024 bits or more, DRAM otherwise or when unknown.
+    """
+    from ert.backends.cuda_host import memory_name
+
+    facts = cuda_facts or {}
     caches = []
-    if device.global_mem_cache_size:
-        caches.append({"level": 2, "kind": "Unified", "size_bytes": int(device.global_mem_cache_size),
-                       "shared_cpu_count": 1})
-    # An integrated GPU shares the host's memory; a discrete one has its own.
-    return caches, ("DRAM" if device.host_unified_memory else "VRAM")
+    if is_nvidia(vendor):
+        if global_mem_cache_bytes:
+            caches.append({"level": 1, "kind": "Data", "size_bytes": global_mem_cache_bytes, "shared_cpu_count": 1,
+                           "access": ["ro"]})
+        if facts.get("l2_bytes"):
+            caches.append({"level": 2, "kind": "Unified", "size_bytes": int(facts["l2_bytes"]),
+                           "shared_cpu_count": 1})
+    elif global_mem_cache_bytes:
+        caches.append({"level": 2, "kind": "Unified", "size_bytes": global_mem_cache_bytes, "shared_cpu_count": 1})
+    return caches, memory_name(facts.get("memory_bus_bits"), host_unified=host_unified)
+
+
+def nvidia_facts(name: str) -> dict | None:
+    """L2 size and memory bus width of the NVIDIA GPU called ``name``, from CuPy; None where it cannot tell."""
+    try:
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        for index in range(runtime.getDeviceCount()):
+            props = runtime.getDeviceProperties(index)
+            found = props.get("name", b"")
+            found = found.split(b"\0", 1)[0].decode(errors="replace") if isinstance(found, bytes) else str(found)
+            if found.strip() == name:
+                return {"l2_bytes": int(props.get("l2CacheSize", 0)),
+                        "memory_bus_bits": int(props.get("memoryBusWidth", 0))}
+    except Exception:  # no CuPy or no CUDA driver: the L2 stays unknown
+        return None
+    return None
+
+
+def fused_multiply_adds(binary: bytes, kernel: str = "ert_rw") -> int | None:
+    """Fused multiply-adds in a program binary, where its format is readable; None otherwise.
+
+    PTX (NVIDIA's OpenCL binary): ``fma.rn`` and ``mad.rn`` instructions of
+    any float type in the entry ``kernel`` (elsewhere a division may expand to
+    FMAs legitimately).  LLVM bitcode (PoCL): ``llvm.fma.*`` or
+    ``llvm.fmuladd.*`` declared in the module (each name stands once in its
+    string table, so this counts the intrinsics used, not the calls).
+    """
+    import re
+
+    if b".version" in binary[:4096] and b".target" in binary[:4096]:
+        text = binary.decode(errors="replace")
+        start = text.find(f".entry {kernel}(")
+        if start >= 0:
+            following = text.find(".entry ", start + 1)
+            text = text[start:following if following > 0 else len(text)]
+        return len(re.findall(r"\b(?:fma|mad)\.rn(?:\.ftz)?(?:\.sat)?\.(?:f16|f16x2|bf16|f32|f64)\b", text))
+    if b"BC\xc0\xde" in binary or b"\xde\xc0\x17\x0b" in binary:
+        return len(re.findall(rb"llvm\.(?:fma|fmuladd)\.", binary))
+    return None
 
 
 def cpu_reference(*, threads: int, timeout_seconds: float = 120.0) -> dict:
