@@ -299,28 +299,72 @@ def dependent_fmas(typingctx, n, x, width_lit):
     return types.float64(n, x, width_lit), codegen
 
 
+@intrinsic
+def cycle_counter(typingctx):
+    """``cycle_counter() -> int64``: the CPU's time-stamp counter (``llvm.readcyclecounter``; RDTSC on x86).
+
+    On x86 the TSC ticks at a constant rate whatever the core clock (the
+    ``constant_tsc`` flag); the backend converts ticks to seconds with a rate
+    it measures against the OS clock.
+    """
+
+    def codegen(context, builder, sig, args):
+        fn = builder.module.globals.get("llvm.readcyclecounter") or ir.Function(
+            builder.module, ir.FunctionType(ir.IntType(64), []), name="llvm.readcyclecounter")
+        return builder.call(fn, [])
+
+    return types.int64(), codegen
+
+
+@njit(cache=True)
+def read_cycle_counter():
+    return cycle_counter()
+
+
 def make_fma_latency_chain(width: int):
-    """``chain(nthreads, n, x, out)``: every thread runs ``n`` dependent FMAs one register wide."""
+    """``chain(nthreads, n, samples, x, ticks)``: each thread times ``samples`` runs of ``n`` dependent FMAs.
+
+    Every thread runs its chains at the same time (the clock under vector load
+    on every core) and keeps, in ``ticks[t]``, its own fastest run in
+    time-stamp-counter ticks.  Timed inside each thread, a sample is spoilt
+    only when *that* thread is preempted, so the fastest of many is the clock
+    even on a machine shared with other work.
+    """
 
     @njit(parallel=True, cache=True)
-    def chain(nthreads, n, x, out):
+    def chain(nthreads, n, samples, x, ticks):
         for t in prange(nthreads):
-            out[t] = dependent_fmas(n, x + t, width)
+            best = np.int64(1) << 62
+            acc = x + t
+            for _ in range(samples):
+                start = cycle_counter()
+                acc = dependent_fmas(n, acc, width)
+                best = min(best, cycle_counter() - start)
+            ticks[t] = best
+            if acc == 12345.678:  # never true: the chains cannot be dropped as unused
+                ticks[t] = -1
         return 0
 
     return chain
 
 
 @njit(parallel=True, cache=True)
-def imul_latency_chain(nthreads, n, x, out):
-    """``n`` dependent 64-bit integer multiplies per thread (3 cycles each on x86 cores).
+def imul_latency_chain(nthreads, n, samples, x, ticks):
+    """Each thread's fastest of ``samples`` runs of ``n`` dependent 64-bit multiplies, in TSC ticks.
 
-    Squaring, not multiplying by a constant: a product by one factor is a
-    reduction LLVM may split across vector lanes, a chain of squares is not.
+    3 cycles each on every x86 core in the table.  Squaring, not multiplying by
+    a constant: a product by one factor is a reduction LLVM may split across
+    vector lanes, a chain of squares is not.
     """
     for t in prange(nthreads):
+        best = np.int64(1) << 62
         v = (x + 2 * t) | 1  # odd, so the squares never collapse to 0
-        for _ in range(n):
-            v = v * v
-        out[t] = v
+        for _ in range(samples):
+            start = cycle_counter()
+            for _ in range(n):
+                v = v * v
+            best = min(best, cycle_counter() - start)
+        ticks[t] = best
+        if v == 0:  # never true (odd squares stay odd): keeps the chain
+            ticks[t] = -1
     return 0

@@ -14,8 +14,8 @@ from ert.spec import KernelSpec
 
 NAME = "numba-cpu"
 ALIGN_BYTES = 64
-# Short timed samples per clock chain; the fastest is the clock (see measure_clock).
-CLOCK_SAMPLES = 100
+# Timed runs per thread per clock chain; each thread's fastest counts (see measure_clock).
+CLOCK_SAMPLES = 50
 DTYPES = {"fp64": "float64", "fp32": "float32"}  # the precisions this backend runs
 
 # Relative tolerance of the replay check, per precision.  The no-FMA and add
@@ -233,32 +233,25 @@ class NumbaCpuBackend:
         """The sustained clock under vector load: a dependent FMA chain of known latency on every thread.
 
         Cross-checked by a dependent integer-multiply chain (3 cycles on x86).
-        Each chain is timed in CLOCK_SAMPLES short samples of about 2 ms spread
-        over 0.2 s, and the fastest is kept: another process that shares a
-        core preempts for whole scheduler slices, so some samples run alone,
-        and a contended sample can only read slow, never fast.
+        Each thread times CLOCK_SAMPLES runs of about 2 ms itself, with the
+        time-stamp counter, and keeps its fastest: a run is spoilt only when
+        that thread is preempted, so the fastest is the clock even while other
+        work shares the cores.  The clock is the median over the threads.
         """
         np = self._np
         threads = threads or self.threads
-        lanes = self.vector_bytes // 8
-        chain = self._k.make_fma_latency_chain(lanes)
-        out_f = np.zeros(threads)
-        out_i = np.zeros(threads, dtype=np.int64)
-        chain(threads, 1000, 0.5, out_f)  # compile or load; never timed
-        self._k.imul_latency_chain(threads, 1000, 3, out_i)
+        k = self._k
+        chain = k.make_fma_latency_chain(self.vector_bytes // 8)
+        ticks = np.zeros(threads, dtype=np.int64)
+        chain(threads, 100, 1, 0.5, ticks)  # compile or load; never timed
+        k.imul_latency_chain(threads, 100, 1, 3, ticks)
+        tick_hz = self._tick_hz()
         cycles = 8_000_000  # about 2 ms at 4 GHz
-
-        def fastest(fn, *args):
-            best = float("inf")
-            for _ in range(CLOCK_SAMPLES):
-                start = time.perf_counter()
-                fn(*args)
-                best = min(best, time.perf_counter() - start)
-            return best
-
         fma_n, imul_n = cycles // fma_latency, cycles // 3
-        fma_s = fastest(chain, threads, fma_n, 0.5, out_f)
-        imul_s = fastest(self._k.imul_latency_chain, threads, imul_n, 3, out_i)
+        chain(threads, fma_n, CLOCK_SAMPLES, 0.5, ticks)
+        fma_s = float(np.median(ticks)) / tick_hz
+        k.imul_latency_chain(threads, imul_n, CLOCK_SAMPLES, 3, ticks)
+        imul_s = float(np.median(ticks)) / tick_hz
         from ert.backends.cpu_rated import clock_from_chains
 
         vec, scalar, how = clock_from_chains(fma_seconds=fma_s, fma_count=fma_n, fma_latency=fma_latency,
@@ -266,7 +259,19 @@ class NumbaCpuBackend:
                                              vector_bits=8 * self.vector_bytes)
         agree = abs(vec - scalar) <= 0.1 * scalar
         return {"vector_ghz": round(vec, 3), "integer_ghz": round(scalar, 3), "agree": agree, "how": how,
-                "samples": CLOCK_SAMPLES}
+                "samples": CLOCK_SAMPLES, "tsc_ghz": round(tick_hz / 1e9, 4)}
+
+    def _tick_hz(self) -> float:
+        """Time-stamp-counter ticks per second, against the OS's monotonic clock over 50 ms (best of 3)."""
+        read = self._k.read_cycle_counter
+        read()
+        rates = []
+        for _ in range(3):
+            t0, c0 = time.perf_counter(), read()
+            time.sleep(0.05)
+            c1, t1 = read(), time.perf_counter()
+            rates.append((c1 - c0) / (t1 - t0))
+        return sorted(rates)[1]
 
     def _threading_layer(self) -> str:
         try:
