@@ -40,7 +40,8 @@ class Plateau:
     ``gbytes_per_s`` is the median of the member points that the caller did
     not flag noisy (of all members if every one was flagged); ``spread`` is
     ``(p90 - p10) / median`` over the same points, or ``(max - min) / median``
-    for fewer than three.  ``indices`` point into the caller's arrays, sorted;
+    for fewer than three.  (A level merged from several plateaus by
+    ``merge_plateaus`` takes its value from one of them; see there.)  ``indices`` point into the caller's arrays, sorted;
     they need not be contiguous, because outliers inside a level are left out.
     ``wss_bytes`` is the (lowest, highest) working set among the members.
     """
@@ -460,3 +461,41 @@ def level_over_range(
         return None
     return _level_of(inside, wss, bw, flags, min_points=min_points,
                      value=lambda values: _densest_median(values, window=0.08))
+
+
+def merge_plateaus(
+    pieces: Sequence[Plateau],
+    *,
+    value_from: Plateau,
+    gbytes_per_s: Sequence[float] | None = None,
+    noisy: Sequence[bool] | None = None,
+) -> Plateau:
+    """One level made of several plateaus of the fit: its points, range and spread are theirs together.
+
+    The value is ``value_from``'s (which piece stands for the level is the
+    naming's decision: ert.analysis.levels).  The spread is over the clean
+    points of all pieces (all points if none is clean) when the caller gives
+    the curve's ``gbytes_per_s`` (indexed like ``Plateau.indices``);
+    without them each piece counts as ``n_points`` points at its own value,
+    so the spread still shows how far the pieces lie apart.
+    """
+    if not pieces:
+        raise ValueError("no plateaus to merge")
+    if len(pieces) == 1 and value_from is pieces[0]:
+        return pieces[0]
+    indices = np.array(sorted({i for p in pieces for i in p.indices}), dtype=int)
+    if gbytes_per_s is not None:
+        bw = np.asarray(gbytes_per_s, dtype=float)
+        flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+        clean = indices[~flags[indices]]
+        values = bw[clean if clean.size else indices]
+    else:
+        values = np.repeat([p.gbytes_per_s for p in pieces], [p.n_points for p in pieces])
+    return Plateau(
+        gbytes_per_s=value_from.gbytes_per_s,
+        spread=_spread(values),
+        wss_bytes=(min(p.wss_bytes[0] for p in pieces), max(p.wss_bytes[1] for p in pieces)),
+        n_points=int(indices.size),
+        indices=tuple(int(i) for i in indices),
+        noisy_points=sum(p.noisy_points for p in pieces),
+    )
