@@ -50,7 +50,7 @@ def _own_levels(curve: list[dict], caches, *, threads: int, memory_name: str, la
                         f"scatter too much to form a plateau (spread {tail.spread:.0%}); their median is "
                         f"reported as the last level. Bandwidth changed during the run: measure again")
     named, level_warnings = name_levels(plateaus, caches, threads=threads, memory_name=memory_name,
-                                        gbytes_per_s=gbs, noisy=noisy)
+                                        wss_bytes=wss, gbytes_per_s=gbs, noisy=noisy)
     warnings.extend(f"{label}: {w}" for w in level_warnings)
     return named, warnings, tail
 

@@ -37,7 +37,7 @@ from typing import Sequence
 
 from ..hwinfo import CacheInfo, aggregate_capacity_bytes
 from ..units import human_bytes as fmt_bytes
-from .plateaus import Plateau, merge_plateaus
+from .plateaus import Plateau, merge_plateaus, split_ramp
 
 # A break within this factor of a cache's aggregate capacity matches it.
 # Beyond it the hint and the measurement disagree and a warning says so: a VM
@@ -254,6 +254,7 @@ def name_levels(
     *,
     threads: int,
     memory_name: str = "DRAM",
+    wss_bytes: Sequence[int] | None = None,
     gbytes_per_s: Sequence[float] | None = None,
     noisy: Sequence[bool] | None = None,
 ) -> tuple[list[NamedLevel], list[str]]:
@@ -274,8 +275,10 @@ def name_levels(
     sweep did not reach memory.  Without cache hints the plateaus are the
     levels, named by position (L1, L2, ..., last = memory), with a warning.
 
-    ``gbytes_per_s`` and ``noisy`` are the curve the plateaus index; with them
-    a merged level's spread is over its points (see ``merge_plateaus``).
+    ``wss_bytes``, ``gbytes_per_s`` and ``noisy`` are the curve the plateaus
+    index (optional): with them a merged level's spread is over its points
+    (see ``merge_plateaus``), and a smooth ramp inside the first level's
+    plateau is found too (``split_ramp``).
     """
     if threads < 1:
         raise ValueError("threads must be at least 1")
@@ -311,6 +314,8 @@ def name_levels(
             return math.inf if brk is None else abs(math.log(brk / capacity))
 
         home = min(range(len(parts)), key=lambda i: (distance(parts[i]), -i))
+        for i in range(home):  # an extra level before the cache's own: the evidence is the step after it
+            parts[i].evidence = parts[i + 1].evidence
         for i, part in enumerate(parts):
             part.cache = cache
             # An extra level before the cache's own is named after the level it follows.
@@ -323,7 +328,7 @@ def name_levels(
     levels: list[NamedLevel] = []
     for d, name in zip(drafts, names):
         level, notes = _build_level(d, name, plateaus, matches, hints, first=not levels,
-                                    ramp_below=ramp_below, gbytes_per_s=gbytes_per_s, noisy=noisy)
+                                    ramp_below=ramp_below, curve=(wss_bytes, gbytes_per_s, noisy))
         levels.append(level)
         closing = matches[d.positions[-1]].warning
         if closing is not None and d.cache != _MEMORY:
@@ -352,8 +357,9 @@ def name_levels(
 
 
 def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_Match], hints: list[_Hint], *,
-                 first: bool, ramp_below: float, gbytes_per_s, noisy) -> tuple[NamedLevel, list[str]]:
+                 first: bool, ramp_below: float, curve: tuple) -> tuple[NamedLevel, list[str]]:
     """One level from its draft: rules 3-5 (ramp, merged cache level, memory modes); (level, notes)."""
+    wss_bytes, gbytes_per_s, noisy = curve
     pieces = [plateaus[k] for k in d.positions]
     notes: list[str] = []
     ramp: list[Plateau] = []
@@ -367,14 +373,19 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
                          f"valued at the largest working sets ({value_from.gbytes_per_s:.4g} GB/s); read it as a "
                          f"range")
     else:
-        fastest = max(range(len(pieces)), key=lambda i: pieces[i].gbytes_per_s)
         if first:
+            fastest = max(range(len(pieces)), key=lambda i: pieces[i].gbytes_per_s)
             # Rule 3: before the sustained plateau, below the first cache, only per-call overhead.
             while len(ramp) < fastest and (matches[d.positions[len(ramp)]].right_break or 0) < ramp_below:
                 ramp.append(pieces[len(ramp)])
             pieces = pieces[len(ramp):]
-            fastest -= len(ramp)
-        value_from = pieces[fastest]
+            # A smooth rise can also sit inside the first plateau left (needs the curve's points).
+            if wss_bytes is not None and gbytes_per_s is not None and pieces[0].wss_bytes[0] < ramp_below:
+                sustained, inner = split_ramp(wss_bytes, gbytes_per_s, pieces[0], noisy=noisy)
+                if inner is not None:
+                    ramp.append(inner)
+                    pieces[0] = sustained
+        value_from = max(pieces, key=lambda p: p.gbytes_per_s)
         basis = matches[d.positions[-1]].basis
         if len(pieces) > 1:
             basis += f"; one level from {len(pieces)} plateaus, valued at its fastest"

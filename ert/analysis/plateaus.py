@@ -499,3 +499,62 @@ def merge_plateaus(
         indices=tuple(int(i) for i in indices),
         noisy_points=sum(p.noisy_points for p in pieces),
     )
+
+
+# Rule 3 of ert.analysis.levels inside one plateau: a leading point more than
+# this many sigmas (and at least _RAMP_MIN_DROP) below the level's sustained
+# value is overhead-bound; a ramp needs at least _RAMP_MIN_POINTS such points
+# in a row (one slow point at the start is an outlier, not a ramp).
+_RAMP_SIGMAS = 2.0
+_RAMP_MIN_DROP = 0.03
+_RAMP_MIN_POINTS = 2
+
+
+def split_ramp(
+    wss_bytes: Sequence[int],
+    gbytes_per_s: Sequence[float],
+    plateau: Plateau,
+    *,
+    noisy: Sequence[bool] | None = None,
+    min_points: int = 3,
+) -> tuple[Plateau, Plateau | None]:
+    """(sustained part, ramp or None) of a plateau whose first points rise towards its level.
+
+    A fixed per-call overhead makes bandwidth rise with the working set at
+    the smallest sizes; a smooth rise can end up inside the first plateau
+    and pull its median down.  The sustained value is the median of the
+    plateau's upper half (by working set).  The tolerance is 2 sigma
+    (robust_noise of the plateau's points), at least 3 %.  The leading run of
+    points below the sustained value by more than half the tolerance is the
+    ramp when it holds at least 2 points, leaves ``min_points``, and either
+    its first two points lie below by the whole tolerance or the plateau's
+    lower half (its median) trails the sustained value by half of it.  Both parts are returned as Plateaus over the caller's
+    indices; the sustained part's value is the median of its own upper half
+    (its lower half may still trail the ramp), its spread over all its points.
+    """
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+    idx = np.array(plateau.indices, dtype=int)
+    idx = idx[np.argsort(wss[idx], kind="stable")]
+    y = np.log(bw[idx])
+    sustained = float(np.median(y[idx.size // 2:]))
+    tolerance = max(_RAMP_SIGMAS * _log_noise(y), math.log1p(_RAMP_MIN_DROP))
+    # The ramp: the leading points below the sustained value by more than half
+    # the tolerance.  They are a ramp, not two slow points by chance, when the
+    # first two lie below by the whole tolerance or the lower half as a whole
+    # trails the upper half (a smooth rise).
+    n_ramp = 0
+    while n_ramp < idx.size and y[n_ramp] < sustained - tolerance / 2:
+        n_ramp += 1
+    steep = idx.size >= _RAMP_MIN_POINTS and bool(np.all(y[:_RAMP_MIN_POINTS] < sustained - tolerance))
+    trailing = float(np.median(y[: idx.size // 2])) < sustained - tolerance / 2 if idx.size >= 2 else False
+    if n_ramp < _RAMP_MIN_POINTS or not (steep or trailing) or idx.size - n_ramp < min_points:
+        return plateau, None
+    rest, ramp = idx[n_ramp:], idx[:n_ramp]
+    # The level is what the kernel sustains once the overhead no longer counts:
+    # the median of its upper half, not of points still on the ramp's tail.
+    upper = rest[rest.size // 2:]
+    return (_level_of(rest, wss, bw, flags, min_points=1, value=lambda _: _level_of(
+                upper, wss, bw, flags, min_points=1, value=np.median).gbytes_per_s),
+            _level_of(ramp, wss, bw, flags, min_points=1, value=np.median))
