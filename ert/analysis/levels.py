@@ -11,22 +11,31 @@ memory level.  The rules, applied in this order (the README states them too):
 2. Merge: neighbouring plateaus matched to the same cache are one level.  The
    exception is strong evidence of a level the hints do not list: both
    plateaus span at least a factor 2 of working set and the step between
-   them is at least 4 times the wider one's spread (p90 - p10, about 10
-   sigma of its noise).  Such a level is named after the level it follows
-   with a letter (L2b), and a warning says so.  Below the first cache's
-   capacity / 1.5 no break is such evidence: nothing there but L1.
+   them is at least 6 sigma of the noisier one's points (plateaus.local_noise:
+   the upper quartile of the absolute deviations of the log rates of every
+   point in its range, members or not, scaled to a Gaussian sigma; at least
+   0.5 %).  A stretch that other work slowed by varying amounts scatters
+   too much to pass, however few of its points the fit kept.  Such a level
+   is named after the level it follows with a letter (L2b), and a warning
+   says so.  Below the first cache's capacity / 1.5 no break is such
+   evidence: nothing there but L1.
 3. Ramp: in the first cache's level, the plateaus before its fastest one that
    end below the first cache's capacity / 1.5 are the kernel's fixed per-call
-   overhead at tiny working sets.  They are left out of the level and
-   reported in a note; the level is its sustained bandwidth.
+   overhead at tiny working sets; so are the leading points of its first
+   plateau that lie significantly below the rest (plateaus.split_ramp: the
+   last more than 2 sigma, all of them more than 1 sigma below the median
+   of the points past them), and the points before the level that the fit
+   made no plateau of when their median is clearly slower.  The ramp is left
+   out of the level and reported in a note (from the sweep's first point);
+   the level is its sustained bandwidth, the median of the points past it.
 4. A cache level made of several plateaus takes the value of its fastest one
    (overhead, other tenants and transition knees only ever slow a kernel
    down); its points, range and spread are those of all of them, and a note
    lists them.
 5. The memory is one level however its plateaus differ (a host cache the
    guest does not see, or memory traffic that changed during the run); its
-   value is the plateau at the largest working sets, and a warning lists the
-   modes.
+   value is the plateau at the largest working sets, its points every point
+   from its first to the sweep's end, and a warning lists the modes.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from typing import Sequence
 
 from ..hwinfo import CacheInfo, aggregate_capacity_bytes
 from ..units import human_bytes as fmt_bytes
-from .plateaus import Plateau, merge_plateaus, split_ramp
+from .plateaus import Plateau, cover_to_end, local_noise, merge_plateaus, points_before, split_ramp
 
 # A break within this factor of a cache's aggregate capacity matches it.
 # Beyond it the hint and the measurement disagree and a warning says so: a VM
@@ -51,10 +60,21 @@ _BOUNDARY_FACTOR = 1.5
 # Rule 2: an extra level the hints do not list needs a plateau at least this
 # wide (working-set ratio) on both sides of the step ...
 _EXTRA_MIN_WIDTH = 2.0
-# ... and a step (in log) at least this many times the wider spread of the two.
-# A spread is p90 - p10, about 2.6 sigma, so this is about 10 sigma: the noise
-# of a shared machine never makes such a step, a cache does.
-_EXTRA_STEP_SPREADS = 4.0
+# ... and a step (in log) at least this many sigmas of the noisier one's points
+# (robust MAD of their log rates, plateaus.local_noise).  Noise, however it is
+# distributed, does not make a step this many sigmas tall; a cache does.  A
+# stretch that other work slowed by varying amounts scatters by about a third
+# of its own step, so it stays well short.
+_EXTRA_STEP_SIGMAS = 6.0
+# Rule 3: points before the first level that the fit made no plateau of are
+# its ramp when their median lies below the level by 2 sigmas of its spread,
+# and at least this much.
+_RAMP_MIN_DROP = 0.05
+# p90 - p10 of a Gaussian is this many sigmas (for a plateau's spread).
+_SPREAD_TO_SIGMA = 2.563
+# Noise below this (relative) is not believed: rule 2 never sees a step as
+# more sigmas than this floor allows.
+_NOISE_FLOOR = 0.005
 # A level faster than the one before it by more than this is no memory level
 # (bandwidth only falls as working sets grow): warn.
 _RISE_FACTOR = 1.12
@@ -212,15 +232,27 @@ def _match_caches(plateaus: list[Plateau], hints: list[_Hint]) -> list[_Match]:
     return matches
 
 
-def _extra_level_evidence(a: Plateau, b: Plateau) -> str | None:
-    """Rule 2: why neighbouring plateaus of one cache are two levels, or None when they are one."""
+def _extra_level_evidence(a: Plateau, b: Plateau, curve: tuple) -> str | None:
+    """Rule 2: why neighbouring plateaus of one cache are two levels, or None when they are one.
+
+    The noise is that of the points in each plateau's working-set range
+    (``local_noise``: robust MAD of the log rates, members or not), so a
+    stretch that other work slowed by varying amounts reads as the scatter it
+    is, however few of its points the fit kept.  Without the curve, a
+    plateau's spread (p90 - p10, about 2.56 sigma) stands for it.
+    """
+    wss_bytes, gbytes_per_s, _ = curve
     widths = [p.wss_bytes[1] / p.wss_bytes[0] for p in (a, b)]
     step = abs(math.log(a.gbytes_per_s / b.gbytes_per_s))
-    spread = max(a.spread, b.spread)
-    if min(widths) < _EXTRA_MIN_WIDTH or step < _EXTRA_STEP_SPREADS * spread:
+    if wss_bytes is not None and gbytes_per_s is not None:
+        sigmas = [local_noise(wss_bytes, gbytes_per_s, p.wss_bytes) for p in (a, b)]
+    else:
+        sigmas = [p.spread / _SPREAD_TO_SIGMA for p in (a, b)]
+    sigma = max(max(sigmas), _NOISE_FLOOR)
+    if min(widths) < _EXTRA_MIN_WIDTH or step < _EXTRA_STEP_SIGMAS * sigma:
         return None
     return (f"both are flat over {min(widths):.1f}x or more of working set and the step between them "
-            f"({math.expm1(step):.0%}) is {step / max(spread, 1e-9):.0f}x their spread")
+            f"({math.expm1(step):.0%}) is {step / sigma:.0f} sigma of their points' noise")
 
 
 @dataclass
@@ -233,14 +265,15 @@ class _Draft:
     evidence: str | None = None  # why it is apart from the level before it (rule 2)
 
 
-def _split_group(group: list[int], plateaus: list[Plateau], *, ramp_below: float | None) -> list[_Draft]:
+def _split_group(group: list[int], plateaus: list[Plateau], *, ramp_below: float | None,
+                 curve: tuple) -> list[_Draft]:
     """Rule 2 on one run of plateaus matched to the same cache: the levels it holds."""
     drafts = [_Draft([group[0]], cache=-2)]
     for left, right in zip(group, group[1:]):
         brk = math.sqrt(plateaus[left].wss_bytes[1] * plateaus[right].wss_bytes[0])
         evidence = None
         if ramp_below is None or brk >= ramp_below:
-            evidence = _extra_level_evidence(plateaus[left], plateaus[right])
+            evidence = _extra_level_evidence(plateaus[left], plateaus[right], curve)
         if evidence is None:
             drafts[-1].positions.append(right)
         else:
@@ -298,6 +331,7 @@ def name_levels(
         else:
             groups.append([k])
     ramp_below = hints[0].capacity_bytes / _BOUNDARY_FACTOR
+    curve = (wss_bytes, gbytes_per_s, noisy)
 
     drafts: list[_Draft] = []
     for g, group in enumerate(groups):
@@ -305,7 +339,7 @@ def name_levels(
         if cache == _MEMORY:
             drafts.append(_Draft(group, cache, memory_name))  # rule 5: never split
             continue
-        parts = _split_group(group, plateaus, ramp_below=ramp_below if g == 0 else None)
+        parts = _split_group(group, plateaus, ramp_below=ramp_below if g == 0 else None, curve=curve)
         # The level that keeps the cache's name is the one whose closing break lies nearest its capacity.
         capacity = hints[cache].capacity_bytes
 
@@ -328,7 +362,7 @@ def name_levels(
     levels: list[NamedLevel] = []
     for d, name in zip(drafts, names):
         level, notes = _build_level(d, name, plateaus, matches, hints, first=not levels,
-                                    ramp_below=ramp_below, curve=(wss_bytes, gbytes_per_s, noisy))
+                                    ramp_below=ramp_below, curve=curve)
         levels.append(level)
         closing = matches[d.positions[-1]].warning
         if closing is not None and d.cache != _MEMORY:
@@ -385,6 +419,17 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
                 if inner is not None:
                     ramp.append(inner)
                     pieces[0] = sustained
+            # Points before the level that the fit made no plateau of: a ramp too, when clearly slower.
+            if not ramp and wss_bytes is not None and gbytes_per_s is not None:
+                lead = points_before(wss_bytes, gbytes_per_s, pieces[0], noisy=noisy)
+                slow = max(2 * pieces[0].spread / _SPREAD_TO_SIGMA, _RAMP_MIN_DROP)
+                if lead is not None and lead.gbytes_per_s < pieces[0].gbytes_per_s * (1 - slow):
+                    ramp.append(lead)
+            elif ramp and wss_bytes is not None and gbytes_per_s is not None:
+                # The ramp starts at the sweep's first point, whether or not the fit kept it.
+                lead = points_before(wss_bytes, gbytes_per_s, ramp[0], noisy=noisy, min_points=1)
+                if lead is not None:
+                    ramp.insert(0, lead)
         value_from = max(pieces, key=lambda p: p.gbytes_per_s)
         basis = matches[d.positions[-1]].basis
         if len(pieces) > 1:
@@ -400,6 +445,9 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
                          f"({speeds} GB/s): a ramp of {name}, not a level; {name} is its sustained "
                          f"{value_from.gbytes_per_s:.4g} GB/s from {fmt_bytes(pieces[0].wss_bytes[0])}")
     plateau = merge_plateaus(pieces, value_from=value_from, gbytes_per_s=gbytes_per_s, noisy=noisy)
+    if d.cache == _MEMORY and wss_bytes is not None and gbytes_per_s is not None:
+        # Rule 5: every point from the memory's first one to the sweep's end is the memory's, outliers too.
+        plateau = cover_to_end(wss_bytes, gbytes_per_s, plateau, noisy=noisy)
     return NamedLevel(name, plateau, basis, tuple(pieces) if len(pieces) > 1 else (), tuple(ramp)), notes
 
 
