@@ -147,8 +147,8 @@ def test_last_plateau_mostly_beyond_the_largest_cache_is_memory():
     assert any("no separate plateau for L3" in w for w in warnings)
 
 
-def test_two_plateaus_on_one_level_are_disambiguated_with_a_warning():
-    # The original ERT's failure: L1 split in two.
+def test_two_plateaus_on_one_cache_are_one_level_at_the_faster_value():
+    # The original ERT's failure: L1 split in two by a knee before the L1 break.
     plateaus = [
         plateau(420.0, 4 * KiB, 24 * KiB),
         plateau(370.0, 30 * KiB, 56 * KiB),
@@ -157,12 +157,18 @@ def test_two_plateaus_on_one_level_are_disambiguated_with_a_warning():
         plateau(35.0, 45 * MiB, GiB),
     ]
     levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
-    assert names(levels) == ["L1", "L1b", "L2", "L3", "DRAM"]
-    assert len(set(names(levels))) == len(levels)
-    assert any("L1b" in w for w in warnings)
+    assert names(levels) == ["L1", "L2", "L3", "DRAM"]
+    l1 = levels[0]
+    assert l1.pieces == tuple(plateaus[:2]) and l1.ramp == ()
+    assert l1.plateau.gbytes_per_s == 420.0
+    assert l1.plateau.wss_bytes == (4 * KiB, 56 * KiB) and l1.plateau.n_points == 10  # the pieces' indices overlap
+    # Without the curve the spread is that of the pieces' values, weighted by their points.
+    assert l1.plateau.spread == pytest.approx((420.0 - 370.0) / 395.0)
+    assert [lv.plateau for lv in levels[1:]] == plateaus[2:]
+    assert len(warnings) == 1 and "L1: 2 plateaus with no cache boundary" in warnings[0]
 
 
-def test_extra_plateaus_beyond_the_largest_cache_are_memory_variants():
+def test_extra_plateaus_beyond_the_largest_cache_are_one_memory_level_with_its_modes():
     plateaus = [
         plateau(390.0, 4 * KiB, 50 * KiB),
         plateau(200.0, 90 * KiB, 1500 * KiB),
@@ -171,8 +177,12 @@ def test_extra_plateaus_beyond_the_largest_cache_are_memory_variants():
         plateau(30.0, 400 * MiB, 4 * GiB),
     ]
     levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2, memory_name="HBM")
-    assert names(levels) == ["L1", "L2", "L3", "HBM", "HBMb"]
-    assert any("HBMb" in w for w in warnings)
+    assert names(levels) == ["L1", "L2", "L3", "HBM"]
+    hbm = levels[-1]
+    assert hbm.plateau.gbytes_per_s == 30.0  # the largest working sets
+    assert hbm.plateau.wss_bytes == (45 * MiB, 4 * GiB) and hbm.pieces == tuple(plateaus[3:])
+    assert len(warnings) == 1
+    assert "HBM changes within the level: 45 GB/s at 45 MiB - 200 MiB, 30 GB/s at 400 MiB - 4 GiB" in warnings[0]
 
 
 def test_thread_count_sets_the_aggregate_capacity():
@@ -191,14 +201,30 @@ def test_thread_count_sets_the_aggregate_capacity():
     assert any("512 KiB" in w for w in warn_many)
 
 
-def test_rising_bandwidth_is_flagged():
+def test_rising_bandwidth_between_levels_is_flagged():
+    plateaus = [
+        plateau(390.0, 4 * KiB, 50 * KiB),
+        plateau(200.0, 90 * KiB, 1500 * KiB),
+        plateau(300.0, 3 * MiB, 26 * MiB),
+        plateau(35.0, 45 * MiB, GiB),
+    ]
+    levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
+    assert names(levels) == ["L1", "L2", "L3", "DRAM"]
+    assert warnings == ["bandwidth rises from 200 to 300 GB/s at 3 MiB: not a memory-level step "
+                        "(start-up overhead or interference?)"]
+
+
+def test_a_slower_plateau_below_the_first_cache_is_a_ramp_of_l1_not_a_level():
     plateaus = [
         plateau(200.0, 4 * KiB, 12 * KiB),
         plateau(390.0, 20 * KiB, 50 * KiB),
         plateau(200.0, 90 * KiB, MiB),
     ]
-    _, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
-    assert any("rises" in w for w in warnings)
+    levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
+    assert names(levels) == ["L1", "L2"]
+    assert levels[0].plateau is plateaus[1] and levels[0].ramp == (plateaus[0],)
+    assert not any("rises" in w for w in warnings)
+    assert any(w.startswith("L1: from 4 KiB to 12 KiB the kernel is overhead-bound (200 GB/s)") for w in warnings)
 
 
 def test_empty_and_bad_input():

@@ -50,7 +50,8 @@ def _own_levels(curve: list[dict], caches, *, threads: int, memory_name: str, la
         warnings.append(f"{label}: the {tail.n_points} points from {tail.wss_bytes[0] / 2**20:.0f} MiB on "
                         f"scatter too much to form a plateau (spread {tail.spread:.0%}); their median is "
                         f"reported as the last level. Bandwidth changed during the run: measure again")
-    named, level_warnings = name_levels(plateaus, caches, threads=threads, memory_name=memory_name)
+    named, level_warnings = name_levels(plateaus, caches, threads=threads, memory_name=memory_name,
+                                        wss_bytes=wss, gbytes_per_s=gbs, noisy=noisy)
     warnings.extend(f"{label}: {w}" for w in level_warnings)
     return named, warnings, tail
 
@@ -172,7 +173,8 @@ def memory_ceilings(points: list[dict], caches, *, threads: int,
                 "evidence": {"point_ids": [curve[i]["id"] for i in p.indices]},
             }
             ceilings.append(entry)
-            if p.spread > NOT_FLAT_SPREAD and p is not tail:  # the tail has its own warning
+            scattered = tail is not None and (p is tail or tail in lvl.pieces)  # the tail has its own warning
+            if p.spread > NOT_FLAT_SPREAD and not scattered:
                 warnings.append(f"{label} {lvl.name}: not flat (spread {p.spread:.0%} over {p.n_points} points): "
                                 f"a ramp inside the level, levels of similar speed, or a machine that changed "
                                 f"during the run; read it as a range")

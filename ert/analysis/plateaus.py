@@ -40,7 +40,8 @@ class Plateau:
     ``gbytes_per_s`` is the median of the member points that the caller did
     not flag noisy (of all members if every one was flagged); ``spread`` is
     ``(p90 - p10) / median`` over the same points, or ``(max - min) / median``
-    for fewer than three.  ``indices`` point into the caller's arrays, sorted;
+    for fewer than three.  (A level merged from several plateaus by
+    ``merge_plateaus`` takes its value from one of them; see there.)  ``indices`` point into the caller's arrays, sorted;
     they need not be contiguous, because outliers inside a level are left out.
     ``wss_bytes`` is the (lowest, highest) working set among the members.
     """
@@ -72,6 +73,34 @@ def _log_noise(y: np.ndarray) -> float:
     d = np.diff(y)
     mad = float(np.median(np.abs(d - np.median(d))))
     return _MAD_TO_SIGMA * mad / math.sqrt(2.0)
+
+
+# local_noise reads the scatter at this quantile of the absolute deviations:
+# the upper quartile still ignores the one or two points in eight that other
+# tenants slowed, and is far steadier than the median on a handful of points.
+# For Gaussian noise it lies at this many sigmas.
+_LOCAL_QUANTILE = 0.75
+_LOCAL_QUANTILE_SIGMAS = 1.1503
+
+
+def local_noise(wss_bytes: Sequence[int], gbytes_per_s: Sequence[float], wss_range: tuple[int, int]) -> float:
+    """Relative noise of the points whose working set lies in ``wss_range`` (inclusive): a sigma of their logs.
+
+    The upper quartile of the absolute deviations of the log rates from their
+    median, scaled to a Gaussian sigma: the scatter of the points around the
+    level they stand for, whether or not the fit kept them as members, that
+    still ignores the odd outlier (up to a quarter of the points).  Unlike ``robust_noise`` (successive differences) it also sees
+    a stretch whose points scatter at random around a shifted value (other
+    work slowing the kernel by what it happens to be doing).  Returns 0.0 for
+    fewer than 3 usable points.
+    """
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    inside = (wss >= wss_range[0]) & (wss <= wss_range[1]) & np.isfinite(bw) & (bw > 0)
+    if np.count_nonzero(inside) < 3:
+        return 0.0
+    y = np.log(bw[inside])
+    return float(np.quantile(np.abs(y - np.median(y)), _LOCAL_QUANTILE)) / _LOCAL_QUANTILE_SIGMAS
 
 
 def _median_cost_table(y: np.ndarray) -> np.ndarray:
@@ -157,17 +186,28 @@ def _merge_similar(anchors: list[list[int]], y: np.ndarray, step_log: float) -> 
         anchors[k : k + 2] = [[anchors[k][0], anchors[k + 1][1]]]
 
 
-def _drop_transition_fragments(anchors: list[list[int]], wss: np.ndarray) -> None:
+def _drop_transition_fragments(anchors: list[list[int]], wss: np.ndarray, y: np.ndarray, tolerance: float) -> None:
     """Remove anchors lying inside a transition, i.e. between neighbours less than one apart.
 
     A wide, smooth transition sampled densely contains stretches that look
     flat for a few points; a real level pushes its neighbours further apart
-    than any one transition spans.
+    than any one transition spans.  A neighbour's edge is its outermost point
+    within ``tolerance`` (log) of its median: an outlier that the partition
+    happened to put at a segment's end is no evidence of where the level
+    begins or ends.
     """
+
+    def edges(anchor: list[int]) -> tuple[float, float]:
+        s, e = anchor
+        inside = np.flatnonzero(np.abs(y[s:e] - np.median(y[s:e])) <= tolerance)
+        if inside.size == 0:
+            return float(wss[s]), float(wss[e - 1])
+        return float(wss[s + inside[0]]), float(wss[s + inside[-1]])
+
     k = 1
     while k < len(anchors) - 1:
-        left_end = wss[anchors[k - 1][1] - 1]
-        right_start = wss[anchors[k + 1][0]]
+        left_end = edges(anchors[k - 1])[1]
+        right_start = edges(anchors[k + 1])[0]
         if right_start <= left_end * _MAX_TRANSITION_FACTOR:
             del anchors[k]
             k = max(k - 1, 1)  # the new neighbours of the previous anchor need a look too
@@ -339,7 +379,7 @@ def find_plateaus(
     step_log = math.log1p(min_step)
     anchors = [[s, e] for s, e in segments if e - s >= min_points]
     _merge_similar(anchors, y, step_log)
-    _drop_transition_fragments(anchors, wss_sorted[fit_pos])
+    _drop_transition_fragments(anchors, wss_sorted[fit_pos], y, max(_MEMBER_SIGMAS * sigma, step_log))
     # Dropping a fragment can leave two equal levels side by side.
     _merge_similar(anchors, y, step_log)
     _extend_over_short(anchors, segments, y, step_log, min_points)
@@ -460,3 +500,147 @@ def level_over_range(
         return None
     return _level_of(inside, wss, bw, flags, min_points=min_points,
                      value=lambda values: _densest_median(values, window=0.08))
+
+
+def merge_plateaus(
+    pieces: Sequence[Plateau],
+    *,
+    value_from: Plateau,
+    gbytes_per_s: Sequence[float] | None = None,
+    noisy: Sequence[bool] | None = None,
+) -> Plateau:
+    """One level made of several plateaus of the fit: its points, range and spread are theirs together.
+
+    The value is ``value_from``'s (which piece stands for the level is the
+    naming's decision: ert.analysis.levels).  The spread is over the clean
+    points of all pieces (all points if none is clean) when the caller gives
+    the curve's ``gbytes_per_s`` (indexed like ``Plateau.indices``);
+    without them each piece counts as ``n_points`` points at its own value,
+    so the spread still shows how far the pieces lie apart.
+    """
+    if not pieces:
+        raise ValueError("no plateaus to merge")
+    if len(pieces) == 1 and value_from is pieces[0]:
+        return pieces[0]
+    indices = np.array(sorted({i for p in pieces for i in p.indices}), dtype=int)
+    if gbytes_per_s is not None:
+        bw = np.asarray(gbytes_per_s, dtype=float)
+        flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+        clean = indices[~flags[indices]]
+        values = bw[clean if clean.size else indices]
+    else:
+        values = np.repeat([p.gbytes_per_s for p in pieces], [p.n_points for p in pieces])
+    return Plateau(
+        gbytes_per_s=value_from.gbytes_per_s,
+        spread=_spread(values),
+        wss_bytes=(min(p.wss_bytes[0] for p in pieces), max(p.wss_bytes[1] for p in pieces)),
+        n_points=int(indices.size),
+        indices=tuple(int(i) for i in indices),
+        noisy_points=sum(p.noisy_points for p in pieces),
+    )
+
+
+def cover_to_end(
+    wss_bytes: Sequence[int],
+    gbytes_per_s: Sequence[float],
+    plateau: Plateau,
+    *,
+    noisy: Sequence[bool] | None = None,
+) -> Plateau:
+    """``plateau`` widened to every usable point from its lowest working set to the sweep's end.
+
+    For the last level (the memory): nothing lies beyond it, so points the
+    fit left out at its end (an outlier at the largest working set, the knee
+    between two memory modes) are still the memory's.  The value stays the
+    plateau's; the spread is over the clean points of the widened range.
+    """
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+    idx = np.flatnonzero((wss >= plateau.wss_bytes[0]) & np.isfinite(bw) & (bw > 0))
+    idx = np.union1d(idx, np.array(plateau.indices, dtype=int))
+    if idx.size == plateau.n_points:
+        return plateau
+    return _level_of(idx, wss, bw, flags, min_points=1, value=lambda _: plateau.gbytes_per_s)
+
+
+def points_before(
+    wss_bytes: Sequence[int],
+    gbytes_per_s: Sequence[float],
+    plateau: Plateau,
+    *,
+    noisy: Sequence[bool] | None = None,
+    min_points: int = 2,
+) -> Plateau | None:
+    """The usable points below ``plateau``'s lowest working set, as one Plateau (median value), or None.
+
+    For the first level: a ramp the fit made no plateau of (too short, or too
+    steep to look flat) still lies there.  None with fewer than ``min_points``.
+    """
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+    idx = np.flatnonzero((wss < plateau.wss_bytes[0]) & np.isfinite(bw) & (bw > 0))
+    if idx.size < min_points:
+        return None
+    return _level_of(idx, wss, bw, flags, min_points=1, value=np.median)
+
+
+# Rule 3 of ert.analysis.levels inside one plateau.  A leading point is on
+# the ramp only when it lies significantly below the level's sustained value:
+# more than _RAMP_SIGMAS sigmas of the plateau's noise (robust_noise of its
+# points, at least _RAMP_MIN_SIGMA); the points before it may be less far
+# below, but at least _RAMP_LEAD_SIGMAS.  A ramp needs _RAMP_MIN_POINTS such
+# points (one slow point at the start is an outlier, not a ramp).
+_RAMP_SIGMAS = 2.0
+_RAMP_LEAD_SIGMAS = 1.0
+_RAMP_MIN_SIGMA = 0.015
+_RAMP_MIN_POINTS = 2
+
+
+def split_ramp(
+    wss_bytes: Sequence[int],
+    gbytes_per_s: Sequence[float],
+    plateau: Plateau,
+    *,
+    noisy: Sequence[bool] | None = None,
+    min_points: int = 3,
+) -> tuple[Plateau, Plateau | None]:
+    """(sustained part, ramp or None) of a plateau whose first points rise towards its level.
+
+    A fixed per-call overhead makes bandwidth rise with the working set at
+    the smallest sizes; a smooth rise can end up inside the first plateau
+    and pull its median down.  The reference is the median of the points
+    past the ramp (found by iterating from the whole plateau's median until
+    the ramp no longer changes), sigma the plateau's point-to-point noise
+    (``robust_noise``, at least 1.5 %).  The ramp is the longest leading run
+    of points that all lie more than 1 sigma below the reference and whose
+    last point lies more than 2 sigma below it: only points significantly
+    slower than the level are cut, so a flat noisy plateau keeps its points.
+    It needs at least 2 points and must leave ``min_points``.  The sustained
+    part's value is the median of all its points (those past the ramp), its
+    spread over the same points.
+    """
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+    idx = np.array(plateau.indices, dtype=int)
+    idx = idx[np.argsort(wss[idx], kind="stable")]
+    y = np.log(bw[idx])
+    sigma = max(_log_noise(y), _RAMP_MIN_SIGMA)
+    n_ramp, seen = 0, set()
+    while n_ramp not in seen:  # the reference is the median of the points past the ramp: iterate to agree
+        seen.add(n_ramp)
+        below = float(np.median(y[n_ramp:])) - y
+        n_ramp = 0
+        for k in range(idx.size):
+            if below[k] <= _RAMP_LEAD_SIGMAS * sigma:
+                break
+            if below[k] > _RAMP_SIGMAS * sigma:
+                n_ramp = k + 1
+        n_ramp = min(n_ramp, idx.size - 1)
+    if n_ramp < _RAMP_MIN_POINTS or idx.size - n_ramp < min_points:
+        return plateau, None
+    rest, ramp = idx[n_ramp:], idx[:n_ramp]
+    return (_level_of(rest, wss, bw, flags, min_points=1, value=np.median),
+            _level_of(ramp, wss, bw, flags, min_points=1, value=np.median))

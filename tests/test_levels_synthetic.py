@@ -1,0 +1,216 @@
+"""One level per cache, end to end on synthetic ERT-style curves: overhead ramps, split or drifting memory, load.
+
+Each curve is a staircase of known levels (smoothstep transitions), with this
+machine's noise (lognormal, about 4 % as robust_noise reads the real curves in
+tests/data, plus a few points slowed 20-50 % by other tenants), and one of the
+artefacts that made the original ERT and earlier ert versions report levels
+that do not exist.  The curves go through memory_ceilings, as `ert analyze`
+does; the level names must be exactly the caches plus the memory, and the
+values within 3 % of the truth.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ert.analysis.ceilings import memory_ceilings
+from ert.hwinfo import CacheInfo
+from ert.spec import KernelSpec
+
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+RW = KernelSpec("fp64", 1, False, "rw")
+
+# This machine (AMD EPYC Zen 5 KVM guest), 1 thread: levels as the C kernel measures them here.
+ZEN5_CACHES = [CacheInfo(1, "Data", 48 * KiB, 1), CacheInfo(2, "Unified", 1 * MiB, 1),
+               CacheInfo(3, "Unified", 32 * MiB, 2)]
+ZEN5_1T = [(500.0, 48 * KiB), (395.0, 1 * MiB), (210.0, 24 * MiB), (58.0, None)]
+
+# The issue's Xeon guest, 2 threads: 48 KiB L1d and 2 MiB L2 per core; the 260 MiB L3 the
+# guest reports is the host's, and this guest's share of it ends near 64 MiB.
+XEON_CACHES = [CacheInfo(1, "Data", 48 * KiB, 1), CacheInfo(1, "Instruction", 32 * KiB, 1),
+               CacheInfo(2, "Unified", 2 * MiB, 1), CacheInfo(3, "Unified", 260 * MiB, 2)]
+XEON_2T = [(900.0, 96 * KiB), (300.0, 4 * MiB), (150.0, 64 * MiB), (55.0, None)]
+
+
+def staircase(wss: np.ndarray, levels, *, width: float = 2.0) -> np.ndarray:
+    """True bandwidth: flat levels joined by smoothstep transitions spanning a factor ``width``."""
+    log_w = np.log(wss.astype(float))
+    y = np.full(log_w.shape, math.log(levels[0][0]))
+    half = math.log(width) / 2
+    for (gbps, cap), (next_gbps, _) in zip(levels, levels[1:]):
+        t = np.clip((log_w - math.log(cap) + half) / (2 * half), 0.0, 1.0)
+        y += t * t * (3 - 2 * t) * (math.log(next_gbps) - math.log(gbps))
+    return np.exp(y)
+
+
+def sizes(*, lo: int = 1 * KiB, hi: int = 1 * GiB, growth: float = 1.2) -> np.ndarray:
+    n = int(math.floor(math.log(hi / lo) / math.log(growth) + 1e-9)) + 1
+    return (np.round(lo * growth ** np.arange(n)) // 512 * 512).astype(np.int64)
+
+
+def shared_machine(wss, truth, *, seed: int, noise: float = 0.04, outliers: int = 3) -> np.ndarray:
+    """This machine's noise: lognormal jitter and a few points slowed 20-50 % by other tenants."""
+    rng = np.random.default_rng(seed)
+    gbps = truth * np.exp(rng.normal(0.0, noise, wss.size))
+    hit = rng.choice(wss.size, outliers, replace=False)
+    gbps[hit] *= rng.uniform(0.5, 0.8, outliers)
+    return gbps
+
+
+def by_construction(truth: np.ndarray, gbps: np.ndarray, values) -> list[float]:
+    """What each level's plateau holds by construction: the median of the measured points whose true bandwidth is it.
+
+    The points where the noiseless curve lies within 1 % of the level's value
+    (its flat interior: no ramp, no transition, no slowed stretch), outliers
+    included.  With 4 % noise and 8-20 points a level's median is off its
+    true value by 1-2 % (one standard error), so 3 % of the truth would fail a
+    few seeds in ten through no fault of the analysis; 3 % of this reference
+    is the analysis's own error.
+    """
+    return [float(np.median(gbps[np.abs(np.log(truth / v)) < 0.01])) for v in values]
+
+
+def records(wss, gbps) -> list[dict]:
+    """Point records (raw.jsonl form) whose median seconds give exactly ``gbps``."""
+    out = []
+    for w, g in zip(wss, gbps):
+        elements, trials = int(w) // RW.itemsize, 64
+        seconds = RW.bytes_moved(elements=elements, trials=trials) / (g * 1e9)
+        out.append({"type": "point", "id": f"{RW.key}-w{w}", "spec": RW.to_dict(), "wss_bytes": int(w),
+                    "elements": elements, "trials": trials,
+                    "seconds": {"min": seconds * 0.99, "median": seconds, "max": seconds * 1.01},
+                    "spread": 0.02, "noisy": False, "valid": True, "check": "ok"})
+    return out
+
+
+def levels_of(wss, gbps, caches, threads):
+    ceilings, warnings = memory_ceilings(records(wss, gbps), caches, threads=threads)
+    return [c["level"] for c in ceilings], [c["gbytes_per_s"] for c in ceilings], ceilings, warnings
+
+
+def overhead_ramp(wss, *, start: float, end_bytes: int) -> np.ndarray:
+    """The share of L1 bandwidth an overhead-bound kernel reaches: ``start`` at 1 KiB, rising to 1 at ``end_bytes``.
+
+    Shaped on the C kernel's curve on this machine (tests/data): 69 % of L1 at
+    1 KiB, all of it from 2.5 KiB on, rising smoothly in between.
+    """
+    t = np.clip(np.log(wss / KiB) / math.log(end_bytes / KiB), 0.0, 1.0)
+    return np.exp(math.log(start) * (1 - t * t * (3 - 2 * t)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_smooth_overhead_ramp_is_part_of_l1(seed):
+    wss = sizes()
+    # The kernel reaches 55 % of L1 at 1 KiB and all of it from 6 KiB on.
+    truth = staircase(wss, ZEN5_1T) * overhead_ramp(wss, start=0.55, end_bytes=6 * KiB)
+    gbps = shared_machine(wss, truth, seed=seed)
+    names, values, ceilings, warnings = levels_of(wss, gbps, ZEN5_CACHES, 1)
+    assert names == ["L1", "L2", "L3", "DRAM"], warnings
+    assert values == pytest.approx(by_construction(truth, gbps, [v for v, _ in ZEN5_1T]), rel=0.03)
+    # The ramp's points are left out of L1 and reported.
+    assert ceilings[0]["wss_bytes"][0] > 2 * KiB
+    assert any("L1: from 1 KiB to" in w and "overhead-bound" in w for w in warnings)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_slow_plateau_at_tiny_sizes_and_a_memory_split_at_the_host_l3(seed):
+    """The issue's quiet Xeon curve: L1 starts with a flat overhead plateau, DRAM steps from 55 to 41 GB/s."""
+    wss = sizes()
+    truth = staircase(wss, XEON_2T, width=1.5)
+    # Below 8 KiB the kernel is overhead-bound at 55 % of L1 (a plateau, not a smooth ramp).
+    truth *= np.where(wss < 8 * KiB, 0.55, 1.0)
+    # Past the host's 260 MiB L3 the memory falls from 55 to 41 GB/s.
+    truth *= np.where(wss > 258 * MiB, 41.0 / 55.0, 1.0)
+    gbps = shared_machine(wss, truth, seed=seed, noise=0.03)
+    names, values, ceilings, warnings = levels_of(wss, gbps, XEON_CACHES, 2)
+    assert names == ["L1", "L2", "L3", "DRAM"], warnings
+    assert values == pytest.approx(by_construction(truth, gbps, [900.0, 300.0, 150.0, 41.0]), rel=0.03)
+    # The ramp is a note, the memory's two modes a warning; neither is a level.
+    assert any("fp64 read+write: L1: from 1 KiB to" in w and "overhead-bound" in w for w in warnings)
+    assert any("DRAM changes within the level" in w for w in warnings)
+    assert ceilings[-1]["wss_bytes"][1] == int(wss[-1]) and ceilings[-1]["wss_bytes"][0] < 258 * MiB
+    assert not any("rises" in w for w in warnings)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_memory_drifting_during_the_run_is_one_level(seed):
+    wss = sizes()
+    truth = staircase(wss, ZEN5_1T)
+    # An ascending sweep: the memory loses 35 % from its first point to the last (other tenants start).
+    beyond = wss > 64 * MiB
+    drift = np.ones(wss.size)
+    drift[beyond] = np.linspace(1.0, 0.65, int(beyond.sum()))
+    gbps = shared_machine(wss, truth * drift, seed=seed)
+    names, values, ceilings, warnings = levels_of(wss, gbps, ZEN5_CACHES, 1)
+    assert names == ["L1", "L2", "L3", "DRAM"], warnings
+    assert values[:3] == pytest.approx(by_construction(truth, gbps, [500.0, 395.0, 210.0]), rel=0.03)
+    # One level over the drifting stretch, valued within what it swept.
+    assert 0.65 * 58.0 * 0.97 <= values[3] <= 58.0 * 1.03
+    assert ceilings[-1]["wss_bytes"][0] < 128 * MiB and ceilings[-1]["wss_bytes"][1] > 512 * MiB
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bimodal_memory_interleaved_in_time_is_one_level(seed):
+    """A host whose memory flips between two speeds while the sweep runs (README: about 35 or 60 GB/s)."""
+    wss = sizes()
+    truth = staircase(wss, ZEN5_1T)
+    rng = np.random.default_rng(100 + seed)
+    beyond = wss > 64 * MiB
+    truth[beyond] = np.where(rng.random(int(beyond.sum())) < 0.5, 35.0, 60.0)
+    gbps = shared_machine(wss, truth, seed=seed, noise=0.02)
+    names, values, _, warnings = levels_of(wss, gbps, ZEN5_CACHES, 1)
+    assert names == ["L1", "L2", "L3", "DRAM"], warnings
+    assert values[:3] == pytest.approx(by_construction(truth, gbps, [500.0, 395.0, 210.0]), rel=0.03)
+    assert 35.0 * 0.97 <= values[3] <= 60.0 * 1.03
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_l2_slowed_for_a_stretch_by_other_work_is_one_level(seed):
+    """Other work runs while the sweep passes through part of L2: that stretch is 10-50 % slower.
+
+    Other work slows a kernel by what it happens to be doing at the time, so
+    the slowed stretch scatters; a cache level is steady.  That is what tells
+    the two apart (rule 2 of ert.analysis.levels: a step of 6 sigma of the
+    points' noise).  The slowdown per point is drawn from 10-50 %: with the
+    narrower 20-40 % the stretch's 7-8 points cluster by chance (seed 0: five
+    within 2 %, two slower), which is an unlisted level with two outliers by
+    any rule that reads the data, not the construction.
+    """
+    wss = sizes(growth=1.15)
+    truth = staircase(wss, XEON_2T)
+    slowed = (wss > 1200 * KiB) & (wss < 3 * MiB)
+    truth[slowed] *= np.random.default_rng(200 + seed).uniform(0.5, 0.9, int(slowed.sum()))
+    gbps = shared_machine(wss, truth, seed=seed, noise=0.03, outliers=6)
+    names, values, _, warnings = levels_of(wss, gbps, XEON_CACHES, 2)
+    assert names == ["L1", "L2", "L3", "DRAM"], warnings
+    assert values == pytest.approx(by_construction(truth, gbps, [900.0, 300.0, 150.0, 55.0]), rel=0.03)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_cache_the_hints_do_not_list_is_still_a_level_and_warned_about(seed):
+    wss = sizes()
+    # A 224 KiB cache between L1 and L2 (a mid-level cache) that the OS does not report.  Strong evidence by
+    # construction: flat for a factor 3 on both sides of its 25 % step (11 sigma of the 2 % noise).  At 192 KiB
+    # (4x L1) its flat stretch was only 2.7x wide, within a transition's reach of L1, and the fit lost it
+    # whenever an outlier fell at its edge.
+    truth = staircase(wss, [(500.0, 48 * KiB), (400.0, 224 * KiB), (300.0, 1 * MiB), (210.0, 24 * MiB), (58.0, None)],
+                      width=1.5)
+    gbps = shared_machine(wss, truth, seed=seed, noise=0.02)
+    names, values, ceilings, warnings = levels_of(wss, gbps, ZEN5_CACHES, 1)
+    assert names == ["L1", "L1b", "L2", "L3", "DRAM"], warnings
+    assert values == pytest.approx(by_construction(truth, gbps, [500.0, 400.0, 300.0, 210.0, 58.0]), rel=0.03)
+    (extra,) = [w for w in warnings if "plateaus map to L1" in w]
+    assert "named L1, L1b" in extra and "a level the cache hints do not list" in extra
+
+
+def test_pure_staircase_without_artefacts_has_no_notes():
+    wss = sizes(lo=16 * KiB)
+    truth = staircase(wss, ZEN5_1T)
+    names, values, _, warnings = levels_of(wss, truth * np.exp(np.random.default_rng(0).normal(0, 0.02, wss.size)),
+                                           ZEN5_CACHES, 1)
+    assert names == ["L1", "L2", "L3", "DRAM"]
+    assert values == pytest.approx([v for v, _ in ZEN5_1T], rel=0.03)
+    assert warnings == []
