@@ -228,12 +228,14 @@ def _rated_section(doc: dict) -> list[str]:
     entries += [("GB/s", "gbytes_per_s", _memory_name(e), e) for e in ceilings.get("memory", [])]
     if not any(isinstance(e.get("rated"), dict) for *_, e in entries):
         return _legacy_rated_section(doc)
-    rows, derivations = [], []
+    rows, derivations, reasons = [], [], []
     for unit, key, name, e in entries:
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
         value, ratio, how = rated.get(key), rated.get("ratio"), str(rated.get("derivation", ""))
         if value is None:
             rows.append([f"{name} {unit}", format_rate(e.get(key)), _MISSING, _MISSING, ""])
+            if how.startswith("no rated value:") and how not in reasons:
+                reasons.append(how)
             continue
         if how not in derivations:
             derivations.append(how)
@@ -241,7 +243,9 @@ def _rated_section(doc: dict) -> list[str]:
                      f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING,
                      f"[{derivations.index(how) + 1}]"])
     if not derivations:
-        return []
+        # Say why there is nothing to compare with (a CPU not in the table, say).
+        return ["Measured against rated (what the hardware can physically do)"] + [f"  {r}" for r in reasons] \
+            if reasons else []
     lines = ["Measured against rated (what the hardware can physically do)"] + _table(
         ["ceiling", "measured", "rated", "of rated", "from"], rows, [False, True, True, True, False])
     lines += [f"  [{i}] {how}" for i, how in enumerate(derivations, 1)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
@@ -243,3 +244,33 @@ def test_one_thread_is_rated_at_the_one_core_clock():
     one = scaled_rated({"ranks": 1, "backend_info": {"rated": rated}}, threads_per_rank=1)
     assert one["compute"][("fp64", True)]["gflops_per_s"] == pytest.approx(110.0)  # 200 / 2 cores x 4.4 / 4.0
     assert "for 1 core(s) per rank at 4.40 GHz" in one["compute"][("fp64", True)]["derivation"]
+
+
+def test_a_low_ceiling_on_noisy_points_blames_the_noise_not_the_kernel():
+    noisy = dict(_point(FMA, 65536, 100.0), noisy=True, spread=0.5)
+    (warning,) = [w for w in _doc([noisy])["warnings"] if "of the rated" in w]
+    assert warning.endswith("other work sharing the cores may be the limit; measure again")
+
+
+UNKNOWN_CPU = {"NUMBA_CPU_NAME": "x86-64-v3", "NUMBA_CPU_FEATURES": "+avx2,+avx,+fma,+sse4.2,+popcnt"}
+
+
+@pytest.mark.skipif(not X86, reason="names an x86 target LLVM knows but ert's table does not")
+def test_a_cpu_not_in_the_table_still_runs_and_says_why(tmp_path):
+    """End to end through ert-run, compiling for a generic x86-64-v3 target: no rated value, and why."""
+    import os
+
+    cfg = write_config(tmp_path / "micro.yaml", MICRO, backend="numba-cpu")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), **UNKNOWN_CPU)
+    proc = subprocess.run([str(Path(sys.executable).parent / "ert-run"), str(cfg), "--out", str(tmp_path / "run"), "-q"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "run" / "ceilings.json").read_text())
+    info = doc["metadata"]["backend_info"]
+    assert info["numba_effective"]["cpu_name"] == "x86-64-v3" and info["numba_effective"]["vector_bits"] == 256
+    (peak,) = doc["ceilings"]["compute"]
+    assert peak["rated"]["ratio"] is None
+    assert peak["rated"]["derivation"].startswith("no rated value: CPU 'x86-64-v3'")
+    show = run_cmd("ert", "show", tmp_path / "run")
+    assert show.returncode == 0 and "of rated" not in show.stdout
+    assert "  no rated value: CPU 'x86-64-v3'" in show.stdout

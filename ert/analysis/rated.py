@@ -126,6 +126,9 @@ def _attach(ceiling: dict, rated_entry: dict | None, key: str, name: str, unit: 
     ratio = round(ceiling[key] / value, 4) if value else None
     ceiling["rated"] = {key: value, "ratio": ratio, "derivation": rated_entry.get("derivation", "")}
     if warn and ratio is not None and ratio < BELOW_RATED:
+        noisy = ceiling.get("noisy") or (ceiling.get("noisy_points", 0) * 2 > ceiling.get("n_points", 1))
+        cause = ("most of its points stayed noisy: other work sharing the cores may be the limit; measure again"
+                 if noisy else "the kernel, not the hardware, limits it")
         return [f"{name}: {ceiling[key]:.4g} {unit} is {ratio:.0%} of the rated {value:.4g} {unit} "
-                f"({rated_entry.get('derivation', '')}): the kernel, not the hardware, limits it"]
+                f"({rated_entry.get('derivation', '')}): {cause}"]
     return []
