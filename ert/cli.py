@@ -25,8 +25,17 @@ def cmd_validate(args) -> int:
     cfg = config_mod.load(args.config)
     threads = hwinfo.usable_cpus() if cfg.threads == "auto" else cfg.threads
     specs = kernel_specs(cfg)
-    # The dense grid as this machine would plan it (512-byte blocks per thread, as the CPU backend uses).
-    points = plan(cfg, workers=threads, granule_elements_of=lambda spec: 512 // spec.itemsize)
+    # The dense grid as this machine would plan it: device backends by their own
+    # geometry (noted below), the CPU backend by this CPU's vector width and the
+    # chain counts it sweeps, worked out without importing numba.
+    if cfg.backend in ("numba-cpu", "auto"):
+        from ert.backends.numba_cpu import Geometry
+
+        geometry = Geometry.of_host()
+        points = plan(cfg, workers=threads, granule_elements_of=geometry.granule_elements,
+                      launches_of=geometry.launches)
+    else:
+        points = plan(cfg, workers=threads, granule_elements_of=lambda spec: 512 // spec.itemsize)
     sizes = len({p.wss_bytes for p in points})
     counted = (f"at most {len(points)} points (adaptive: it measures where levels change, usually far fewer)"
                if cfg.sweep == "adaptive" else f"{len(points)} points")
@@ -50,7 +59,10 @@ def _geometry_note(cfg) -> str:
         if o.global_sizes and o.local_sizes:
             return f", each at up to {len(o.global_sizes) * len(o.local_sizes)} global x local size geometries"
         return ", each at the global x local size geometries chosen from the device"
-    return ""
+    from ert.backends.numba_cpu import Geometry
+
+    chains = "/".join(map(str, Geometry.of_host().chains))
+    return f" (numba-cpu: compute kernels each at {chains} FMA chains per thread)"
 
 
 def cmd_backends(args) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONFIGS, TINY, command, raw_lines, run_cmd, stderr_lines, write_config
+from conftest import CONFIGS, TINY, command, numba_plan, raw_lines, run_cmd, stderr_lines, write_config
 
 
 def files_under(path: Path) -> set[str]:
@@ -203,6 +203,12 @@ def test_validate_tiny():
     assert proc.stderr == ""
     assert str(TINY) in proc.stdout and "valid" in proc.stdout
     assert "8 kernel variant(s)" in proc.stdout
+    # The count is the plan ert-run makes with this CPU's chain counts (made without importing numba).
+    from ert.config import load
+    from ert.hwinfo import usable_cpus
+
+    planned = numba_plan(load(TINY), usable_cpus())
+    assert f": {len(planned)} points per rank layout" in proc.stdout
 
 
 def test_validate_bad_config_fails(tmp_path):

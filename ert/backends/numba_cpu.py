@@ -104,6 +104,58 @@ def chain_candidates(vector_registers: int) -> tuple[int, ...]:
     return (8, 16) if vector_registers >= 32 else (8, 12)
 
 
+class Geometry:
+    """How the kernels cut a thread's block for one ISA: sub-block widths, the granule, the chains swept.
+
+    Pure arithmetic on (vector bytes, vector registers), so the plan can be
+    made (``ert validate``) without importing numba.
+    """
+
+    ADD_UNROLL = 8  # the add kernel has no dependence: 8 registers per iteration hide the loop
+
+    def __init__(self, vector_bytes: int, vector_registers: int):
+        self.vector_bytes, self.vector_registers = vector_bytes, vector_registers
+        self.chains = chain_candidates(vector_registers)
+        # Load-only accumulators: as many as the compute chains' largest
+        # candidate (two loads per cycle x add latency 4 needs 8; 16 leave headroom).
+        self.ro_accumulators = max(self.chains)
+
+    @classmethod
+    def of_host(cls) -> "Geometry":
+        """The geometry configure_numba_env() gives this host (llvmlite only, no numba import)."""
+        import llvmlite.binding as llvm
+
+        features = os.environ.get("NUMBA_CPU_FEATURES") or llvm.get_host_cpu_features().flatten()
+        if "+avx512f" in features and "prefer-256-bit" not in features:
+            features += ",-prefer-256-bit"
+        return cls(*vector_isa(features))
+
+    def widths(self, spec: KernelSpec) -> dict[int, int]:
+        """Chains (vector registers per sub-block) to the sub-block's elements, for this kernel."""
+        lanes = self.vector_bytes // spec.itemsize
+        if spec.access == "ro":
+            chains = (self.ro_accumulators,)
+        elif spec.flops_per_element == 1:
+            chains = (self.ADD_UNROLL,)
+        else:
+            chains = self.chains
+        return {c: c * lanes for c in chains}
+
+    def granule_elements(self, spec: KernelSpec) -> int:
+        """Every chain count's sub-block divides a thread's block; bandwidth kernels get two at least.
+
+        With a single sub-block per thread, LLVM may keep it in registers
+        across trials (its loads and stores become loop-invariant), which
+        would remove the very traffic a bandwidth kernel measures.
+        """
+        granule = math.lcm(*self.widths(spec).values())
+        return granule * 2 if spec.flops_per_element == 1 else granule
+
+    def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
+        """The chain counts this kernel is measured with at one working set (recorded per point)."""
+        return [{"chains": c} for c in self.widths(spec)]
+
+
 def probe():
     """(available, reason, detail) without importing numba: it must first see its environment."""
     from importlib import metadata as importlib_metadata
@@ -157,12 +209,10 @@ class NumbaCpuBackend:
         numba.set_num_threads(threads)
         self.threads = threads
         self._codegen = effective_codegen()
-        self.vector_bytes, self.vector_registers = vector_isa(self._codegen["cpu_features"])
-        self.chains = chain_candidates(self.vector_registers)
-        # Load-only accumulators: as many as the compute chains' largest
-        # candidate (two loads per cycle x add latency 4 needs 8; 16 leave headroom).
-        self.ro_accumulators = max(self.chains)
-        self.add_unroll = 8  # the add kernel has no dependence: 8 registers per iteration hide the loop
+        self.geometry = Geometry(*vector_isa(self._codegen["cpu_features"]))
+        self.vector_bytes, self.vector_registers = self.geometry.vector_bytes, self.geometry.vector_registers
+        self.chains, self.ro_accumulators = self.geometry.chains, self.geometry.ro_accumulators
+        self.add_unroll = Geometry.ADD_UNROLL
         self._kernels: dict = {}
         self._buf = None        # the aligned allocation, grown as needed and reused
         self._spec: KernelSpec | None = None
@@ -281,29 +331,13 @@ class NumbaCpuBackend:
 
     # -- the protocol ----------------------------------------------------------
     def _widths(self, spec: KernelSpec) -> dict[int, int]:
-        """Chains (vector registers per sub-block) to the sub-block's elements, for this kernel."""
-        lanes = self.vector_bytes // spec.itemsize
-        if spec.access == "ro":
-            chains = (self.ro_accumulators,)
-        elif spec.flops_per_element == 1:
-            chains = (self.add_unroll,)
-        else:
-            chains = self.chains
-        return {c: c * lanes for c in chains}
+        return self.geometry.widths(spec)
 
     def granule_elements(self, spec: KernelSpec) -> int:
-        """Every chain count's sub-block divides a thread's block; bandwidth kernels get two at least.
-
-        With a single sub-block per thread, LLVM may keep it in registers
-        across trials (its loads and stores become loop-invariant), which
-        would remove the very traffic a bandwidth kernel measures.
-        """
-        granule = math.lcm(*self._widths(spec).values())
-        return granule * 2 if spec.flops_per_element == 1 else granule
+        return self.geometry.granule_elements(spec)
 
     def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
-        """The chain counts this kernel is measured with at one working set (recorded per point)."""
-        return [{"chains": c} for c in self._widths(spec)]
+        return self.geometry.launches(spec, elements_per_thread)
 
     def supports(self, spec: KernelSpec) -> bool:
         return spec.precision in DTYPES
