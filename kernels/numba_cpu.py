@@ -135,16 +135,26 @@ def sub_madd(typingctx, arr, i0, k_ops, a, c, width_lit, fused_lit):
 
 @intrinsic
 def sub_add(typingctx, arr, i0, c, width_lit):
-    """``sub_add(arr, i0, c, W)``: one load, add and store of ``arr[i0:i0+W]``."""
+    """``sub_add(arr, i0, c, W)``: load, add and store ``arr[i0:i0+W]``, one 64-byte piece after another.
+
+    Each 64-byte piece is loaded, added and stored before the next, in
+    ascending address order.  Written as one ``<W x T>`` vector instead, LLVM
+    issued the loads in descending order within each sub-block, which the
+    cores' prefetchers follow less well (L2 bandwidth fell to 0.6 of C's).
+    """
     width = _literal(width_lit)
 
     def codegen(context, builder, sig, args):
         arrty = sig.args[0]
-        vecty = ir.VectorType(context.get_value_type(arrty.dtype), width)
+        scal = context.get_value_type(arrty.dtype)
+        piece = max(1, min(width, 64 // (arrty.dtype.bitwidth // 8)))
+        vecty = ir.VectorType(scal, piece)
         align = arrty.dtype.bitwidth // 8
-        ptr = _vector_ptr(context, builder, arrty, args[0], args[1], vecty)
-        builder.store(builder.fadd(builder.load(ptr, align=align), _splat(builder, args[2], vecty)),
-                      ptr, align=align)
+        addend = _splat(builder, args[2], vecty)
+        for start in range(0, width, piece):
+            index = builder.add(args[1], ir.Constant(args[1].type, start))
+            ptr = _vector_ptr(context, builder, arrty, args[0], index, vecty)
+            builder.store(builder.fadd(builder.load(ptr, align=align), addend), ptr, align=align)
         return context.get_dummy_value()
 
     return types.void(arr, i0, c, width_lit), codegen
