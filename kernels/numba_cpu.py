@@ -46,7 +46,7 @@ from numba.core import cgutils, errors
 from numba.extending import intrinsic
 
 # The host side of these kernels: starting values and the replay every check compares with.
-from ert.replay import initial_values, replay_rw  # noqa: F401
+from ert.backends.check import initial_values, replay_rw  # noqa: F401
 
 # fp32 lane sums of the 1/16-multiples init_blocks writes stay exact below 2**20;
 # flushing a lane into the float64 total every 2**19 adds keeps every sum exact.

@@ -18,9 +18,9 @@ import pytest
 
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_host as host
-from ert.comm import SerialComm
+from ert.measure.comm import SerialComm
 from ert.config import RunConfig, Timing, from_dict
-from ert.driver import calibrate, measure
+from ert.measure.driver import calibrate, measure
 from ert.errors import ErtError
 from ert.spec import KernelSpec
 
@@ -231,7 +231,7 @@ def test_host_logic_no_gpu_device_for_rank_refuses_a_missing_gpu():
 
 
 def test_host_logic_no_gpu_sharing_is_decided_from_the_devices_the_ranks_hold():
-    from ert.comm import shared_device_warnings
+    from ert.measure.comm import shared_device_warnings
 
     # srun --gpus-per-task=1: four ranks, each sees one GPU as index 0, all different.
     srun = [("n1", f"GPU-{k}") for k in range(4)]
@@ -507,7 +507,7 @@ def test_host_logic_no_gpu_ert_backends_shows_cuda_unavailable_in_one_line():
 
 
 def test_host_logic_no_gpu_report_puts_each_ceiling_beside_its_rated_peak():
-    from ert.report import format_ceilings
+    from ert.consumers.report import format_ceilings
 
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(V100))
     doc = {"metadata": {"backend_info": backend.describe()},
@@ -592,10 +592,10 @@ def test_host_logic_no_gpu_install_names_the_cuda_headers():
 
 
 def test_host_logic_no_gpu_a_busy_launch_raises_the_clocks_before_timing_and_clocks_are_recorded(tmp_path):
-    from ert.comm import SerialComm
-    from ert.driver import run_sweep
+    from ert.measure.comm import SerialComm
+    from ert.measure.driver import run_sweep
     from ert.rawio import read_raw
-    from ert.sweep import plan
+    from ert.measure.plan import plan
 
     dev = EmulatedGpu(V100, clock_mhz=1530)
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=dev)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
-from ert.plot import _fmt_rate
+from ert.consumers.plot import _fmt_rate
 
 DATA = REPO / "tests" / "data"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ert.ceilings_io import validate
-from ert.report import format_ceilings, format_rate, human_bytes
+from ert.consumers.report import format_ceilings, format_rate, human_bytes
 
 
 def make_doc() -> dict:

@@ -9,13 +9,13 @@ from collections import Counter
 
 import pytest
 
-from ert.adaptive import AdaptivePlanner
+from ert.measure.adaptive import AdaptivePlanner
 from ert.ceilings_io import load_ceilings, validate
-from ert.cli_run import _thread_counts
+from ert.cli.run import _thread_counts
 from ert.config import load
-from ert.driver import _cache_resident_bytes
-from ert.report import format_ceilings
-from ert.scaling import _plan_for
+from ert.measure.driver import _cache_resident_bytes
+from ert.consumers.report import format_ceilings
+from ert.measure.modes import _plan_for
 
 from conftest import command, numba_plan, point_records, raw_records, run_cmd, stderr_lines, write_config
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.rated import attach_rated, invalidate_above_rated, scaled_rated
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
-from ert.analysis.scaling import attach_sustained, by_thread_count, planned_points, scaling_section
+from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.hwinfo import CacheInfo
 from ert.rawio import RAW_NAME, RawData
 from ert.spec import KernelSpec

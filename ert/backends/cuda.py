@@ -16,7 +16,7 @@ import numpy as np
 
 from ert.backends import CheckResult
 from ert.backends import cuda_host as host
-from ert.replay import A, C
+from ert.backends.check import A, C
 from ert.spec import KernelSpec
 
 NAME = "cuda"
@@ -220,7 +220,7 @@ class CudaBackend:
         options = config.cuda if config is not None else CudaOptions()
         self.local_rank, self.local_size = local_rank, local_size
         # Whether ranks share this GPU is decided from the device ids every rank
-        # of the node reports (ert.comm.shared_device_warnings), not from counts here.
+        # of the node reports (ert.measure.comm.shared_device_warnings), not from counts here.
         self.caveats: list[str] = []
         if device is None:
             import cupy

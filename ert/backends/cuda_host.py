@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ert.errors import ErtError
-from ert.replay import A, C, initial_values  # what ert_init writes, and the recurrence's constants
+from ert.backends.check import A, C, initial_values  # what ert_init writes, and the recurrence's constants
 from ert.spec import KernelSpec
 
 KERNEL_FILE = "ert_cuda.cu"
@@ -334,7 +334,7 @@ def device_for_rank(*, local_rank: int, visible: int, configured: int | None) ->
     (modulo the visible count: under ``srun --gpus-per-task=1`` each rank sees
     one GPU, index 0, a different one for each rank).  Whether ranks really
     share a GPU is decided afterwards from the device ids every rank of the
-    node reports (``ert.comm.shared_device_warnings``): counts cannot tell.
+    node reports (``ert.measure.comm.shared_device_warnings``): counts cannot tell.
     """
     if visible < 1:
         raise ErtError("no CUDA device is visible", key="backend")

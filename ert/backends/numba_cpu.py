@@ -9,7 +9,7 @@ import sys
 import time
 
 from ert.backends import CheckResult
-from ert.replay import A, C  # the recurrence's values (see ert/replay.py)
+from ert.backends.check import A, C  # the recurrence's values (see ert/backends/check.py)
 from ert.spec import KernelSpec
 
 NAME = "numba-cpu"

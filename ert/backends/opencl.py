@@ -13,7 +13,7 @@ from ert.backends.opencl_devices import (EXTENSION_OF, build_program, cache_hint
                                          fused_multiply_adds, is_pocl, precisions_of, probe, select_device,
                                          type_name)
 from ert.errors import ErtError
-from ert.replay import A, C, initial_values, replay_rw
+from ert.backends.check import A, C, initial_values, replay_rw
 from ert.spec import KernelSpec
 
 __all__ = ["probe", "create", "OpenCLBackend"]
@@ -81,7 +81,7 @@ class OpenCLBackend:
         self.options = config.opencl
         self.local_rank, self.local_size = local_rank, local_size
         self.device, self.choice = select_device(self.options, local_rank=local_rank)
-        # Ranks on one host that pick the same platform:device share it (ert.comm.shared_device_warnings).
+        # Ranks on one host that pick the same platform:device share it (ert.measure.comm.shared_device_warnings).
         self.device_id = f"opencl:{self.choice['platform_index']}:{self.choice['device_index']}"
         # FP_CONTRACT OFF, as the driver honoured it: precision -> fused multiply-adds
         # found in a no-FMA binary (0: checked and clean), where the binary is readable.

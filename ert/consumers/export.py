@@ -7,7 +7,7 @@ import io
 import json
 from datetime import datetime
 
-from ert import roofs as roofs_mod
+from ert.consumers import roofs as roofs_mod
 
 FORMATS = ("ert", "nersc", "csv")
 # The ERT release whose roofline.json layout the 'ert' format follows.
@@ -128,7 +128,7 @@ def to_csv(doc: dict) -> str:
 
 def app_points(kernels, doc: dict, *, access: str = "rw") -> list[tuple[str, float, float]]:
     """(label, AI, GFLOP/s) per kernel and level with a ceiling: the hierarchical roofline's dots."""
-    from ert.profile import profile_all
+    from ert.consumers.profile import profile_all
 
     points = []
     for prof in profile_all(kernels, doc, access=access):

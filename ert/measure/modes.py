@@ -6,10 +6,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ert.driver import SweepResult, _timed, run_sweep
+from ert.measure.driver import SweepResult, _timed, run_sweep
 from ert.rawio import RAW_NAME, RawWriter, read_raw
 from ert.spec import KernelSpec
-from ert.sweep import plan
+from ert.measure.plan import plan
 
 # Each timed region of a hold lasts about this long: short enough to show a
 # clock that drops within seconds, long enough that timer overhead is nothing.

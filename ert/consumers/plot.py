@@ -6,7 +6,7 @@ import io
 import math
 from pathlib import Path
 
-from ert import roofs as roofs_mod
+from ert.consumers import roofs as roofs_mod
 from ert.ceilings_io import write_bytes_atomic
 from ert.errors import ErtError
 
@@ -87,7 +87,7 @@ def plot_roofline(doc: dict, out_path, *, kernels=None, precision: str = "fp64",
     fastest = max(r.gbytes_per_s for r in mem)
     ridges = [ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem]
 
-    from ert.profile import profile_all
+    from ert.consumers.profile import profile_all
 
     profiles = profile_all(kernels, doc, access=access) if kernels else []
     app_x = [lv.ai_flops_per_byte for p in profiles for lv in p.results[0].levels]

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ert.analysis.ceilings import rates
-from ert.sweep import Point
+from ert.measure.plan import Point
 
 # Neighbouring bandwidth points further apart than this (relative) straddle a
 # transition between levels, which is bisected down to the grid's resolution.

@@ -8,11 +8,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ert.adaptive import AdaptivePlanner
+from ert.measure.adaptive import AdaptivePlanner
 from ert.config import RunConfig, Timing
-from ert.progress import Progress
+from ert.measure.progress import Progress
 from ert.rawio import RAW_NAME, RAW_VERSION, RawWriter, read_raw
-from ert.sweep import Point, interleaved
+from ert.measure.plan import Point, interleaved
 
 # Calibration never asks for more trials than this (a guard against a timer
 # that reports zero); 2**40 trials of even one element is days of work.

@@ -218,8 +218,8 @@ def _prepare_run(args, comm, placement):
 
 
 def cmd_run(args) -> int:
-    from ert import placement as placement_mod
-    from ert.comm import world
+    from ert.measure import placement as placement_mod
+    from ert.measure.comm import world
 
     comm = world()
     placement = None
@@ -247,16 +247,16 @@ def cmd_run(args) -> int:
 def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None) -> int:
     import socket
 
-    from ert import faults, metadata
+    from ert.measure import faults, metadata
     from ert.analysis.ceilings import build
     from ert.backends import REGISTRY
     from ert.ceilings_io import write_ceilings
-    from ert.comm import merge_rank_warnings, shared_device_warnings
-    from ert.driver import run_sweep
-    from ert.progress import Progress
+    from ert.measure.comm import merge_rank_warnings, shared_device_warnings
+    from ert.measure.driver import run_sweep
+    from ert.measure.progress import Progress
     from ert.rawio import read_raw
-    from ert.report import format_ceilings
-    from ert.sweep import plan
+    from ert.consumers.report import format_ceilings
+    from ert.measure.plan import plan
 
     def setup():
         backend = REGISTRY.create(cfg.backend, threads=cfg.threads, config=cfg, local_rank=comm.local_rank,
@@ -300,7 +300,7 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
         print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}",
               file=sys.stderr)
     if cfg.thread_counts or cfg.sustain_seconds:
-        from ert.scaling import run_all
+        from ert.measure.modes import run_all
 
         def make_backend(threads: int):
             return faults.maybe_wrap(REGISTRY.create(cfg.backend, threads=threads, config=cfg,

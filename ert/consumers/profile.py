@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ert import roofs as roofs_mod
-from ert.appdata import KernelData
+from ert.consumers import roofs as roofs_mod
+from ert.consumers.appdata import KernelData
 from ert.errors import ErtError
 
 
