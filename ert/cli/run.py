@@ -270,11 +270,11 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
     cfg, skipped_warning = _agreed(comm, lambda: _supported_precisions(cfg, backend))
     backend = faults.maybe_wrap(backend, rank=comm.rank)
     points = plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements,
-                  launches_of=getattr(backend, "launches", None))
-    own_warnings = list(placement.warnings if placement else []) + list(getattr(backend, "warnings", []))
+                  launches_of=backend.launches)
+    own_warnings = list(placement.warnings if placement else []) + list(backend.warnings)
     own_warnings += [skipped_warning] if skipped_warning else []
     # Whether ranks share a device, from the device each rank really holds.
-    own_warnings += shared_device_warnings(comm.allgather((socket.gethostname(), getattr(backend, "device_id", None))),
+    own_warnings += shared_device_warnings(comm.allgather((socket.gethostname(), backend.device_id)),
                                            comm.rank)
     rank_warnings = merge_rank_warnings(comm.allgather(own_warnings))
     header = None
@@ -351,8 +351,8 @@ def _with_device(cfg, selector: str):
 def _supported_precisions(cfg, backend):
     """(config without the precisions the backend cannot run, a warning or None); ErtError if none is left.
 
-    The one place unsupported precisions are handled, for every backend; a
-    backend may say why (``unsupported_reason``, e.g. a missing OpenCL extension).
+    The one place unsupported precisions are handled, for every backend; each
+    backend says why (``unsupported_reason``, e.g. a missing OpenCL extension).
     """
     from ert.config import with_overrides
     from ert.spec import KernelSpec
@@ -360,9 +360,7 @@ def _supported_precisions(cfg, backend):
     dropped = [p for p in cfg.precisions if not backend.supports(KernelSpec(p, 1, False))]
     if not dropped:
         return cfg, None
-    explain = getattr(backend, "unsupported_reason", None)
-    why = "; ".join(explain(p) for p in dropped) if explain else \
-        f"backend '{cfg.backend}' does not run {', '.join(dropped)}"
+    why = "; ".join(backend.unsupported_reason(p) for p in dropped)
     if len(dropped) == len(cfg.precisions):
         raise ErtError(f"{why}, and nothing else was asked for; choose another backend, device or precision",
                        key="precisions")
