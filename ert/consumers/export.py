@@ -81,7 +81,7 @@ def _quoted(names: list[str]) -> str:
 
 
 def to_nersc(doc: dict, *, precision: str = "fp64", access: str = "rw", app_points=None) -> str:
-    """The space-delimited data file of NERSC's roofline plotting scripts (seed 001's data.txt).
+    """The space-delimited data file of NERSC's roofline plotting scripts (their data.txt).
 
     memroofs/mem_roof_names: one bandwidth per level (GB/s); comproofs/comp_roof_names:
     every compute ceiling (GFLOP/s). ``app_points``: (label, AI, GFLOP/s) triples
