@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from ert import hwinfo  # noqa: E402
-from ert.metadata import caches_reported, now_iso  # noqa: E402
+from ert.measure.metadata import caches_reported, now_iso  # noqa: E402
 from ert.rawio import RAW_VERSION  # noqa: E402
 from ert.spec import KernelSpec  # noqa: E402
 

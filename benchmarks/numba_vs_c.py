@@ -234,7 +234,7 @@ def run_c(exe: Path, point: Point, args, env) -> Result:
 class NumbaSide:
     def __init__(self, threads: int):
         from ert.backends import REGISTRY
-        from ert.comm import SerialComm
+        from ert.measure.comm import SerialComm
 
         self.backend = REGISTRY.create("numba-cpu", threads=threads)
         self.comm = SerialComm()
@@ -258,7 +258,7 @@ class NumbaSide:
 
     def run(self, point: Point, args) -> Result:
         from ert.config import Timing
-        from ert.driver import measure
+        from ert.measure.driver import measure
         from ert.spec import KernelSpec
 
         spec = KernelSpec(point.precision, point.flops, point.fma)

@@ -50,14 +50,14 @@ class Side:
 
     def __init__(self, name: str, *, threads: int, config):
         from ert.backends import REGISTRY
-        from ert.comm import SerialComm
+        from ert.measure.comm import SerialComm
 
         self.name = name
         self.backend = REGISTRY.create(name, threads=threads, config=config, local_rank=0, local_size=1)
         self.comm = SerialComm()
 
     def measure(self, point: Point, timing) -> dict:
-        from ert.driver import measure
+        from ert.measure.driver import measure
         from ert.spec import KernelSpec
 
         spec = KernelSpec("fp64", point.flops, point.fma)

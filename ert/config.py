@@ -78,7 +78,7 @@ class OpenCLOptions(_Strict):
         "auto", description="contiguous: one block per work-item (CPUs); interleaved: neighbouring work-items "
                             "touch neighbouring vectors (GPUs); auto: by device type")
     cpu_reference: bool = Field(
-        True, description="on a CPU device, time numba-cpu's FP64 FMA peak (~2 s) for the caveat beside the "
+        True, description="on a CPU device, time numba-cpu's FP64 FMA peak (~2 s) for the warning beside the "
                           "OpenCL numbers")
 
     @field_validator("global_sizes", "local_sizes")

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+SYSFS_CPU = "/sys/devices/system/cpu"
+
 # Multipliers of the size suffixes sysfs uses ("32K", "1024K", "2M").
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:i?B)?\s*$", re.IGNORECASE)
@@ -173,8 +175,23 @@ def process_cpus() -> list[int]:
 
 def cores_in_use(threads: int) -> int:
     """Physical cores that ``threads`` threads, one per core, occupy: SMT siblings share one core's units."""
-    from ert.placement import physical_cores
-
     if threads < 1:
         raise ValueError("threads must be at least 1")
     return max(1, min(threads, len(physical_cores(process_cpus()))))
+
+
+def physical_cores(cpus: list[int], sysfs_root: str = SYSFS_CPU) -> list[list[int]]:
+    """``cpus`` grouped by physical core (hyperthread siblings together), in core order.
+
+    Reads ``cpuN/topology/{physical_package_id,core_id}``; a cpu whose topology
+    cannot be read is its own core.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for cpu in sorted(set(cpus)):
+        topo = Path(sysfs_root) / f"cpu{cpu}" / "topology"
+        try:
+            key = (int((topo / "physical_package_id").read_text()), int((topo / "core_id").read_text()))
+        except (OSError, ValueError):
+            key = ("cpu", cpu)
+        groups.setdefault(key, []).append(cpu)
+    return sorted(groups.values(), key=lambda g: g[0])

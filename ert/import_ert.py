@@ -143,8 +143,9 @@ def convert(text: str, *, path) -> Conversion:
         threads = max(candidates)
         cfg["threads"] = threads
         if len(candidates) > 1:
-            notes.append(f"{where('ERT_OPENMP_THREADS')}: ERT swept {len(candidates)} thread counts; ert runs one "
-                         f"count per run: threads set to {threads} (others: ert-run --threads N)")
+            cfg["thread_counts"] = sorted(set(candidates))
+            notes.append(f"{where('ERT_OPENMP_THREADS')}: ERT swept {len(cfg['thread_counts'])} thread counts; "
+                         f"thread_counts measures each of them in one run (thread scaling), threads is the largest")
     elif not (gpu or ocl):
         cfg["threads"] = threads = 1  # ERT without OpenMP runs one thread per process
     ws_min = first("ERT_WORKING_SET_MIN")

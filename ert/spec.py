@@ -1,8 +1,27 @@
-"""KernelSpec: the single source of bytes and FLOPs per element, and so of GB/s and GFLOP/s."""
+"""KernelSpec and the measured numbers' vocabulary: bytes and FLOPs per element, rates, and the three spreads.
+
+One word, one meaning.  A **rate** is GB/s or GFLOP/s of a point at its
+median seconds (``rates``).  A **spread** is a relative scatter, 0.02 meaning
+2 %; three are used, each under its own name and each defined only here:
+
+* ``timing_spread``  (max - min) / min of one point's repeated timings: how
+  noisy a point is (raw.jsonl ``spread``; a point above the config's
+  ``noise_threshold`` is re-measured, then marked noisy);
+* ``peak_spread``    (max - min) / median of the peak point's timings: the
+  ``spread`` of a compute ceiling in ceilings.json;
+* ``plateau_spread`` (p90 - p10) / median of the rates of a memory level's
+  points ((max - min) / median under 3 points): the ``spread`` of a memory
+  ceiling in ceilings.json.
+
+**Threads** are always host threads per rank that run the kernel (the
+config's ``threads``; 1 on a device backend).  Threads over all ranks are
+``workers``; threads of a CUDA block are ``threads_per_block``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # Bytes per scalar of each precision the backends know.
 ITEMSIZE = {"fp64": 8, "fp32": 4, "fp16": 2}
@@ -95,3 +114,39 @@ class KernelSpec:
             fma=bool(data["fma"]),
             access=data.get("access", "rw"),
         )
+
+
+class Rates(NamedTuple):
+    """A point's rates at its median seconds."""
+
+    gbytes_per_s: float
+    gflops_per_s: float
+
+
+def rates(record: dict) -> Rates:
+    """GB/s and GFLOP/s of a raw point record at its median seconds: the one place rates are computed."""
+    spec = KernelSpec.from_dict(record["spec"])
+    kw = {"elements": record["elements"], "trials": record["trials"], "seconds": record["seconds"]["median"]}
+    return Rates(spec.gbytes_per_s(**kw), spec.gflops_per_s(**kw))
+
+
+def timing_spread(seconds) -> float:
+    """(max - min) / min of one point's repeated timings (infinite if one took no time)."""
+    return (max(seconds) - min(seconds)) / min(seconds) if min(seconds) > 0 else float("inf")
+
+
+def peak_spread(seconds: dict) -> float:
+    """(max - min) / median of a point's timings, from its record's ``seconds`` summary."""
+    return (seconds["max"] - seconds["min"]) / seconds["median"]
+
+
+def plateau_spread(values) -> float:
+    """(p90 - p10) / median of a level's rates; (max - min) / median below 3 values."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=float)
+    med = float(np.median(values))
+    if values.size >= 3:
+        p10, p90 = np.percentile(values, [10.0, 90.0])
+        return float((p90 - p10) / med)
+    return float((values.max() - values.min()) / med)

@@ -45,8 +45,8 @@ from numba import njit, prange, types
 from numba.core import cgutils, errors
 from numba.extending import intrinsic
 
-# The host side of these kernels: starting values and the replay every check compares with.
-from ert.replay import initial_values, replay_rw  # noqa: F401
+# The host side of these kernels: the starting values (the replay is ert.backends.check.replay_rw).
+from ert.backends.check import initial_values  # noqa: F401
 
 # fp32 lane sums of the 1/16-multiples init_blocks writes stay exact below 2**20;
 # flushing a lane into the float64 total every 2**19 adds keeps every sum exact.
@@ -269,7 +269,9 @@ def make_ro_sum(width: int):
 
 @njit(parallel=True, cache=True)
 def max_rel_error(buf, nthreads, n, expected16, worst):
-    """Largest |b - expected| / max(|expected|, 1) per thread into worst[t, 0], its index into worst[t, 1].
+    """Largest |b - expected| / max(|expected|, 1) per thread into worst[t, 0], its index into worst[t, 1] (-1: none off).
+
+    The metric of ert.backends.check.relative_errors, in parallel and in place.
 
     The comparison walks every element, so a thread that skipped part of its
     block, or wrote a neighbour's, is caught; NaN counts as the worst error.

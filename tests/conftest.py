@@ -91,7 +91,7 @@ def numba_plan(cfg, threads: int):
     driver uses them; nothing is compiled or measured.
     """
     from ert.backends.numba_cpu import NumbaCpuBackend
-    from ert.sweep import plan
+    from ert.measure.plan import plan
 
     backend = NumbaCpuBackend(threads=threads)
     return plan(cfg, workers=threads, granule_elements_of=backend.granule_elements, launches_of=backend.launches)

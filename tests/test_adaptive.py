@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from ert.adaptive import AdaptivePlanner
+from ert.measure.adaptive import AdaptivePlanner
 from ert.analysis.ceilings import build
 from ert.config import from_dict
 from ert.rawio import RawData
-from ert.sweep import plan
+from ert.measure.plan import plan
 
 # A Zen 4-like machine, 2 threads: (aggregate capacity, GB/s) per level, then memory.
 LEVELS = {"ro": [(64 << 10, 418.0), (2 << 20, 233.0), (32 << 20, 193.0), (None, 34.0)],

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from ert.analysis.ceilings import build, compute_ceilings, memory_ceilings, rates
+from ert.analysis.ceilings import build, compute_ceilings, memory_ceilings
+from ert.spec import rates
 from ert.analysis.plateaus import _densest_median, level_over_range
 from ert.hwinfo import CacheInfo
 from ert.rawio import RawData
@@ -53,7 +54,7 @@ def test_rates_come_from_the_kernel_spec():
 
 
 def test_clear_curve_names_its_own_levels():
-    ceilings, warnings = memory_ceilings(sweep(RO, RO_LEVELS), ZEN4_CACHES, threads=2)
+    ceilings, warnings = memory_ceilings(sweep(RO, RO_LEVELS), ZEN4_CACHES, workers=2)
     assert [c["level"] for c in ceilings] == ["L1", "L2", "L3", "DRAM"]
     for c, (value, _) in zip(ceilings, RO_LEVELS):
         assert c["gbytes_per_s"] == pytest.approx(value, rel=0.03)
@@ -65,7 +66,7 @@ def test_curve_with_similar_levels_is_measured_over_the_clearer_curves_ranges():
     """Zen 4: read+write runs at nearly one speed in L1, L2 and L3; read-only separates them."""
     rw_levels = [(465.0, 64 << 10), (430.0, 2 << 20), (380.0, 48 << 20), (55.0, None)]
     points = sweep(RW, rw_levels, seed=1, noise=0.04) + sweep(RO, RO_LEVELS, seed=2)
-    ceilings, warnings = memory_ceilings(points, ZEN4_CACHES, threads=2)
+    ceilings, warnings = memory_ceilings(points, ZEN4_CACHES, workers=2)
     rw = [c for c in ceilings if c["access"] == "rw"]
     ro = [c for c in ceilings if c["access"] == "ro"]
     assert [c["level"] for c in rw] == [c["level"] for c in ro] == ["L1", "L2", "L3", "DRAM"]
@@ -81,7 +82,7 @@ def test_invalid_points_are_never_used():
     points = sweep(RO, RO_LEVELS)
     poisoned = [dict(p, valid=False, seconds={k: v / 100 for k, v in p["seconds"].items()})
                 for p in points[:3]]  # 100x faster but failed the check
-    ceilings, _ = memory_ceilings(poisoned + points[3:], ZEN4_CACHES, threads=2)
+    ceilings, _ = memory_ceilings(poisoned + points[3:], ZEN4_CACHES, workers=2)
     assert max(c["gbytes_per_s"] for c in ceilings) < 500
 
 
@@ -146,5 +147,5 @@ def test_best_launch_per_working_set_is_used_and_others_kept_as_evidence():
     assert len(kept) == len(curve)
     assert all(r["launch"]["global"] == 2048 for r in kept)
     assert sum(not r["valid"] for r in best) == 1  # invalid records stay, to be counted and reported
-    levels, _ = memory_ceilings(best, ZEN4_CACHES, threads=1)
+    levels, _ = memory_ceilings(best, ZEN4_CACHES, workers=1)
     assert [lvl["gbytes_per_s"] for lvl in levels] == [pytest.approx(400.0, rel=0.05), pytest.approx(50.0, rel=0.05)]

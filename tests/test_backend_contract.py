@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+
 import pytest
 
 from ert import hwinfo
-from ert.backends import REGISTRY
+from ert.backends import REGISTRY, Backend
 from ert.config import from_dict
 from ert.spec import ITEMSIZE, KernelSpec
 
@@ -41,18 +44,29 @@ def _elements(backend, spec: KernelSpec, wss_bytes: int) -> int:
 
 
 def _prepare(backend, spec: KernelSpec, n: int) -> None:
-    launches = getattr(backend, "launches", None)
-    if launches is None:
-        backend.prepare(spec, elements_per_thread=n)
-    else:
-        options = launches(spec, n)
-        assert options, f"{backend.name} lists no launch geometry for {spec.key} at {n} elements"
-        backend.prepare(spec, elements_per_thread=n, launch=options[0])
+    options = backend.launches(spec, n)
+    assert options, f"{backend.name} lists no launch geometry for {spec.key} at {n} elements"
+    backend.prepare(spec, elements_per_thread=n, launch=options[0])
 
 
-def _corrupt(backend) -> None:
-    """Damage one value that check() examines, through the backend's test hook."""
-    backend.corrupt_for_test()
+def _protocol_members() -> set[str]:
+    members = {m for m in vars(Backend) if not m.startswith("_")}
+    return members | set(Backend.__annotations__)
+
+
+@pytest.mark.parametrize("name", REGISTRY.names())
+def test_every_backend_class_has_every_protocol_member(name):
+    """Without its runtime too: a backend that lacks a member the driver or CLI uses fails here, not on a GPU."""
+    module = importlib.import_module(REGISTRY.entry(name).module)
+    classes = [c for c in vars(module).values()
+               if isinstance(c, type) and c.__module__ == module.__name__ and getattr(c, "name", None) == name]
+    assert len(classes) == 1, classes
+    cls = classes[0]
+    # Instance attributes set in __init__ (threads on numba-cpu, device_id on GPUs) are read from its source.
+    source = inspect.getsource(cls)
+    missing = [m for m in sorted(_protocol_members())
+               if not hasattr(cls, m) and f"self.{m} =" not in source]
+    assert not missing, f"{cls.__name__} lacks {missing}"
 
 
 KERNELS = [KernelSpec(p, f, fma, access) for p in ITEMSIZE
@@ -69,7 +83,7 @@ def test_round_trip_is_checked_against_the_host_replay(backend, spec):
     assert all(s > 0 for s in seconds), seconds
     result = backend.check()
     assert result.ok, f"{spec.key}: {result.detail}"
-    _corrupt(backend)
+    backend.corrupt_for_test()
     damaged = backend.check()
     assert not damaged.ok, f"{spec.key}: check() passed a corrupted output ({damaged.detail})"
 

@@ -10,17 +10,19 @@ real code.
 from __future__ import annotations
 
 import gc
+import re
 import weakref
-from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_host as host
-from ert.comm import SerialComm
+from ert.backends.check import NUMPY_DTYPE, replay_rw
+from ert.measure.comm import SerialComm
 from ert.config import RunConfig, Timing, from_dict
-from ert.driver import calibrate, measure
+from ert.measure.driver import calibrate, measure
 from ert.errors import ErtError
 from ert.spec import KernelSpec
 
@@ -49,7 +51,7 @@ def _rated(info, precision, fma=True):
 
 
 # ----------------------------------------------------------------------------- device facts
-def test_host_logic_no_gpu_properties_give_the_published_rated_peaks():
+def test_properties_give_the_published_rated_peaks():
     v100 = host.device_info(V100)
     a100 = host.device_info(A100, attributes=A100_ATTRIBUTES)
     h100 = host.device_info(H100)
@@ -67,7 +69,7 @@ def test_host_logic_no_gpu_properties_give_the_published_rated_peaks():
     assert "80 SMs x 1530 MHz x 64 FP64 FLOP/cycle/SM" in _rated(v100, "fp64")["derivation"]
 
 
-def test_host_logic_no_gpu_clock_sources_cuda13_attributes_and_nvml():
+def test_clock_sources_cuda13_attributes_and_nvml():
     a100 = host.device_info(A100, attributes=A100_ATTRIBUTES)
     assert a100.sm_clock_khz == 1410000 and a100.sources["clockRate"] == "device attribute"
     from_nvml = host.device_info(A100, nvml={"max_sm_clock_mhz": 1410, "max_memory_clock_mhz": 1215})
@@ -78,7 +80,7 @@ def test_host_logic_no_gpu_clock_sources_cuda13_attributes_and_nvml():
     assert host.rated_peaks(unknown)["memory"][0]["gbytes_per_s"] is None
 
 
-def test_host_logic_no_gpu_caches_memory_name_and_unknown_architectures():
+def test_caches_memory_name_and_unknown_architectures():
     v100 = host.device_info(V100)
     assert v100.name == "Tesla V100-SXM2-16GB" and v100.arch == "sm_70"
     assert host.caches(v100) == [
@@ -105,7 +107,7 @@ def _units_per_thread(n_units, launch):
     return work
 
 
-def test_host_logic_no_gpu_default_geometry_is_erts_v100_set_scaled_to_the_sm_count():
+def test_default_geometry_is_erts_v100_set_scaled_to_the_sm_count():
     pairs = host.default_geometry(host.device_info(V100))
     # ERT's V100 set: ERT_BLOCKS_THREADS 163840 = 80 SMs x 2048 at every block size.
     assert pairs == [(2560, 64), (1280, 128), (640, 256), (320, 512), (160, 1024)]
@@ -115,7 +117,7 @@ def test_host_logic_no_gpu_default_geometry_is_erts_v100_set_scaled_to_the_sm_co
 
 @pytest.mark.parametrize("props", [A10, {**A10, "major": 8, "minor": 9, "maxBlocksPerMultiProcessor": 24},
                                    {**A10, "major": 12, "minor": 0}], ids=["sm_86", "sm_89", "sm_120"])
-def test_host_logic_no_gpu_1536_thread_gpus_get_a_full_wave_at_every_block_size(props):
+def test_1536_thread_gpus_get_a_full_wave_at_every_block_size(props):
     info = host.device_info(props)
     pairs = host.default_geometry(info)
     assert [t for _, t in pairs] == [64, 128, 256, 512, 1024]
@@ -130,7 +132,7 @@ def test_host_logic_no_gpu_1536_thread_gpus_get_a_full_wave_at_every_block_size(
         assert launch["blocks"] * launch["threads"] <= info.sm_count * 1536
 
 
-def test_host_logic_no_gpu_launches_balance_the_work_and_never_exceed_the_geometry():
+def test_launches_balance_the_work_and_never_exceed_the_geometry():
     pairs = host.default_geometry(host.device_info(V100))
     for n_units in (1000, 163840, 163841, 200000, 327679, 1 << 20, 12345677):
         got = host.launches(n_units=n_units, pairs=pairs)
@@ -151,7 +153,7 @@ def test_host_logic_no_gpu_launches_balance_the_work_and_never_exceed_the_geomet
         [{"blocks": 1, "threads": 10}]
 
 
-def test_host_logic_no_gpu_backend_geometry_from_config_and_fp16_units():
+def test_backend_geometry_from_config_and_fp16_units():
     dev = EmulatedGpu(V100)
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=dev)
     # FP16 runs half2 units: 2**21 halves are 2**20 units, the same geometries as 2**20 floats.
@@ -181,7 +183,7 @@ def _sweep_gbytes(backend, spec, units):
     return np.array(out)
 
 
-def test_host_logic_no_gpu_no_saw_tooth_along_the_low_end_of_the_l2_plateau():
+def test_no_saw_tooth_along_the_low_end_of_the_l2_plateau():
     """FP64 read+write from one to four full waves at growth 1.05, on a GPU whose rounds are latency bound.
 
     With the grid fixed at one wave, the first n mod S threads did one unit
@@ -198,7 +200,7 @@ def test_host_logic_no_gpu_no_saw_tooth_along_the_low_end_of_the_l2_plateau():
     assert gbytes.min() / gbytes.max() > 0.97, dict(zip(units, gbytes.round(0)))
 
 
-def test_host_logic_no_gpu_occupancy_is_recorded_per_point_and_defaults_are_one_wave():
+def test_occupancy_is_recorded_per_point_and_defaults_are_one_wave():
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(H100, registers=32))
     spec = KernelSpec("fp64", 1, False)
     for launch in backend.launches(spec, 1 << 24):
@@ -219,19 +221,19 @@ def test_host_logic_no_gpu_occupancy_is_recorded_per_point_and_defaults_are_one_
     (5, 4, None, 1),                   # oversubscribed
     (1, 4, 3, 3),                      # cuda.device fixes the GPU
 ])
-def test_host_logic_no_gpu_device_for_rank(local_rank, visible, configured, want):
+def test_device_for_rank(local_rank, visible, configured, want):
     assert host.device_for_rank(local_rank=local_rank, visible=visible, configured=configured) == want
 
 
-def test_host_logic_no_gpu_device_for_rank_refuses_a_missing_gpu():
+def test_device_for_rank_refuses_a_missing_gpu():
     with pytest.raises(ErtError, match="device 4 does not exist"):
         host.device_for_rank(local_rank=0, visible=4, configured=4)
     with pytest.raises(ErtError):
         host.device_for_rank(local_rank=0, visible=0, configured=None)
 
 
-def test_host_logic_no_gpu_sharing_is_decided_from_the_devices_the_ranks_hold():
-    from ert.comm import shared_device_warnings
+def test_sharing_is_decided_from_the_devices_the_ranks_hold():
+    from ert.measure.comm import shared_device_warnings
 
     # srun --gpus-per-task=1: four ranks, each sees one GPU as index 0, all different.
     srun = [("n1", f"GPU-{k}") for k in range(4)]
@@ -245,14 +247,14 @@ def test_host_logic_no_gpu_sharing_is_decided_from_the_devices_the_ranks_hold():
     # The backend reports the id its device has (a UUID on a real GPU).
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(H100, device_id="GPU-1234"),
                                    local_rank=2, local_size=4)
-    assert backend.device_id == "GPU-1234" and backend.describe()["caveats"][-1].startswith("NVIDIA L1")
+    assert backend.device_id == "GPU-1234" and backend.warnings[-1].startswith("NVIDIA L1")
     assert host.device_info({**H100, "uuid": bytes(range(16))}).uuid == "GPU-000102030405060708090a0b0c0d0e0f"
 
 
 # ----------------------------------------------------------------------------- accounting
 @pytest.mark.parametrize("precision", ["fp64", "fp32", "fp16"])
 @pytest.mark.parametrize("flops", [1, 2, 64, 1024])
-def test_host_logic_no_gpu_flops_and_bytes_match_the_kernel_instructions(precision, flops):
+def test_flops_and_bytes_match_the_kernel_instructions(precision, flops):
     """KernelSpec's per-element counts equal what the kernel issues per unit (FP16: half2 units of 2 elements)."""
     spec = KernelSpec(precision, flops, flops > 1)
     elements, trials = 4096, 3
@@ -321,7 +323,7 @@ class EmulatedGpu:
     def check_rw(self, function, data, *, n_units, expected16, tolerance, blocks, threads):
         spec = function[1]
         values = data[:n_units * host.UNIT_ELEMENTS[spec.precision] * spec.itemsize].view(
-            host.NUMPY_DTYPE[spec.precision]).astype(np.float64)
+            NUMPY_DTYPE[spec.precision]).astype(np.float64)
         want = np.asarray(expected16, dtype=np.float64)[np.arange(values.size) % 16]
         err = np.abs(values - want) / np.maximum(np.abs(want), 1.0)
         bad = ~(err <= tolerance)
@@ -329,7 +331,7 @@ class EmulatedGpu:
 
     def launch(self, function, *, blocks, threads, args):
         kind, spec = function
-        dtype = host.NUMPY_DTYPE[spec.precision]
+        dtype = NUMPY_DTYPE[spec.precision]
         lanes = host.UNIT_ELEMENTS[spec.precision]
         data, n_units = args[0], int(args[1])
         values = data[:n_units * lanes * spec.itemsize].view(dtype)  # element view; half2 ops are lane-wise
@@ -383,6 +385,9 @@ class EmulatedGpu:
         self.bytes_read += (hi - lo) * array.itemsize
         return np.array(array[lo:hi])
 
+    def write(self, array, lo, values):
+        array[lo:lo + values.size] = values.astype(array.dtype)
+
     def close(self):
         pass
 
@@ -400,7 +405,7 @@ ALL_KINDS = [KernelSpec(p, f, fma, "rw") for p in ("fp64", "fp32", "fp16")
 
 
 @pytest.mark.parametrize("spec", ALL_KINDS, ids=lambda s: s.key)
-def test_host_logic_no_gpu_replay_matches_the_kernel_arithmetic_bit_for_bit(spec):
+def test_replay_matches_the_kernel_arithmetic_bit_for_bit(spec):
     # 1000 elements (FP16: 500 half2), trials split over launches so trial_offset carries the parity.
     backend = _prepared(spec, 1000)
     for trials in (1, 6, 40):
@@ -408,28 +413,19 @@ def test_host_logic_no_gpu_replay_matches_the_kernel_arithmetic_bit_for_bit(spec
     result = backend.check()
     assert result.ok, result.detail
     if spec.access == "rw":
-        got = backend._dev.read(backend._data, 0, 32 * spec.itemsize).view(host.NUMPY_DTYPE[spec.precision])
-        want = host.replay_rw(precision=spec.precision, flops_per_element=spec.flops_per_element, fma=spec.fma,
-                              trials=48)  # 1 warm-up + 47
+        got = backend._dev.read(backend._data, 0, 32 * spec.itemsize).view(NUMPY_DTYPE[spec.precision])
+        want = replay_rw(spec, trials=48)  # 1 warm-up + 47
         assert np.array_equal(got[:16], want) and np.array_equal(got[16:32], want)
         assert result.detail == "every element within 0 of the replay"
 
 
-def test_host_logic_no_gpu_replay_parity_and_long_runs():
-    odd = host.replay_rw(precision="fp32", flops_per_element=2, fma=False, trials=1001)
-    even = host.replay_rw(precision="fp32", flops_per_element=2, fma=False, trials=1002)
-    assert not np.array_equal(odd, even)
-    # The cycle jump: 10**12 trials agree with the same parity a few thousand trials in.
-    assert np.array_equal(host.replay_rw(precision="fp32", flops_per_element=2, fma=False, trials=10**12 + 2), even)
-
-
 @pytest.mark.parametrize("spec", [KernelSpec("fp64", 8, True), KernelSpec("fp16", 1, False),
                                   KernelSpec("fp32", 1, False, "ro")], ids=lambda s: s.key)
-def test_host_logic_no_gpu_check_catches_a_wrong_element_nan_and_a_lost_trial(spec):
+def test_check_catches_a_wrong_element_nan_and_a_lost_trial(spec):
     backend = _prepared(spec, 2048)
     backend.run(5)
     assert backend.check().ok
-    dtype = host.NUMPY_DTYPE[spec.precision]
+    dtype = NUMPY_DTYPE[spec.precision]
     if spec.access == "ro":
         backend._sums[7] += 1.0
         result = backend.check()
@@ -445,7 +441,7 @@ def test_host_logic_no_gpu_check_catches_a_wrong_element_nan_and_a_lost_trial(sp
     assert not backend.check().ok
 
 
-def test_host_logic_no_gpu_ro_expected_sums_any_stride():
+def test_ro_expected_sums_any_stride():
     values = host.unit_values("fp32")
     for n_units, stride in ((1000, 64), (1000, 100), (37, 64)):
         u = np.arange(n_units)
@@ -457,7 +453,7 @@ def test_host_logic_no_gpu_ro_expected_sums_any_stride():
 
 
 # ----------------------------------------------------------------------------- calibration and timing
-def test_host_logic_no_gpu_trials_inside_one_launch_keep_launch_overhead_out_of_small_points():
+def test_trials_inside_one_launch_keep_launch_overhead_out_of_small_points():
     """A 16 KiB point whose trials take 164 ns each, with a 5 us launch.
 
     The driver doubles trials until one timed region (one launch) lasts
@@ -476,17 +472,18 @@ def test_host_logic_no_gpu_trials_inside_one_launch_keep_launch_overhead_out_of_
     assert backend.check().ok
 
 
-def test_host_logic_no_gpu_describe_feeds_the_analysis():
+def test_describe_feeds_the_analysis():
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(H100), local_rank=1, local_size=2)
     info = backend.describe()
     assert info["backend"] == "cuda" and info["device"].startswith("NVIDIA H100")
     assert info["memory_name"] == "HBM" and [c["level"] for c in info["caches"]] == [1, 2]
     assert info["rated"]["memory"][0]["gbytes_per_s"] == pytest.approx(3352.3, abs=0.1)
     assert info["local_rank"] == 1 and info["threads"] == 1
-    assert any("write-through" in c for c in info["caveats"])
+    # Warnings are not metadata: the CLI gathers every rank's backend.warnings into rank_warnings.
+    assert "caveats" not in info and any("write-through" in w for w in backend.warnings)
 
 
-def test_host_logic_no_gpu_probe_without_a_gpu_is_one_line_and_never_raises():
+def test_probe_without_a_gpu_is_one_line_and_never_raises():
     ok, reason, detail = cuda_mod.probe()
     if ok:
         pytest.skip("a GPU is present: the unavailable path cannot be seen here")
@@ -494,7 +491,7 @@ def test_host_logic_no_gpu_probe_without_a_gpu_is_one_line_and_never_raises():
     assert detail.get("accelerators", 0) == 0
 
 
-def test_host_logic_no_gpu_ert_backends_shows_cuda_unavailable_in_one_line():
+def test_ert_backends_shows_cuda_unavailable_in_one_line():
     from conftest import run_cmd
 
     proc = run_cmd("ert", "backends")
@@ -506,8 +503,8 @@ def test_host_logic_no_gpu_ert_backends_shows_cuda_unavailable_in_one_line():
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_host_logic_no_gpu_report_puts_each_ceiling_beside_its_rated_peak():
-    from ert.report import format_ceilings
+def test_report_puts_each_ceiling_beside_its_rated_peak():
+    from ert.consumers.report import format_ceilings
 
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(V100))
     doc = {"metadata": {"backend_info": backend.describe()},
@@ -523,7 +520,7 @@ def test_host_logic_no_gpu_report_puts_each_ceiling_beside_its_rated_peak():
 
 
 # ----------------------------------------------------------------------------- the issue-13 review findings
-def test_host_logic_no_gpu_the_old_buffer_is_released_before_a_larger_one_is_allocated():
+def test_the_old_buffer_is_released_before_a_larger_one_is_allocated():
     # EmulatedGpu.buffer asserts that nobody (the backend's _data) still holds the previous buffer.
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(V100))
     spec = KernelSpec("fp64", 1, False)
@@ -563,7 +560,7 @@ class _Array:
         self.log.append(("fill", _Stream.current))
 
 
-def test_host_logic_no_gpu_read_only_sums_are_zeroed_on_the_kernels_stream():
+def test_read_only_sums_are_zeroed_on_the_kernels_stream():
     """CupyDevice.zeroed_sums must write on the non-blocking stream the kernels run on.
 
     The legacy default stream is not ordered with a non-blocking stream, so a
@@ -579,7 +576,7 @@ def test_host_logic_no_gpu_read_only_sums_are_zeroed_on_the_kernels_stream():
     assert log == [("allocate", "kernel stream"), ("fill", "kernel stream")]
 
 
-def test_host_logic_no_gpu_install_names_the_cuda_headers():
+def test_install_names_the_cuda_headers():
     # A wheel-only CuPy needs the CUDA headers to compile (cupy-cuda13x[ctk], or a system toolkit).
     import tomllib
     from pathlib import Path
@@ -591,11 +588,11 @@ def test_host_logic_no_gpu_install_names_the_cuda_headers():
     assert "cupy-cuda13x[ctk]" in readme
 
 
-def test_host_logic_no_gpu_a_busy_launch_raises_the_clocks_before_timing_and_clocks_are_recorded(tmp_path):
-    from ert.comm import SerialComm
-    from ert.driver import run_sweep
+def test_a_busy_launch_raises_the_clocks_before_timing_and_clocks_are_recorded(tmp_path):
+    from ert.measure.comm import SerialComm
+    from ert.measure.driver import run_sweep
     from ert.rawio import read_raw
-    from ert.sweep import plan
+    from ert.measure.plan import plan
 
     dev = EmulatedGpu(V100, clock_mhz=1530)
     backend = cuda_mod.CudaBackend(config=RunConfig(), device=dev)
@@ -617,12 +614,12 @@ def test_host_logic_no_gpu_a_busy_launch_raises_the_clocks_before_timing_and_clo
 
 @pytest.mark.parametrize("spec", [KernelSpec("fp64", 1, False), KernelSpec("fp16", 8, True),
                                   KernelSpec("fp32", 2, False)], ids=lambda s: s.key)
-def test_host_logic_no_gpu_read_write_points_are_checked_on_the_device(spec):
+def test_read_write_points_are_checked_on_the_device(spec):
     backend = _prepared(spec, 1 << 16)
     backend.run(3)
     result = backend.check()
     assert result.ok and backend._dev.bytes_read == 0  # nothing copied back for a passing point
-    dtype = host.NUMPY_DTYPE[spec.precision]
+    dtype = NUMPY_DTYPE[spec.precision]
     values = backend._data.view(dtype)
     values[777] = 3.0
     values[40000] = np.nan
@@ -646,7 +643,7 @@ def _curve(access, plateaus):
     return out
 
 
-def test_host_logic_no_gpu_read_write_curves_are_never_named_against_the_l1():
+def test_read_write_curves_are_never_named_against_the_l1():
     """An A100 (20 MiB of L1 summed over 108 SMs, 40 MiB L2): read+write runs at L2 speed to ~24 MiB.
 
     Against the summed L1 (nearer in log than the L2) that break was named
@@ -660,7 +657,25 @@ def test_host_logic_no_gpu_read_write_curves_are_never_named_against_the_l1():
     caches = caches_by_access(info["caches"])
     rw = _curve("rw", [(24 << 20, 4000.0), (1 << 40, 1500.0)])
     ro = _curve("ro", [(16 << 20, 9000.0), (1 << 40, 1600.0)])
-    ceilings, _ = memory_ceilings(rw + ro, caches, threads=1, memory_name=info["memory_name"])
+    ceilings, _ = memory_ceilings(rw + ro, caches, workers=1, memory_name=info["memory_name"])
     names = {access: [c["level"] for c in ceilings if c["access"] == access] for access in ("rw", "ro")}
     assert names == {"rw": ["L2", "HBM"], "ro": ["L1", "HBM"]}, names
     assert [c["gbytes_per_s"] for c in ceilings if c["access"] == "rw"] == [4000.0, 1500.0]
+
+
+# The kernel's own accounting lines, e.g. "ert_rw, ERT_FLOPS = 2K:  K x  b = b * a + c_t   2K FLOPs, sizeof(T) loaded + ..."
+_ACCOUNTING = re.compile(r"^//\s+(ert_rw, ERT_FLOPS = (?:1|2K)|ert_ro):.*?\s(1|2K) FLOPs?,\s+(.+?)\s*$", re.M)
+
+
+def test_the_spec_accounting_is_the_kernels_documented_one():
+    """KernelSpec's FLOPs and bytes per element are what kernels/ert_cuda.cu states for every variant."""
+    source = (Path(host.__file__).parents[2] / "kernels" / host.KERNEL_FILE).read_text()
+    documented = {m.group(1): (m.group(2), m.group(3)) for m in _ACCOUNTING.finditer(source)}
+    assert set(documented) == {"ert_rw, ERT_FLOPS = 1", "ert_rw, ERT_FLOPS = 2K", "ert_ro"}, documented
+    for spec in [KernelSpec(p, f, fma) for p in ("fp64", "fp32", "fp16") for f in (1, 2, 16, 1024)
+                 for fma in (True, False) if not (f == 1 and fma)] + [KernelSpec(p, 1, False, "ro")
+                                                                      for p in ("fp64", "fp32", "fp16")]:
+        key = "ert_ro" if spec.access == "ro" else f"ert_rw, ERT_FLOPS = {'1' if spec.flops_per_element == 1 else '2K'}"
+        flops, traffic = documented[key]
+        assert (1 if flops == "1" else 2 * spec.fma_ops_per_element) == spec.flops_per_element, spec.key
+        assert traffic.count("sizeof(T)") * spec.itemsize == spec.bytes_per_element, spec.key

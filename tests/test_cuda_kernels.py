@@ -18,7 +18,8 @@ from ert.spec import KernelSpec
 KERNEL = Path(__file__).resolve().parents[1] / "kernels" / host.KERNEL_FILE
 ARCHS = ("sm_75", "sm_80", "sm_90", "sm_100")
 NVCC = shutil.which("nvcc")
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA 13) is not on PATH: cannot compile the CUDA kernels")
+pytestmark = [pytest.mark.nvcc,
+              pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA 13) is not on PATH: cannot compile the CUDA kernels")]
 
 # PTX type suffix of each precision's arithmetic.
 PTX_TYPE = {"fp64": "f64", "fp32": "f32", "fp16": "f16x2"}
@@ -158,7 +159,7 @@ def _ptxas_registers(arch: str, max_threads_per_sm: int) -> dict[str, tuple[int,
 
 
 @pytest.mark.parametrize("arch, threads_per_sm", [("sm_90", 2048), ("sm_86", 1536), ("sm_75", 1024)])
-def test_nvcc_ptx_not_run_on_gpu_every_kernel_leaves_registers_for_a_full_sm(arch, threads_per_sm):
+def test_every_kernel_leaves_registers_for_a_full_sm(arch, threads_per_sm):
     """ptxas's register count lets a full SM of threads be resident (one wave really is one wave).
 
     Without the register cap the FLOPs-1 read+write and read-only kernels
@@ -171,7 +172,7 @@ def test_nvcc_ptx_not_run_on_gpu_every_kernel_leaves_registers_for_a_full_sm(arc
         assert spill == 0, (name, spill)
 
 
-def test_nvcc_ptx_not_run_on_gpu_check_and_warm_up_kernels(ptx):
+def test_check_and_warm_up_kernels(ptx):
     text = ptx[("all", "sm_90")][1]
     for index, spec in enumerate(all_specs()):
         check = _entry(text, f"ert_check_v{index}")
@@ -180,30 +181,30 @@ def test_nvcc_ptx_not_run_on_gpu_check_and_warm_up_kernels(ptx):
         assert "%globaltimer" in spin  # a busy wait of known length in nanoseconds, whatever the clock
 
 
-def test_nvcc_ptx_not_run_on_gpu_every_batch_compiles(ptx):
+def test_every_batch_compiles(ptx):
     for key, (rc, text, err) in ptx.items():
         assert rc == 0, f"{key}: {err}"
         assert f".target {key[1]}" in text
 
 
 @pytest.mark.parametrize("index", range(len(all_specs())), ids=[s.key for s in all_specs()])
-def test_nvcc_ptx_not_run_on_gpu_every_variant_does_its_flops_on_every_arch(ptx, index):
+def test_every_variant_does_its_flops_on_every_arch(ptx, index):
     spec = all_specs()[index]
     for arch in ARCHS:
         _check_variant(spec, ptx[("all", arch)][1], f"_v{index}")
 
 
 @pytest.mark.parametrize("index", range(len(FALLBACK)), ids=[s.key for s in FALLBACK])
-def test_nvcc_ptx_not_run_on_gpu_fp16_without_header_emits_the_same_instructions(ptx, index):
+def test_fp16_without_header_emits_the_same_instructions(ptx, index):
     _check_variant(FALLBACK[index], ptx[("noheader", "sm_75")][1], f"_v{index}")
 
 
 @pytest.mark.parametrize("spec", CMDLINE, ids=lambda s: s.key)
-def test_nvcc_ptx_not_run_on_gpu_command_line_defines_build_the_same_kernel(ptx, spec):
+def test_command_line_defines_build_the_same_kernel(ptx, spec):
     _check_variant(spec, ptx[(spec.key, "sm_90")][1])
 
 
-def test_nvcc_ptx_not_run_on_gpu_source_compiles_with_no_defines(ptx):
+def test_source_compiles_with_no_defines(ptx):
     # Defaults: FP64, 2 FLOPs (one fused multiply-add), read+write, unsuffixed names.
     for arch in ARCHS:
         rc, text, err = ptx[("defaults", arch)]
@@ -212,13 +213,6 @@ def test_nvcc_ptx_not_run_on_gpu_source_compiles_with_no_defines(ptx):
 
 
 @pytest.mark.parametrize("defines", [("-DERT_PRECISION=8",), ("-DERT_FLOPS=3",), ("-DERT_FLOPS=2048",)])
-def test_nvcc_ptx_not_run_on_gpu_bad_defines_are_refused(tmp_path, defines):
+def test_bad_defines_are_refused(tmp_path, defines):
     rc, _, err = _nvcc(("-arch=sm_80", *defines), KERNEL, tmp_path / "x.ptx")
     assert rc != 0 and "error" in err
-
-
-def test_nvcc_ptx_not_run_on_gpu_the_spec_accounting_is_the_kernels_documented_one():
-    # The kernel's comment states FLOPs and bytes per element; KernelSpec is the one source of them.
-    source = KERNEL.read_text()
-    assert "1 FLOP,  sizeof(T) loaded + sizeof(T) stored" in source
-    assert "2K FLOPs, sizeof(T) loaded + sizeof(T) stored" in source

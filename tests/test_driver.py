@@ -12,11 +12,11 @@ import statistics
 
 import pytest
 
-from ert.comm import SerialComm
+from ert.measure.comm import SerialComm
 from ert.config import Timing
-from ert.driver import MAX_TRIALS, calibrate, measure, point_record
+from ert.measure.driver import MAX_TRIALS, calibrate, measure, point_record
 from ert.spec import KernelSpec
-from ert.sweep import Point
+from ert.measure.plan import Point
 
 
 class ScriptedBackend:

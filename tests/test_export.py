@@ -8,7 +8,7 @@ import json
 
 from conftest import REPO, run_cmd, stderr_lines
 from ert.ceilings_io import load_ceilings
-from ert.export import to_csv, to_ert, to_nersc
+from ert.consumers.export import to_csv, to_ert, to_nersc
 
 DATA = REPO / "tests" / "data"
 

@@ -109,18 +109,39 @@ def test_aggregate_capacity():
         aggregate_capacity_bytes(l1, 0)
 
 
-def test_cpu_model(tmp_path):
+@pytest.mark.parametrize("text, model", [
+    ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n",
+     "AMD EPYC 9R14 96-Core Processor"),
+    ("processor\t: 0\nBogoMIPS\t: 50.00\nHardware\t: BCM2835\n", "BCM2835"),      # ARM kernels
+    ("cpu model\t\t: R4000\nmodel name\t: \n", "R4000"),                           # an empty field is skipped
+])
+def test_cpu_model_reads_the_first_named_field(tmp_path, text, model):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n")
-    assert cpu_model(str(info)) == "AMD EPYC 9R14 96-Core Processor"
-    # Without a usable file it falls back to the platform module: still a string.
-    assert isinstance(cpu_model(str(tmp_path / "missing")), str)
-    real = cpu_model()
-    assert isinstance(real, str)
-    if Path("/proc/cpuinfo").is_file() and "model name" in Path("/proc/cpuinfo").read_text():
-        assert real
+    info.write_text(text)
+    assert cpu_model(str(info)) == model
 
 
-def test_usable_cpus():
-    n = usable_cpus()
-    assert isinstance(n, int) and 1 <= n <= (os.cpu_count() or n)
+def test_cpu_model_falls_back_to_the_platform_module(tmp_path, monkeypatch):
+    import platform
+
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    monkeypatch.setattr(platform, "machine", lambda: "riscv64")
+    assert cpu_model(str(tmp_path / "missing")) == "riscv64"
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\n")  # no name in the file either
+    assert cpu_model(str(tmp_path / "cpuinfo")) == "riscv64"
+    monkeypatch.setattr(platform, "machine", lambda: "")
+    assert cpu_model(str(tmp_path / "missing")) == ""
+
+
+def test_usable_cpus_is_the_affinity_mask(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    assert usable_cpus() == 3
+
+    def refused(pid):
+        raise OSError("not permitted")
+
+    monkeypatch.setattr(os, "sched_getaffinity", refused, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 7)
+    assert usable_cpus() == 7
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert usable_cpus() == 1

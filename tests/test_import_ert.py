@@ -25,7 +25,8 @@ def test_cpu_config(tmp_path):
     cfg, notes = _convert("cpu", tmp_path)
     assert cfg["backend"] == "numba-cpu" and cfg["precisions"] == ["fp64"]
     assert cfg["flops_per_element"] == [1, 2, 4, 8, 16]
-    assert cfg["threads"] == 24  # the largest of ERT_OPENMP_THREADS 1-24
+    # ERT_OPENMP_THREADS 1-24: every count, as ERT sweeps them, in one thread-scaling run; threads is the largest.
+    assert cfg["thread_counts"] == list(range(1, 25)) and cfg["threads"] == 24
     assert cfg["working_set"] == {"max_bytes": 1073741824, "min_bytes": 1 * 8 * 24, "growth": 1.1}
     assert cfg["timing"] == {"repeats": 3} and cfg["access"] == ["rw"]
     text = "\n".join(notes)

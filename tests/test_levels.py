@@ -62,7 +62,7 @@ def names(levels: list[NamedLevel]) -> list[str]:
 @pytest.mark.parametrize("seed", range(4))
 def test_zen4_vm_is_named_l1_l2_l3_dram_without_warnings(seed):
     plateaus = sweep_plateaus(ZEN4_LEVELS, hi=1 * GiB, seed=seed)
-    levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
+    levels, warnings = name_levels(plateaus, ZEN4_CACHES, workers=2)
     assert names(levels) == ["L1", "L2", "L3", "DRAM"]
     assert warnings == []
     assert [lv.plateau for lv in levels] == plateaus
@@ -75,7 +75,7 @@ def test_zen4_vm_is_named_l1_l2_l3_dram_without_warnings(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_emerald_rapids_vm_names_all_four_and_warns_about_the_l3_hint(seed):
     plateaus = sweep_plateaus(EMERALD_LEVELS, hi=8 * GiB, seed=seed)
-    levels, warnings = name_levels(plateaus, EMERALD_CACHES, threads=2)
+    levels, warnings = name_levels(plateaus, EMERALD_CACHES, workers=2)
     assert names(levels) == ["L1", "L2", "L3", "DRAM"]
     assert len(warnings) == 1
     assert "260 MiB" in warnings[0] and "L3 hint" in warnings[0]
@@ -92,25 +92,25 @@ def test_emerald_rapids_observed_plateaus():
         plateau(150.0, 6 * MiB, 700 * MiB),
         plateau(60.0, 1600 * MiB, 8 * GiB),
     ]
-    levels, warnings = name_levels(plateaus, EMERALD_CACHES, threads=2)
+    levels, warnings = name_levels(plateaus, EMERALD_CACHES, workers=2)
     assert names(levels) == ["L1", "L2", "L3", "DRAM"]
     assert any("260 MiB" in w for w in warnings)
 
 
 def test_no_hints_gives_positional_names_and_a_warning():
     plateaus = sweep_plateaus(ZEN4_LEVELS, hi=1 * GiB)
-    levels, warnings = name_levels(plateaus, [], threads=2)
+    levels, warnings = name_levels(plateaus, [], workers=2)
     assert names(levels) == ["L1", "L2", "L3", "DRAM"]
     assert len(warnings) == 1 and "position" in warnings[0]
     assert all("position" in lv.basis for lv in levels)
     # Instruction caches alone are no hints either.
     only_icache = [CacheInfo(level=1, kind="Instruction", size_bytes=32 * KiB, shared_cpu_count=1)]
-    assert names(name_levels(plateaus, only_icache, threads=2)[0]) == ["L1", "L2", "L3", "DRAM"]
+    assert names(name_levels(plateaus, only_icache, workers=2)[0]) == ["L1", "L2", "L3", "DRAM"]
 
 
 def test_sweep_ending_inside_the_last_cache_names_no_memory():
     plateaus = sweep_plateaus(ZEN4_LEVELS, hi=16 * MiB)
-    levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
+    levels, warnings = name_levels(plateaus, ZEN4_CACHES, workers=2)
     assert names(levels) == ["L1", "L2", "L3"]
     assert len(warnings) == 1
     assert "DRAM" in warnings[0] and "32 MiB" in warnings[0]
@@ -118,7 +118,7 @@ def test_sweep_ending_inside_the_last_cache_names_no_memory():
 
 def test_emerald_sweep_stopping_at_1_gib_names_no_memory():
     plateaus = sweep_plateaus(EMERALD_LEVELS, hi=1 * GiB - 1)
-    levels, warnings = name_levels(plateaus, EMERALD_CACHES, threads=2)
+    levels, warnings = name_levels(plateaus, EMERALD_CACHES, workers=2)
     assert names(levels) == ["L1", "L2", "L3"]
     assert any("260 MiB" in w and "DRAM" in w for w in warnings)
 
@@ -130,7 +130,7 @@ def test_a_cache_level_without_a_plateau_is_reported():
         plateau(150.0, 90 * KiB, 26 * MiB),
         plateau(35.0, 45 * MiB, GiB),
     ]
-    levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
+    levels, warnings = name_levels(plateaus, ZEN4_CACHES, workers=2)
     assert names(levels) == ["L1", "L3", "DRAM"]
     assert len(warnings) == 1 and "no separate plateau for L2" in warnings[0]
 
@@ -142,7 +142,7 @@ def test_last_plateau_mostly_beyond_the_largest_cache_is_memory():
         plateau(200.0, 90 * KiB, 1500 * KiB),
         plateau(40.0, 3 * MiB, 4 * GiB),
     ]
-    levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
+    levels, warnings = name_levels(plateaus, ZEN4_CACHES, workers=2)
     assert names(levels) == ["L1", "L2", "DRAM"]
     assert any("no separate plateau for L3" in w for w in warnings)
 
@@ -156,7 +156,7 @@ def test_two_plateaus_on_one_cache_are_one_level_at_the_faster_value():
         plateau(100.0, 3 * MiB, 26 * MiB),
         plateau(35.0, 45 * MiB, GiB),
     ]
-    levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
+    levels, warnings = name_levels(plateaus, ZEN4_CACHES, workers=2)
     assert names(levels) == ["L1", "L2", "L3", "DRAM"]
     l1 = levels[0]
     assert l1.pieces == tuple(plateaus[:2]) and l1.ramp == ()
@@ -176,7 +176,7 @@ def test_extra_plateaus_beyond_the_largest_cache_are_one_memory_level_with_its_m
         plateau(45.0, 45 * MiB, 200 * MiB),
         plateau(30.0, 400 * MiB, 4 * GiB),
     ]
-    levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2, memory_name="HBM")
+    levels, warnings = name_levels(plateaus, ZEN4_CACHES, workers=2, memory_name="HBM")
     assert names(levels) == ["L1", "L2", "L3", "HBM"]
     hbm = levels[-1]
     assert hbm.plateau.gbytes_per_s == 30.0  # the largest working sets
@@ -191,12 +191,12 @@ def test_thread_count_sets_the_aggregate_capacity():
         plateau(100.0, 48 * KiB, 700 * KiB),
         plateau(20.0, 4 * MiB, GiB),
     ]
-    one, warn_one = name_levels(plateaus, ZEN4_CACHES, threads=1)
+    one, warn_one = name_levels(plateaus, ZEN4_CACHES, workers=1)
     assert names(one) == ["L1", "L2", "DRAM"]
     assert "1 x 32 KiB L1d" in one[0].basis and "1 x 1 MiB L2" in one[1].basis
     assert warn_one == ["no separate plateau for L3 (32 MiB = 1 x 32 MiB L3 shared by 2 cpus)"]
     # With 16 threads the same breaks no longer fit L1 (512 KiB): the mismatch is reported.
-    many, warn_many = name_levels(plateaus, ZEN4_CACHES, threads=16)
+    many, warn_many = name_levels(plateaus, ZEN4_CACHES, workers=16)
     assert names(many)[0] == "L1"
     assert any("512 KiB" in w for w in warn_many)
 
@@ -208,7 +208,7 @@ def test_rising_bandwidth_between_levels_is_flagged():
         plateau(300.0, 3 * MiB, 26 * MiB),
         plateau(35.0, 45 * MiB, GiB),
     ]
-    levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
+    levels, warnings = name_levels(plateaus, ZEN4_CACHES, workers=2)
     assert names(levels) == ["L1", "L2", "L3", "DRAM"]
     assert warnings == ["bandwidth rises from 200 to 300 GB/s at 3 MiB: not a memory-level step "
                         "(start-up overhead or interference?)"]
@@ -220,7 +220,7 @@ def test_a_slower_plateau_below_the_first_cache_is_a_ramp_of_l1_not_a_level():
         plateau(390.0, 20 * KiB, 50 * KiB),
         plateau(200.0, 90 * KiB, MiB),
     ]
-    levels, warnings = name_levels(plateaus, ZEN4_CACHES, threads=2)
+    levels, warnings = name_levels(plateaus, ZEN4_CACHES, workers=2)
     assert names(levels) == ["L1", "L2"]
     assert levels[0].plateau is plateaus[1] and levels[0].ramp == (plateaus[0],)
     assert not any("rises" in w for w in warnings)
@@ -228,9 +228,9 @@ def test_a_slower_plateau_below_the_first_cache_is_a_ramp_of_l1_not_a_level():
 
 
 def test_empty_and_bad_input():
-    assert name_levels([], ZEN4_CACHES, threads=2) == ([], ["no plateaus: no levels to name"])
+    assert name_levels([], ZEN4_CACHES, workers=2) == ([], ["no plateaus: no levels to name"])
     with pytest.raises(ValueError):
-        name_levels([plateau(1.0, 1, 2)], ZEN4_CACHES, threads=0)
+        name_levels([plateau(1.0, 1, 2)], ZEN4_CACHES, workers=0)
 
 
 def test_fmt_bytes():

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ert.analysis.ceilings import build, rates
+from ert.analysis.ceilings import build
+from ert.spec import rates
 from ert.rawio import read_raw
 
 DATA = Path(__file__).parent / "data"
@@ -34,7 +35,7 @@ def test_real_c_kernel_curve_has_exactly_the_caches_plus_memory(name):
     memory = doc["ceilings"]["memory"]
     assert [c["level"] for c in memory] == ["L1", "L2", "L3", "DRAM"], doc["warnings"]
     wss = np.array([p["wss_bytes"] for p in raw.points])
-    gbs = np.array([rates(p)[0] for p in raw.points])
+    gbs = np.array([rates(p).gbytes_per_s for p in raw.points])
     for level in memory[:3]:
         lo, hi = INSIDE[level["level"]]
         reference = float(np.median(gbs[(wss >= lo) & (wss <= hi)]))

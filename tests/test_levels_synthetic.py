@@ -87,7 +87,7 @@ def records(wss, gbps) -> list[dict]:
 
 
 def levels_of(wss, gbps, caches, threads):
-    ceilings, warnings = memory_ceilings(records(wss, gbps), caches, threads=threads)
+    ceilings, warnings = memory_ceilings(records(wss, gbps), caches, workers=threads)
     return [c["level"] for c in ceilings], [c["gbytes_per_s"] for c in ceilings], ceilings, warnings
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY, command, point_records, write_config
-from ert import placement
-from ert.comm import SerialComm, merge_rank_warnings
+from ert.measure import placement
+from ert.measure.comm import SerialComm, merge_rank_warnings
 from ert.errors import ErtError
-from ert.faults import parse
+from ert.measure.faults import parse
 from ert.spec import KernelSpec
 
 pytestmark = pytest.mark.mpi

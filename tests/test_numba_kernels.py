@@ -16,6 +16,7 @@ import pytest
 
 from ert.backends import numba_cpu as backend_mod
 from ert.backends.numba_cpu import A, ALIGN_BYTES, C, NumbaCpuBackend, _aligned_empty
+from ert.backends.check import fma_exact, replay_rw
 from ert.kernels import numba_cpu as kernels
 from ert.spec import KernelSpec
 
@@ -145,7 +146,7 @@ def test_threads_own_contiguous_blocks(backend):
     spec = KernelSpec("fp64", 1, False)
     n = prepared(backend, spec, granules=3)
     backend.run(3)
-    expected = kernels.replay_rw(dtype=np.dtype(np.float64), fma_ops=0, trials=3, a=A, c=C)
+    expected = replay_rw(spec, trials=3)
     np.testing.assert_array_equal(backend._view, np.tile(expected, n * THREADS // 16))
 
 
@@ -186,9 +187,10 @@ def test_fma_kernel_fuses_and_no_fma_kernel_does_not(precision):
                                   err_msg="the no-FMA kernel is fused (or otherwise not rounded per operation)")
     np.testing.assert_array_equal(results["fma"], np.tile(fused, (results["fma"].shape[0], 1)),
                                   err_msg="the FMA kernel does not fuse")
-    # And the host replay is the separately rounded recurrence.
-    np.testing.assert_array_equal(
-        kernels.replay_rw(dtype=np.dtype(dtype), fma_ops=ops, trials=trials, a=A, c=C), separate)
+    # And the one host replay (ert.backends.check) is each of them, bit for bit.
+    np.testing.assert_array_equal(replay_rw(KernelSpec(precision, 2 * ops, False), trials=trials), separate)
+    if fma_exact(precision):
+        np.testing.assert_array_equal(replay_rw(KernelSpec(precision, 2 * ops, True), trials=trials), fused)
 
 
 # --------------------------------------------------------------------------- assembly
@@ -421,43 +423,7 @@ def test_configure_numba_env_keeps_a_user_setting(monkeypatch):
     assert os.environ["NUMBA_CPU_FEATURES"] == "+avx2"
 
 
-# --------------------------------------------------------------------------- the host replay
-
-
-def _straight_replay(dtype, fma_ops, trials):
-    """The recurrence as written in the kernel docstring, one scalar at a time, no shortcuts."""
-    a, c = dtype(A), dtype(C)
-    out = []
-    for x in kernels.initial_values(dtype):
-        x = dtype(x)
-        for tr in range(trials):
-            ct = c if tr % 2 == 0 else dtype(-c)
-            if fma_ops == 0:
-                x = dtype(x + ct)
-            else:
-                for _ in range(fma_ops):
-                    x = dtype(dtype(x * a) + ct)
-        out.append(x)
-    return np.array(out, dtype=dtype)
-
-
-@pytest.mark.parametrize("precision", ["fp64", "fp32"])
-@pytest.mark.parametrize("fma_ops", [0, 1, 4])
-@pytest.mark.parametrize("trials", [0, 1, 2, 3, 10, 41])
-def test_replay_matches_a_plain_loop(precision, fma_ops, trials):
-    dtype = DTYPES[precision]
-    got = kernels.replay_rw(dtype=np.dtype(dtype), fma_ops=fma_ops, trials=trials, a=A, c=C)
-    assert got.dtype == dtype
-    np.testing.assert_array_equal(got, _straight_replay(dtype, fma_ops, trials))
-
-
-@pytest.mark.parametrize("precision", ["fp64", "fp32"])
-@pytest.mark.parametrize("trials", [400, 401])
-def test_replay_shortcut_matches_the_long_way(precision, trials):
-    """The replay stops at the period-2 cycle; the parity of what is left must pick the right state."""
-    dtype = DTYPES[precision]
-    got = kernels.replay_rw(dtype=np.dtype(dtype), fma_ops=2, trials=trials, a=A, c=C)
-    np.testing.assert_array_equal(got, _straight_replay(dtype, 2, trials))
+# --------------------------------------------------------------------------- the host side of the kernels
 
 
 def test_initial_values_are_what_init_blocks_writes():
@@ -477,7 +443,15 @@ def test_aligned_empty(n, dtype):
     for arr in arrays:
         assert arr.ctypes.data % ALIGN_BYTES == 0
         assert arr.size == n and arr.dtype == dtype
-    assert ALIGN_BYTES == 64
+
+
+def test_the_backends_buffer_is_aligned_for_its_widest_vector(backend):
+    """A vector load or store that straddles the alignment splits in two: the buffer starts on a multiple of
+    the widest register the kernels use (and of a 64-byte cache line)."""
+    assert ALIGN_BYTES % backend.vector_bytes == 0 and ALIGN_BYTES % 64 == 0
+    for spec in (SPECS[0], SPECS[1]):
+        prepared(backend, spec)
+        assert backend._view.ctypes.data % max(ALIGN_BYTES, backend.vector_bytes) == 0
 
 
 @pytest.mark.parametrize("spec", [SPECS[0], SPECS[1], SPECS[-1]], ids=lambda s: s.key)

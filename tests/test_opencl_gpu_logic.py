@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ert.backends import cuda_host
-from ert.backends.opencl import contract_caveat, usable_local_sizes
+from ert.backends.opencl import contract_warning, usable_local_sizes
 from ert.backends.opencl_devices import fused_multiply_adds, gpu_cache_hints, preferred_order
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "major": 9, "minor": 0, "multiProcessorCount": 132,
@@ -82,7 +82,7 @@ def test_fused_multiply_adds_are_counted_in_real_ptx(tmp_path):
     assert counts[0] == 0 and counts[1] >= 4
     assert fused_multiply_adds(b"\x7fELF not a readable binary") is None
     assert fused_multiply_adds(b"BC\xc0\xde....llvm.fmuladd.v8f64....") == 1
-    assert "fp32 no-FMA ceiling is not one" in contract_caveat("fp32", 12)
+    assert "fp32 no-FMA ceiling is not one" in contract_warning("fp32", 12)
 
 
 def test_local_sizes_are_limited_by_the_kernel_not_the_device():

@@ -26,7 +26,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_ships_kernels_configs_and_schemas(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("ert/kernels/numba_cpu.py", "ert/configs/default.yaml", "ert/configs/tiny.yaml",
-                   "ert/schemas/ceilings-1.schema.json", "ert/schemas/HISTORY.md", "ert/cli.py",
+                   "ert/schemas/ceilings-1.schema.json", "ert/schemas/HISTORY.md", "ert/cli/__init__.py",
                    "ert/kernels/ert_opencl.cl", "ert/kernels/ert_cuda.cu", "ert/configs/gpu-a100.yaml",
                    "ert/configs/thorough-cpu.yaml"):
         assert needed in names, needed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
-from ert.plot import _fmt_rate
+from ert.consumers.plot import _fmt_rate
 
 DATA = REPO / "tests" / "data"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -48,7 +48,18 @@ def test_sweep_plot(tiny_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert "working set" in text and "FLOPs per element" in text
-    assert "L1" in text and "L2" in text  # plateaus labelled; cache hints marked
+    # Every shaded plateau is labelled with its level and its value (the cache hints carry sizes, never rates).
+    import json
+    import re
+
+    labels = [t.strip() for t in re.findall(r"<text[^>]*>([^<]*)</text>", text)]
+    doc = json.loads((tiny_run / "ceilings.json").read_text())
+    shaded = [e for e in doc["ceilings"]["memory"] if e["precision"] == "fp64"]
+    assert shaded
+    for e in shaded:
+        rate = _fmt_rate(e["gbytes_per_s"])
+        at = [i for i, label in enumerate(labels) if label == rate]
+        assert any(e["level"] in labels[max(0, i - 2):i] for i in at), (e["level"], rate)
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ert.ceilings_io import validate
-from ert.report import format_ceilings, format_rate, human_bytes
+from ert.consumers.report import format_ceilings, format_rate, human_bytes
 
 
 def make_doc() -> dict:
@@ -107,12 +107,25 @@ def test_columns_are_aligned(doc):
     assert len(ends) == 1
 
 
-def test_scaling_is_ignored_and_no_warnings_section(doc):
-    doc["scaling"] = {"threads": [1, 2, 4]}
+def test_scaling_table_from_by_threads_and_no_warnings_section(doc):
+    # What `ert-run --threads 1,2` writes (ert.analysis.mode_results.scaling_section).
+    memory = {"level": "L1", "precision": "fp64", "access": "rw", "spread": 0.01, "wss_bytes": [8, 8], "n_points": 1}
+    doc["scaling"] = {"by_threads": [
+        {"threads_per_rank": t, "ranks": 1, "warnings": [],
+         "ceilings": {"memory": [{**memory, "gbytes_per_s": 100.0 * t}],
+                      "compute": [{"precision": "fp64", "fma": True, "gflops_per_s": 50.0 * t, "spread": 0.0}]}}
+        for t in (1, 2)]}
     doc["warnings"] = []
-    text = format_ceilings(doc)
-    assert "scaling" not in text.lower()
-    assert "Warnings" not in text
+    lines = format_ceilings(doc).splitlines()
+    start = lines.index("Thread scaling (threads per rank)")
+    assert lines[start + 1].split() == ["ceiling", "unit", "1", "thr", "2", "thr", "2/1"]
+    rows = [line.split() for line in lines[start + 2:start + 4]]
+    assert rows[0][-4:] == ["GB/s", "100.0", "200.0", "2.00x"]
+    assert rows[1][-4:] == ["GFLOP/s", "50.00", "100.0", "2.00x"]
+    assert "Warnings" not in lines
+    # A shape the report does not know (no by_threads list) prints no table rather than failing.
+    doc["scaling"] = {"threads": [1, 2, 4]}
+    assert "Thread scaling" not in format_ceilings(doc)
 
 
 def test_empty_ceilings():

@@ -9,13 +9,13 @@ from collections import Counter
 
 import pytest
 
-from ert.adaptive import AdaptivePlanner
+from ert.measure.adaptive import AdaptivePlanner
 from ert.ceilings_io import load_ceilings, validate
-from ert.cli_run import _thread_counts
+from ert.cli.run import _thread_counts
 from ert.config import load
-from ert.driver import _cache_resident_bytes
-from ert.report import format_ceilings
-from ert.scaling import _plan_for
+from ert.measure.driver import _cache_resident_bytes
+from ert.consumers.report import format_ceilings
+from ert.measure.modes import _plan_for
 
 from conftest import command, numba_plan, point_records, raw_records, run_cmd, stderr_lines, write_config
 
@@ -121,6 +121,10 @@ def test_the_plan_of_each_count_has_the_same_per_thread_sets(scaling_run):
         def granule_elements(spec):
             return 512 // spec.itemsize
 
+        @staticmethod
+        def launches(spec, elements_per_thread):
+            return [None]  # one point per working set, no launch geometry
+
     class One:
         size = 1
 
@@ -168,7 +172,7 @@ def test_adaptive_run_resumes_after_kill_9_and_finishes_its_plan(tmp_path):
     threads = cfg.threads
     candidates = numba_plan(cfg, threads)
     planner = AdaptivePlanner(candidates, growth=cfg.working_set.growth,
-                              cache_resident_bytes=_cache_resident_bytes(object(), threads))
+                              cache_resident_bytes=_cache_resident_bytes(None, threads))
     assert planner.next_batch(final) == []
     assert set(final) == {p.id for p in planner.planned}
     doc = load_ceilings(out / "ceilings.json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ert.analysis.ceilings import rates
+from ert.spec import rates
 from ert.spec import ITEMSIZE, KernelSpec
 
 

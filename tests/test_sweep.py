@@ -9,7 +9,7 @@ import pytest
 
 from ert.config import RunConfig, from_dict, load
 from ert.spec import KernelSpec
-from ert.sweep import Point, kernel_specs, plan, working_sets
+from ert.measure.plan import Point, kernel_specs, plan, working_sets
 
 from conftest import CONFIGS
 

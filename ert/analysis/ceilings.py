@@ -9,38 +9,26 @@ from collections import defaultdict
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.rated import attach_rated, invalidate_above_rated, scaled_rated
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
-from ert.analysis.scaling import attach_sustained, by_thread_count, planned_points, scaling_section
+from ert.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
+from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.hwinfo import CacheInfo
 from ert.rawio import RAW_NAME, RawData
-from ert.spec import KernelSpec
+from ert.spec import KernelSpec, peak_spread, rates
 
-from ert.ceilings_io import SCHEMA_VERSION  # noqa: E402  (one constant for writer and reader)
 PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2}
-# A level whose points spread more than this (p90-p10 over median) is not flat:
+# A level whose plateau_spread (ert.spec) is above this is not flat:
 # it mixes levels the fit could not separate, or the machine changed under it.
 NOT_FLAT_SPREAD = 0.25
-
-
-def rates(record: dict) -> tuple[float, float]:
-    """(GB/s, GFLOP/s) of a point at its median seconds: the one place rates are computed."""
-    spec = KernelSpec.from_dict(record["spec"])
-    kw = {"elements": record["elements"], "trials": record["trials"], "seconds": record["seconds"]["median"]}
-    return spec.gbytes_per_s(**kw), spec.gflops_per_s(**kw)
-
-
-def _seconds_spread(record: dict) -> float:
-    s = record["seconds"]
-    return (s["max"] - s["min"]) / s["median"]
 
 
 def _label(precision: str, access: str) -> str:
     return f"{precision} {'read+write' if access == 'rw' else 'read-only'}"
 
 
-def _own_levels(curve: list[dict], caches, *, threads: int, memory_name: str, label: str):
+def _own_levels(curve: list[dict], caches, *, workers: int, memory_name: str, label: str):
     """Plateaus of one curve, named: (named levels, warnings, the scattered-tail plateau or None)."""
     wss = [r["wss_bytes"] for r in curve]
-    gbs = [rates(r)[0] for r in curve]
+    gbs = [rates(r).gbytes_per_s for r in curve]
     noisy = [r["noisy"] for r in curve]
     plateaus = find_plateaus(wss, gbs, noisy=noisy)
     warnings = []
@@ -50,7 +38,7 @@ def _own_levels(curve: list[dict], caches, *, threads: int, memory_name: str, la
         warnings.append(f"{label}: the {tail.n_points} points from {tail.wss_bytes[0] / 2**20:.0f} MiB on "
                         f"scatter too much to form a plateau (spread {tail.spread:.0%}); their median is "
                         f"reported as the last level. Bandwidth changed during the run: measure again")
-    named, level_warnings = name_levels(plateaus, caches, threads=threads, memory_name=memory_name,
+    named, level_warnings = name_levels(plateaus, caches, workers=workers, memory_name=memory_name,
                                         wss_bytes=wss, gbytes_per_s=gbs, noisy=noisy)
     warnings.extend(f"{label}: {w}" for w in level_warnings)
     return named, warnings, tail
@@ -59,7 +47,7 @@ def _own_levels(curve: list[dict], caches, *, threads: int, memory_name: str, la
 def _levels_over_reference(curve: list[dict], reference: list[NamedLevel], ref_label: str) -> list[NamedLevel]:
     """One curve measured over the working-set ranges of another curve's named levels."""
     wss = [r["wss_bytes"] for r in curve]
-    gbs = [rates(r)[0] for r in curve]
+    gbs = [rates(r).gbytes_per_s for r in curve]
     noisy = [r["noisy"] for r in curve]
     out = []
     for lvl in reference:
@@ -106,7 +94,7 @@ def _applies(name: str, caches: list[CacheInfo], memory_name: str) -> bool:
     return base in {f"L{c.level}" for c in caches}
 
 
-def memory_ceilings(points: list[dict], caches, *, threads: int,
+def memory_ceilings(points: list[dict], caches, *, workers: int,
                     memory_name: str = "DRAM") -> tuple[list[dict], list[str]]:
     """Plateaus of bandwidth versus working set, per (precision, access), named as levels.
 
@@ -135,7 +123,7 @@ def memory_ceilings(points: list[dict], caches, *, threads: int,
             warnings.append(f"{_label(*key)}: only {len(curve)} bandwidth points, too few for plateaus")
             continue
         curves[key] = curve
-        fits[key] = _own_levels(curve, _for_access(caches, key[1]), threads=threads, memory_name=memory_name,
+        fits[key] = _own_levels(curve, _for_access(caches, key[1]), workers=workers, memory_name=memory_name,
                                 label=_label(*key))
     if not fits:
         return [], warnings
@@ -191,7 +179,7 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
         if not rec["valid"] or spec["access"] != "rw" or spec["flops_per_element"] < 2:
             continue
         key = (spec["precision"], spec["fma"])
-        gflops = rates(rec)[1]
+        gflops = rates(rec).gflops_per_s
         if key not in best or gflops > best[key][0]:
             best[key] = (gflops, rec)
     ceilings, warnings = [], []
@@ -201,7 +189,7 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
             "precision": precision,
             "fma": fma,
             "gflops_per_s": round(gflops, 4),
-            "spread": round(_seconds_spread(rec), 4),
+            "spread": round(peak_spread(rec["seconds"]), 4),
             "flops_per_element": rec["spec"]["flops_per_element"],
             "wss_bytes": rec["wss_bytes"],
             "noisy": rec["noisy"],
@@ -220,7 +208,8 @@ def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
         for r in points:
             s = r["spec"]
             if r["valid"] and s["access"] == "rw" and s["precision"] == c["precision"] and s["fma"] == c["fma"]:
-                by_flops[s["flops_per_element"]] = max(by_flops.get(s["flops_per_element"], 0.0), rates(r)[1])
+                fpe = s["flops_per_element"]
+                by_flops[fpe] = max(by_flops.get(fpe, 0.0), rates(r).gflops_per_s)
         counts = sorted(by_flops)
         if len(counts) >= 2 and c["flops_per_element"] == counts[-1] and by_flops[counts[-1]] > 1.05 * by_flops[counts[-2]]:
             warnings.append(f"{c['precision']} {'FMA' if c['fma'] else 'no-FMA'} GFLOP/s still rose >5 % at the "
@@ -243,7 +232,7 @@ def best_launches(points: list[dict]) -> list[dict]:
             out.append(rec)
             continue
         key = (KernelSpec.from_dict(rec["spec"]).key, rec["wss_bytes"])
-        if key not in best or rates(rec)[0] > rates(best[key])[0]:
+        if key not in best or rates(rec).gbytes_per_s > rates(best[key]).gbytes_per_s:
             best[key] = rec
     return out + list(best.values())
 
@@ -252,7 +241,7 @@ def build(raw: RawData) -> dict:
     """The ceiling document (schema 1.1) from a raw file's records alone."""
     header = raw.header
     meta = dict(header["metadata"])
-    threads = int(meta["threads_per_rank"]) * int(meta["ranks"])
+    workers = int(meta["threads_per_rank"]) * int(meta["ranks"])  # threads over every rank
     # A device backend reports its own caches (e.g. a GPU's L1 and L2) and memory
     # name (HBM); otherwise the host CPU's caches name the levels.
     cache_list = meta.get("backend_info", {}).get("caches", meta.get("caches_reported", []))
@@ -265,18 +254,19 @@ def build(raw: RawData) -> dict:
     if len(groups) > 1:
         # A thread-scaling run: ceilings per thread count; the top level is the run's own count.
         for count, recs in groups.items():
-            per_count[count] = _ceilings_of(recs, caches, threads=count * ranks, memory_name=memory_name,
+            per_count[count] = _ceilings_of(recs, caches, workers=count * ranks, memory_name=memory_name,
                                             rated=scaled_rated(meta, threads_per_rank=count))
         own = int(meta["threads_per_rank"])
         memory, compute, warnings = copy.deepcopy(per_count.get(own, per_count[max(per_count)]))
     else:
-        memory, compute, warnings = _ceilings_of(points, caches, threads=threads, memory_name=memory_name,
+        memory, compute, warnings = _ceilings_of(points, caches, workers=workers, memory_name=memory_name,
                                                  rated=scaled_rated(meta, threads_per_rank=int(meta["threads_per_rank"])))
     warnings += attach_sustained(memory, compute, raw.sustained)
-    # What the backend knows makes its numbers misleading without context
-    # (an OpenCL driver on a CPU that does not vectorise, say).
+    # Runs made before the backends' warnings went through rank_warnings kept
+    # rank 0's in backend_info.caveats (an OpenCL driver on a CPU, say).
     warnings += [str(c) for c in meta.get("backend_info", {}).get("caveats", [])]
-    # What the ranks reported while setting up (skipped precisions, shared cores ...).
+    # What every rank reported while setting up: its backend's warnings,
+    # skipped precisions, shared cores or devices.
     warnings += [str(w) for w in meta.get("rank_warnings", [])]
 
     planned, complete = planned_points(header, raw.ends, len(points))
@@ -309,16 +299,16 @@ def build(raw: RawData) -> dict:
     return doc
 
 
-def _ceilings_of(points: list[dict], caches, *, threads: int,
+def _ceilings_of(points: list[dict], caches, *, workers: int,
                  memory_name: str, rated: dict | None = None) -> tuple[list[dict], list[dict], list[str]]:
-    """(memory, compute, warnings) of one set of records measured with ``threads`` workers.
+    """(memory, compute, warnings) of one set of records measured by ``workers`` threads over every rank.
 
     Points above their rated ceiling are dropped first (work was removed);
     every ceiling then carries its rated value and ratio (ert.analysis.rated).
     """
     checked, rated_warnings = invalidate_above_rated(points, rated)
     used = best_launches(checked)
-    memory, warnings = memory_ceilings(used, caches, threads=threads, memory_name=memory_name)
+    memory, warnings = memory_ceilings(used, caches, workers=workers, memory_name=memory_name)
     compute, compute_warnings = compute_ceilings(used)
     rated_warnings += attach_rated(memory, compute, rated)
     return memory, compute, warnings + compute_warnings + _peak_at_edge(used, compute) + rated_warnings

@@ -26,11 +26,11 @@ memory level.  The rules, applied in this order (the README states them too):
    last more than 2 sigma, all of them more than 1 sigma below the median
    of the points past them), and the points before the level that the fit
    made no plateau of when their median is clearly slower.  The ramp is left
-   out of the level and reported in a note (from the sweep's first point);
+   out of the level and reported in a warning (from the sweep's first point);
    the level is its sustained bandwidth, the median of the points past it.
 4. A cache level made of several plateaus takes the value of its fastest one
    (overhead, other tenants and transition knees only ever slow a kernel
-   down); its points, range and spread are those of all of them, and a note
+   down); its points, range and spread are those of all of them, and a warning
    lists them.
 5. The memory is one level however its plateaus differ (a host cache the
    guest does not see, or memory traffic that changed during the run); its
@@ -103,7 +103,7 @@ class NamedLevel:
 class _Hint:
     level: int
     cache: CacheInfo
-    capacity_bytes: int  # aggregate over the threads of the run
+    capacity_bytes: int  # aggregate over the workers of the run
     instances: int
 
     @property
@@ -125,7 +125,7 @@ class _Match:
     right_break: float | None  # bytes; None for the last plateau
 
 
-def _hints(caches: Sequence[CacheInfo], threads: int) -> list[_Hint]:
+def _hints(caches: Sequence[CacheInfo], workers: int) -> list[_Hint]:
     """One hint per cache level (the data cache where a level has several), by level."""
     by_level: dict[int, CacheInfo] = {}
     for cache in caches:
@@ -138,8 +138,8 @@ def _hints(caches: Sequence[CacheInfo], threads: int) -> list[_Hint]:
     hints = []
     for level in sorted(by_level):
         cache = by_level[level]
-        instances = math.ceil(threads / max(cache.shared_cpu_count, 1))
-        hints.append(_Hint(level, cache, aggregate_capacity_bytes(cache, threads), instances))
+        instances = math.ceil(workers / max(cache.shared_cpu_count, 1))
+        hints.append(_Hint(level, cache, aggregate_capacity_bytes(cache, workers), instances))
     return hints
 
 
@@ -285,7 +285,7 @@ def name_levels(
     plateaus: list[Plateau],
     caches: list[CacheInfo],
     *,
-    threads: int,
+    workers: int,
     memory_name: str = "DRAM",
     wss_bytes: Sequence[int] | None = None,
     gbytes_per_s: Sequence[float] | None = None,
@@ -295,7 +295,7 @@ def name_levels(
 
     The break between two plateaus is the geometric mean of the left one's
     highest and the right one's lowest working set; a cache's capacity is its
-    aggregate for ``threads`` threads (``aggregate_capacity_bytes``).  The
+    aggregate for ``workers`` threads over every rank (``aggregate_capacity_bytes``).  The
     module docstring states the rules that turn plateaus into levels.  A
     level is named after its cache (``L2``) or the memory (``memory_name``);
     a level the hints do not list after the one it follows (``L2b``).
@@ -313,12 +313,12 @@ def name_levels(
     (see ``merge_plateaus``), and a smooth ramp inside the first level's
     plateau is found too (``split_ramp``).
     """
-    if threads < 1:
-        raise ValueError("threads must be at least 1")
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
     plateaus = list(plateaus)
     if not plateaus:
         return [], ["no plateaus: no levels to name"]
-    hints = _hints(caches, threads)
+    hints = _hints(caches, workers)
     if not hints:
         levels, positional = _positional(plateaus, memory_name)
         return levels, positional + _rises(levels)
@@ -361,13 +361,13 @@ def name_levels(
     warnings: list[str] = []
     levels: list[NamedLevel] = []
     for d, name in zip(drafts, names):
-        level, notes = _build_level(d, name, plateaus, matches, hints, first=not levels,
+        level, level_warnings = _build_level(d, name, plateaus, matches, hints, first=not levels,
                                     ramp_below=ramp_below, curve=curve)
         levels.append(level)
         closing = matches[d.positions[-1]].warning
         if closing is not None and d.cache != _MEMORY:
             warnings.append(closing.replace("{memory_name}", memory_name))
-        warnings.extend(notes)
+        warnings.extend(level_warnings)
     warnings = _rises(levels) + warnings
 
     # Cache levels between named ones that no level ends at.
@@ -392,17 +392,17 @@ def name_levels(
 
 def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_Match], hints: list[_Hint], *,
                  first: bool, ramp_below: float, curve: tuple) -> tuple[NamedLevel, list[str]]:
-    """One level from its draft: rules 3-5 (ramp, merged cache level, memory modes); (level, notes)."""
+    """One level from its draft: rules 3-5 (ramp, merged cache level, memory modes); (level, its warnings)."""
     wss_bytes, gbytes_per_s, noisy = curve
     pieces = [plateaus[k] for k in d.positions]
-    notes: list[str] = []
+    warnings: list[str] = []
     ramp: list[Plateau] = []
     if d.cache == _MEMORY:
         value_from = pieces[-1]
         basis = matches[d.positions[0]].basis
         if len(pieces) > 1:
             basis += f"; one level from {len(pieces)} plateaus, valued at the largest working sets"
-            notes.append(f"{name} changes within the level: {', '.join(_describe(p) for p in pieces)}. One level "
+            warnings.append(f"{name} changes within the level: {', '.join(_describe(p) for p in pieces)}. One level "
                          f"(a host cache the guest does not see, or memory traffic that changed during the run), "
                          f"valued at the largest working sets ({value_from.gbytes_per_s:.4g} GB/s); read it as a "
                          f"range")
@@ -434,21 +434,21 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
         basis = matches[d.positions[-1]].basis
         if len(pieces) > 1:
             basis += f"; one level from {len(pieces)} plateaus, valued at its fastest"
-            notes.append(f"{name}: {len(pieces)} plateaus with no cache boundary between them "
+            warnings.append(f"{name}: {len(pieces)} plateaus with no cache boundary between them "
                          f"({', '.join(_describe(p) for p in pieces)}) are one level, valued at its fastest "
                          f"({value_from.gbytes_per_s:.4g} GB/s); its spread covers them all")
         if ramp:
             lo, hi = ramp[0].wss_bytes[0], ramp[-1].wss_bytes[1]
             speeds = ", ".join(f"{p.gbytes_per_s:.4g}" for p in ramp)
             basis += f"; below {fmt_bytes(pieces[0].wss_bytes[0])} an overhead ramp, left out"
-            notes.append(f"{name}: from {fmt_bytes(lo)} to {fmt_bytes(hi)} the kernel is overhead-bound "
+            warnings.append(f"{name}: from {fmt_bytes(lo)} to {fmt_bytes(hi)} the kernel is overhead-bound "
                          f"({speeds} GB/s): a ramp of {name}, not a level; {name} is its sustained "
                          f"{value_from.gbytes_per_s:.4g} GB/s from {fmt_bytes(pieces[0].wss_bytes[0])}")
     plateau = merge_plateaus(pieces, value_from=value_from, gbytes_per_s=gbytes_per_s, noisy=noisy)
     if d.cache == _MEMORY and wss_bytes is not None and gbytes_per_s is not None:
         # Rule 5: every point from the memory's first one to the sweep's end is the memory's, outliers too.
         plateau = cover_to_end(wss_bytes, gbytes_per_s, plateau, noisy=noisy)
-    return NamedLevel(name, plateau, basis, tuple(pieces) if len(pieces) > 1 else (), tuple(ramp)), notes
+    return NamedLevel(name, plateau, basis, tuple(pieces) if len(pieces) > 1 else (), tuple(ramp)), warnings
 
 
 def _rises(levels: list[NamedLevel]) -> list[str]:

@@ -9,6 +9,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ert.spec import plateau_spread
+
 # Scale from a median absolute deviation to a Gaussian sigma.
 _MAD_TO_SIGMA = 1.4826
 # Relative noise is never taken below this: on near-noiseless data a zero
@@ -304,14 +306,6 @@ def _members(
     return mask
 
 
-def _spread(values: np.ndarray) -> float:
-    med = float(np.median(values))
-    if values.size >= 3:
-        p10, p90 = np.percentile(values, [10.0, 90.0])
-        return float((p90 - p10) / med)
-    return float((values.max() - values.min()) / med)
-
-
 def find_plateaus(
     wss_bytes: Sequence[int],
     gbytes_per_s: Sequence[float],
@@ -400,7 +394,7 @@ def find_plateaus(
         plateaus.append(
             Plateau(
                 gbytes_per_s=float(np.median(values)),
-                spread=_spread(values),
+                spread=plateau_spread(values),
                 wss_bytes=(int(member_wss.min()), int(member_wss.max())),
                 n_points=int(members.size),
                 indices=tuple(int(i) for i in np.sort(order[members])),
@@ -417,7 +411,7 @@ def _level_of(idx: np.ndarray, wss: np.ndarray, bw: np.ndarray, flags: np.ndarra
     values = bw[clean if clean.size >= min_points else idx]
     return Plateau(
         gbytes_per_s=float(value(values)),
-        spread=_spread(values),
+        spread=plateau_spread(values),
         wss_bytes=(int(wss[idx].min()), int(wss[idx].max())),
         n_points=int(idx.size),
         indices=tuple(int(i) for i in np.sort(idx)),
@@ -532,7 +526,7 @@ def merge_plateaus(
         values = np.repeat([p.gbytes_per_s for p in pieces], [p.n_points for p in pieces])
     return Plateau(
         gbytes_per_s=value_from.gbytes_per_s,
-        spread=_spread(values),
+        spread=plateau_spread(values),
         wss_bytes=(min(p.wss_bytes[0] for p in pieces), max(p.wss_bytes[1] for p in pieces)),
         n_points=int(indices.size),
         indices=tuple(int(i) for i in indices),

@@ -73,7 +73,7 @@ def _memory_rated(rated: dict, level: str, access: str | None) -> dict | None:
 
 def invalidate_above_rated(points: list[dict], rated: dict | None) -> tuple[list[dict], list[str]]:
     """Points above ABOVE_RATED x rated marked invalid (copies), and one warning per kind of excess."""
-    from ert.analysis.ceilings import rates  # ceilings imports this module
+    from ert.spec import rates
 
     if not rated:
         return points, []

@@ -6,16 +6,9 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ert.backends.check import CheckResult
 from ert.errors import ErtError
 from ert.spec import KernelSpec
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """Outcome of comparing a kernel's output with the host replay."""
-
-    ok: bool
-    detail: str = ""
 
 
 class Backend(Protocol):
@@ -24,35 +17,78 @@ class Backend(Protocol):
     Contract: every call blocks until the device is idle again.  ``run`` returns
     the seconds of its timed region only (no compilation, no allocation), and
     backends never compute GB/s or GFLOP/s: the analysis does, from KernelSpec.
+    Every member below is used by the driver or the CLI; every backend has each.
     """
 
     name: str
+    # Host threads per rank that run the kernel: the config's `threads` on a
+    # CPU backend, 1 on a device backend (one host thread drives the device).
+    # Never threads per block or work-items: those are launch geometry.
+    threads: int
+    # What identifies the device this rank drives, so that ranks sharing one
+    # are found (a GPU's UUID, "opencl:P:D"); None where ranks own their cores.
+    device_id: str | None
+
+    @property
+    def warnings(self) -> list[str]:
+        """What a reader of the ceilings must know about this backend on this rank (a CPU measured
+        through OpenCL, a write-through L1, no-FMA code that fused anyway).  The CLI gathers every
+        rank's into the metadata's ``rank_warnings``, from which the analysis copies them into the
+        ceilings' ``warnings``; call it after planning (programs are built by then)."""
 
     def describe(self) -> dict:
-        """Metadata about the device and runtime (model, threads, versions)."""
+        """Metadata about the device and runtime (model, threads, versions, caches, rated ceilings)."""
 
     def granule_elements(self, spec: KernelSpec) -> int:
         """Each thread's element count must be a multiple of this."""
 
+    def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
+        """The launch geometries (chains, blocks x threads, global x local) measured at one working set."""
+
     def supports(self, spec: KernelSpec) -> bool:
-        """Whether this backend and device run ``spec`` (a backend may add ``unsupported_reason(precision)``)."""
+        """Whether this backend and device run ``spec``."""
+
+    def unsupported_reason(self, precision: str) -> str:
+        """Why ``precision`` is not supported (the run skips it, with this in a warning)."""
 
     def prepare(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None = None) -> None:
         """Compile (untimed, cached), allocate and initialise buffers for one point.
 
-        ``launch`` is one of the geometries the backend's optional
-        ``launches(spec, elements_per_thread)`` listed (accelerators only);
-        backends without that method always get None and ignore it.
+        ``launch`` is one of ``launches(spec, elements_per_thread)``; None means the first.
         """
 
     def run(self, trials: int) -> float:
         """Run ``trials`` trials of the prepared kernel; return the timed seconds."""
 
     def check(self) -> CheckResult:
-        """Check the output of everything run since ``prepare`` against a host replay."""
+        """Check the output of everything run since ``prepare`` against the host replay (ert.backends.check)."""
+
+    def point_info(self) -> dict:
+        """What the device did during the point just measured (occupancy, clocks), for its raw record; {} if nothing."""
+
+    def corrupt_for_test(self) -> None:
+        """Test-only: damage one value that check() examines, so the contract test sees check() fail."""
 
     def close(self) -> None:
         """Release buffers."""
+
+
+def grow_buffer(owner, attr: str, *, need_bytes: int, nbytes, allocate, release=None):
+    """``owner.attr`` where it holds ``need_bytes`` already, else a new allocation stored there.
+
+    Backends keep one buffer across points and the largest working sets fill
+    most of the memory, so the old buffer is dropped (``release``d where
+    dropping the reference does not free it) before the new one is allocated.
+    """
+    current = getattr(owner, attr)
+    if current is not None and nbytes(current) >= need_bytes:
+        return current
+    setattr(owner, attr, None)
+    if current is not None and release is not None:
+        release(current)
+    del current
+    setattr(owner, attr, allocate(need_bytes))
+    return getattr(owner, attr)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ from importlib import resources
 
 import numpy as np
 
-from ert.backends import CheckResult
 from ert.backends import cuda_host as host
-from ert.replay import A, C
+from ert.backends import grow_buffer
+from ert.backends.check import (A, C, NUMPY_DTYPE, CheckResult, relative_errors, replay_rw, ro_errors, ro_tolerance,
+                                rw_tolerance, verdict)
 from ert.spec import KernelSpec
 
 NAME = "cuda"
@@ -139,12 +140,12 @@ class CupyDevice:
 
     def buffer(self, nbytes: int):
         """A device buffer of at least ``nbytes``, reused while large enough (the caller holds no other reference)."""
-        if self._buffer is None or self._buffer.nbytes < nbytes:
-            self._buffer = None  # free the old one first: the largest sets fill most of the memory
-            self._cp.get_default_memory_pool().free_all_blocks()
+        def allocate(n: int):
+            self._cp.get_default_memory_pool().free_all_blocks()  # the old one, dropped just before
             with self._stream:
-                self._buffer = self._cp.empty(nbytes, dtype=self._cp.uint8)
-        return self._buffer
+                return self._cp.empty(n, dtype=self._cp.uint8)
+
+        return grow_buffer(self, "_buffer", need_bytes=nbytes, nbytes=lambda b: b.nbytes, allocate=allocate)
 
     def zeroed_sums(self, count: int):
         """``count`` float64 zeros, written on the kernels' stream (a non-blocking stream is not ordered
@@ -196,6 +197,12 @@ class CupyDevice:
         self._stop.synchronize()
         return self._cp.cuda.get_elapsed_time(self._start, self._stop) / 1e3
 
+    def write(self, array, lo: int, values: np.ndarray) -> None:
+        """array[lo:lo + len(values)] = values, from the host (tests damage a value this way)."""
+        with self._stream:
+            array[lo:lo + values.size].set(np.ascontiguousarray(values, dtype=array.dtype), stream=self._stream)
+        self._stream.synchronize()
+
     def read(self, array, lo: int, hi: int) -> np.ndarray:
         """array[lo:hi] copied to the host."""
         return self._cp.asnumpy(array[lo:hi])
@@ -206,6 +213,11 @@ class CupyDevice:
         self._cp.get_default_memory_pool().free_all_blocks()
         if self.sm_clock_mhz is not None:
             self.sm_clock_mhz.close()
+
+
+WRITE_THROUGH_L1 = ("NVIDIA L1 caches are write-through: read+write points never run at L1 speed "
+                    "(stores go to L2); the read-only curve shows the L1 plateau, and only read-only "
+                    "curves are named against the L1 size")
 
 
 class CudaBackend:
@@ -220,8 +232,7 @@ class CudaBackend:
         options = config.cuda if config is not None else CudaOptions()
         self.local_rank, self.local_size = local_rank, local_size
         # Whether ranks share this GPU is decided from the device ids every rank
-        # of the node reports (ert.comm.shared_device_warnings), not from counts here.
-        self.caveats: list[str] = []
+        # of the node reports (ert.measure.comm.shared_device_warnings), not from counts here.
         if device is None:
             import cupy
 
@@ -247,10 +258,6 @@ class CudaBackend:
     # -- metadata -------------------------------------------------------------
     def describe(self) -> dict:
         info = self._dev.info
-        caveats = list(self.caveats)
-        caveats.append("NVIDIA L1 caches are write-through: read+write points never run at L1 speed "
-                       "(stores go to L2); the read-only curve shows the L1 plateau, and only read-only "
-                       "curves are named against the L1 size")
         geometry = ({"pairs": [list(p) for p in self.pairs]} if self.pairs is not None else
                     {"blocks": self.blocks, "threads_per_block": self.threads_per_block,
                      "blocks_threads": self.blocks_threads})
@@ -276,8 +283,11 @@ class CudaBackend:
                      "only on a mismatch); read-only: every thread's sum copied back",
             "nvml": self._dev.nvml,
             **self._dev.versions,
-            "caveats": caveats,
         }
+
+    @property
+    def warnings(self) -> list[str]:
+        return [WRITE_THROUGH_L1]
 
     # -- the protocol ----------------------------------------------------------
     def granule_elements(self, spec: KernelSpec) -> int:
@@ -285,6 +295,9 @@ class CudaBackend:
 
     def supports(self, spec: KernelSpec) -> bool:
         return spec.precision in host.NUMPY_DTYPE  # fp64, fp32 and fp16 (half2) on every GPU it runs on
+
+    def unsupported_reason(self, precision: str) -> str:
+        return f"{NAME} runs {', '.join(host.NUMPY_DTYPE)} only, not {precision}"
 
     def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
         return host.launches(n_units=host.units_of(spec, elements_per_thread), blocks=self.blocks,
@@ -347,31 +360,39 @@ class CudaBackend:
         return out
 
     def check(self) -> CheckResult:
-        spec = self._spec
+        spec, trials = self._spec, self._trials_done
         if spec.access == "ro":
             stride = self._blocks * self._threads
             sums = self._dev.read(self._sums, 0, stride)
             expected = host.ro_expected_sums(precision=spec.precision, n_units=self._n_units, stride=stride,
-                                             trials=self._trials_done)
-            err, worst = host.ro_errors(sums, expected)
-            if not err <= host.ro_tolerance(spec):
-                return CheckResult(False, f"thread {worst}: sum {sums[worst]!r} != replay {expected[worst]!r} "
-                                          f"after {self._trials_done} trials")
-            return CheckResult(True, f"max rel err {err:.2g}")
-        expected16 = host.replay_rw(precision=spec.precision, flops_per_element=spec.flops_per_element,
-                                    fma=spec.fma, trials=self._trials_done)
-        tolerance = host.rw_tolerance(spec)
+                                             trials=trials)
+            err, t = ro_errors(sums, expected)
+            return verdict(error=err, tolerance=ro_tolerance(spec), what=f"load-only sum of thread {t}",
+                           got=sums[t], expected=expected[t], trials=trials)
+        expected16 = replay_rw(spec, trials=trials)
+        tolerance = rw_tolerance(spec)
+        # ert_check computes ert.backends.check.relative_errors on the device and counts those above tolerance.
         bad, first = self._dev.check_rw(self._functions["check"], self._data, n_units=self._n_units,
                                         expected16=expected16.astype(np.float64), tolerance=tolerance,
                                         blocks=self._blocks, threads=self._threads)
         if bad == 0:
             return CheckResult(True, f"every element within {tolerance:.2g} of the replay")
         # Only now is anything copied back: the first bad element, to say what it holds.
-        dtype = host.NUMPY_DTYPE[spec.precision]
         lo = first * spec.itemsize
-        value = self._dev.read(self._data, lo, lo + spec.itemsize).view(dtype)[0]
-        return CheckResult(False, f"{bad} element(s) differ from the replay; the first, element {first}: "
-                                  f"{float(value)!r} != replay {float(expected16[first % 16])!r} after {self._trials_done} trials")
+        value = float(self._dev.read(self._data, lo, lo + spec.itemsize).view(NUMPY_DTYPE[spec.precision])[0])
+        want = float(expected16[first % 16])
+        return verdict(error=float(relative_errors([value], [want])[0]), tolerance=tolerance, count=bad,
+                       what=f"element {first}", got=value, expected=want, trials=trials)
+
+    def corrupt_for_test(self) -> None:
+        """Test-only: damage one value that check() examines (an element, or a load-only sum)."""
+        spec = self._spec
+        if spec.access == "ro":
+            self._dev.write(self._sums, (self._blocks * self._threads) // 2, np.array([12345.0]))
+        else:
+            element = self._n_units * host.UNIT_ELEMENTS[spec.precision] // 2 + 5
+            bad = np.array([3.0], dtype=NUMPY_DTYPE[spec.precision]).view(np.uint8)
+            self._dev.write(self._data, element * spec.itemsize, bad)
 
     def close(self) -> None:
         self._data = None

@@ -1,4 +1,4 @@
-"""Host logic of the CUDA backend, testable without a GPU: device facts, rated peaks, launch geometry, replay and checks."""
+"""Host logic of the CUDA backend, testable without a GPU: device facts, rated peaks, launch geometry, load-only expectations."""
 
 from __future__ import annotations
 
@@ -7,14 +7,13 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ert.errors import ErtError
-from ert.replay import A, C, initial_values  # what ert_init writes, and the recurrence's constants
+from ert.backends.check import NUMPY_DTYPE, initial_values  # noqa: F401  (what ert_init writes)
 from ert.spec import KernelSpec
 
 KERNEL_FILE = "ert_cuda.cu"
 PRECISION_BITS = {"fp64": 64, "fp32": 32, "fp16": 16}
 # Elements per kernel unit: FP16 runs on half2 pairs (see kernels/ert_cuda.cu).
 UNIT_ELEMENTS = {"fp64": 1, "fp32": 1, "fp16": 2}
-NUMPY_DTYPE = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16}
 
 
 # ERT's shipped CUDA config (V100): blocks 80..2560 = SMs x 1..32, threads
@@ -334,7 +333,7 @@ def device_for_rank(*, local_rank: int, visible: int, configured: int | None) ->
     (modulo the visible count: under ``srun --gpus-per-task=1`` each rank sees
     one GPU, index 0, a different one for each rank).  Whether ranks really
     share a GPU is decided afterwards from the device ids every rank of the
-    node reports (``ert.comm.shared_device_warnings``): counts cannot tell.
+    node reports (``ert.measure.comm.shared_device_warnings``): counts cannot tell.
     """
     if visible < 1:
         raise ErtError("no CUDA device is visible", key="backend")
@@ -345,81 +344,7 @@ def device_for_rank(*, local_rank: int, visible: int, configured: int | None) ->
     return local_rank % visible
 
 
-# ----------------------------------------------------------------------------- replay and checks
-# a = 15/16 has 4 significant bits, so b*a + c for |b| < 2 and |c| = 1/16
-# needs at most 53 + 5 bits: exact in float64 for FP32/FP16 inputs, and in an
-# x87 or quad long double (>= 63 bits) for FP64 inputs.  One rounding to the
-# precision then is the GPU's fused multiply-add, bit for bit.
-WIDE_FLOAT = np.longdouble if np.finfo(np.longdouble).nmant >= 63 else None
-
-
-def fma_exact(precision: str) -> bool:
-    """Whether this host replays the precision's FMA bit-exactly."""
-    return precision != "fp64" or WIDE_FLOAT is not None
-
-
-def _fused(b: np.ndarray, a, c, dtype) -> np.ndarray:
-    wide = np.float64 if dtype != np.float64 else WIDE_FLOAT
-    return (b.astype(wide) * wide(a) + wide(c)).astype(dtype)
-
-
-def replay_rw(*, precision: str, flops_per_element: int, fma: bool, trials: int) -> np.ndarray:
-    """The 16 element values ert_rw leaves after ``trials`` trials from initial_values.
-
-    Bit-exact for the add and no-FMA kernels, and for FMA wherever
-    fma_exact() (FP64 FMA needs a long double of 63+ bits; elsewhere it is
-    replayed with two roundings and matches within rw_tolerance).  The
-    values settle into a cycle of even length within a few hundred trials;
-    the replay then jumps ahead, so its cost is bounded at any trial count.
-    """
-    dtype = NUMPY_DTYPE[precision]
-    x = initial_values(dtype)
-    a, c = dtype(A), dtype(C)
-    k_ops = 0 if flops_per_element == 1 else flops_per_element // 2
-    seen: dict[bytes, int] = {}
-    t = 0
-    while t < trials:
-        if t % 2 == 0:
-            key = x.tobytes()
-            if key in seen:  # the state at this trial parity repeats: jump whole cycles ahead
-                cycle = t - seen[key]
-                t += (trials - t) // cycle * cycle
-                seen = {}
-                if t >= trials:
-                    break
-            seen[key] = t
-        ct = c if t % 2 == 0 else -c
-        if k_ops == 0:
-            x = (x + ct).astype(dtype)
-        elif fma and fma_exact(precision):
-            for _ in range(k_ops):
-                x = _fused(x, a, ct, dtype)
-        else:
-            for _ in range(k_ops):
-                x = (x * a).astype(dtype)
-                x = (x + ct).astype(dtype)
-        t += 1
-    return x
-
-
-def rw_tolerance(spec: KernelSpec) -> float:
-    """Relative tolerance of the rw check: 0 (bit-exact) unless the FMA replay is not exact here (a few ulp)."""
-    return 0.0 if not spec.fma or fma_exact(spec.precision) else 1e-12
-
-
-def rw_errors(values: np.ndarray, *, first_element: int, expected16: np.ndarray) -> tuple[float, int]:
-    """(largest relative error, its index in ``values``) of a run of elements starting at ``first_element``.
-
-    NaN counts as an infinite error, so a lost or garbage store is caught.
-    """
-    idx = (np.arange(values.size, dtype=np.int64) + first_element) % 16
-    expected = expected16.astype(np.float64)[idx]
-    err = np.abs(values.astype(np.float64) - expected) / np.maximum(np.abs(expected), 1.0)
-    err[np.isnan(err)] = np.inf
-    worst = int(err.argmax()) if err.size else 0
-    return (float(err[worst]) if err.size else 0.0), worst
-
-
+# ----------------------------------------------------------------------------- load-only expectations
 def unit_values(precision: str) -> np.ndarray:
     """The 16-periodic starting value of each unit, summed over its elements, in float64."""
     start = initial_values(np.float64)
@@ -448,18 +373,6 @@ def ro_expected_sums(*, precision: str, n_units: int, stride: int, trials: int) 
         u = np.arange(lo, min(n_units, lo + chunk), dtype=np.int64)
         sums += np.bincount(u % stride, weights=values[u % 16], minlength=stride)
     return sums * trials
-
-
-def ro_tolerance(spec: KernelSpec) -> float:
-    """The per-trial sum is exact for the starting values up to 2**20 per thread in FP32/FP16; beyond, float rounds."""
-    return 1e-12 if spec.precision == "fp64" else 1e-5
-
-
-def ro_errors(sums: np.ndarray, expected: np.ndarray) -> tuple[float, int]:
-    err = np.abs(sums - expected) / np.maximum(np.abs(expected), 1.0)
-    err[np.isnan(err)] = np.inf
-    worst = int(err.argmax()) if err.size else 0
-    return (float(err[worst]) if err.size else 0.0), worst
 
 
 # ----------------------------------------------------------------------------- NVML (optional)

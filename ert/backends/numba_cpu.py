@@ -8,8 +8,8 @@ import platform
 import sys
 import time
 
-from ert.backends import CheckResult
-from ert.replay import A, C  # the recurrence's values (see ert/replay.py)
+from ert.backends import grow_buffer
+from ert.backends.check import A, C, CheckResult, replay_rw, ro_errors, ro_tolerance, rw_tolerance, verdict
 from ert.spec import KernelSpec
 
 NAME = "numba-cpu"
@@ -17,15 +17,6 @@ ALIGN_BYTES = 64
 # Timed runs per thread per clock chain; each thread's fastest counts (see measure_clock).
 CLOCK_SAMPLES = 50
 DTYPES = {"fp64": "float64", "fp32": "float32"}  # the precisions this backend runs
-
-# Relative tolerance of the replay check, per precision.  The no-FMA and add
-# kernels match the replay bit for bit; the FMA kernel rounds once where the
-# replay rounds twice, and a < 1 damps those differences to a few ulp.
-RW_TOLERANCE = {"fp64": 1e-12, "fp32": 2e-5}
-# The load-only sums of the 1/16-multiples init_blocks writes are exact in
-# both precisions (see FP32_EXACT_ADDS); the tolerance only admits reordering.
-RO_TOLERANCE = {"fp64": 1e-10, "fp32": 1e-4}
-
 
 def configure_numba_env(threads: int | None = None) -> dict:
     """Set Numba's environment before it compiles anything; return what was decided.
@@ -193,6 +184,7 @@ class NumbaCpuBackend:
     """
 
     name = NAME
+    device_id = None  # ranks own their cores (placement), not a shared device
 
     def __init__(self, *, threads: int):
         if threads < 1:
@@ -368,9 +360,8 @@ class NumbaCpuBackend:
         dtype = self._np.dtype(DTYPES[spec.precision])
         total = elements_per_thread * self.threads
         need = total * dtype.itemsize
-        if self._buf is None or self._buf.nbytes < need:
-            self._buf = None  # free the old allocation before the new one
-            self._buf = _aligned_empty(need // 8 + 1, self._np.float64).view(self._np.uint8)
+        grow_buffer(self, "_buf", need_bytes=need, nbytes=lambda b: b.nbytes,
+                    allocate=lambda n: _aligned_empty(n // 8 + 1, self._np.float64).view(self._np.uint8))
         buf = self._buf[:need].view(dtype)
         self._spec, self._n, self._trials_done = spec, elements_per_thread, 0
         self._view = buf
@@ -408,29 +399,33 @@ class NumbaCpuBackend:
 
     def check(self) -> CheckResult:
         np = self._np
-        spec, buf, n = self._spec, self._view, self._n
-        dtype = buf.dtype
+        spec, buf, n, trials = self._spec, self._view, self._n, self._trials_done
         if spec.access == "ro":
             # init_blocks repeats 16 values; n is a whole number of granules, so of 16s.
-            block_sum = float(self._k.initial_values(np.float64).sum()) * (n // 16)
-            expected = block_sum * self._trials_done
-            got = self._ro_out.astype(np.float64)
-            err = np.abs(got - expected).max() / max(expected, 1.0)
-            if not err <= RO_TOLERANCE[spec.precision]:
-                return CheckResult(False, f"load-only sums {got.tolist()} != replay {expected:.6g} (rel err {err:.2g})")
-            return CheckResult(True, f"rel err {err:.2g}")
-        expected16 = self._k.replay_rw(dtype=dtype, fma_ops=spec.fma_ops_per_element,
-                                       trials=self._trials_done, a=A, c=C)
+            expected = float(self._k.initial_values(np.float64).sum()) * (n // 16) * trials
+            sums = self._ro_out.astype(np.float64)
+            err, t = ro_errors(sums, np.full(sums.size, expected))
+            return verdict(error=err, tolerance=ro_tolerance(spec), what=f"load-only sum of thread {t}",
+                           got=float(sums[t]), expected=expected, trials=trials)
+        expected16 = replay_rw(spec, trials=trials)
+        # The metric of ert.backends.check.relative_errors, computed in parallel in place.
         worst = np.zeros((self.threads, 2), dtype=np.float64)
         self._k.max_rel_error(buf, self.threads, n, expected16.astype(np.float64), worst)
         t = int(worst[:, 0].argmax())
-        err = float(worst[t, 0])
-        if not err <= RW_TOLERANCE[spec.precision]:
-            i = int(worst[t, 1])
-            got = buf[t * n + i]
-            return CheckResult(False, f"element {i} of thread {t}: {got!r} != replay "
-                                      f"{expected16[i % 16]!r} after {self._trials_done} trials")
-        return CheckResult(True, f"max rel err {err:.2g}")
+        i = max(int(worst[t, 1]), 0)  # -1: no element is off at all
+        return verdict(error=float(worst[t, 0]), tolerance=rw_tolerance(spec), what=f"element {i} of thread {t}",
+                       got=buf[t * n + i], expected=expected16[i % 16], trials=trials)
+
+    # -- also in the protocol ----------------------------------------------------
+    @property
+    def warnings(self) -> list[str]:
+        return []  # placement's warnings (shared cores, oversubscription) are the CLI's
+
+    def unsupported_reason(self, precision: str) -> str:
+        return f"{NAME} runs {', '.join(DTYPES)} only, not {precision}"
+
+    def point_info(self) -> dict:
+        return {}
 
     def corrupt_for_test(self) -> None:
         """Test-only: damage one value that check() examines (an element, or a load-only sum)."""

@@ -8,12 +8,13 @@ from importlib import resources
 
 import numpy as np
 
-from ert.backends import CheckResult
+from ert.backends import grow_buffer
 from ert.backends.opencl_devices import (EXTENSION_OF, build_program, cache_hints, cpu_reference, device_info,
                                          fused_multiply_adds, is_pocl, precisions_of, probe, select_device,
                                          type_name)
 from ert.errors import ErtError
-from ert.replay import A, C, initial_values, replay_rw
+from ert.backends.check import (A, C, CheckResult, initial_values, replay_rw, ro_errors, ro_tolerance, rw_errors,
+                                rw_tolerance, verdict)
 from ert.spec import KernelSpec
 
 __all__ = ["probe", "create", "OpenCLBackend"]
@@ -29,13 +30,6 @@ SUM_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float32"}
 # AVX2 registers; 6 vectors of 2 registers each leave room for the constants
 # (8 would spill).  GPUs hide latency with other warps and need fewer.
 DEFAULT_CHAINS = {"cpu": 6, "other": 4}
-# Relative tolerance of the read+write check: the no-FMA and add kernels match
-# the replay bit for bit; fma() rounds once where the replay rounds twice, and
-# a < 1 damps those differences to a few ulp.
-RW_TOLERANCE = {"fp64": 1e-12, "fp32": 2e-5, "fp16": 8e-3}
-# The load-only partial sums are exact (small dyadic values) and the running
-# total is Kahan-compensated, so only a few ulp of the total remain.
-RO_TOLERANCE = {"fp64": 1e-12, "fp32": 1e-5, "fp16": 1e-5}
 # Elements read back per step of the check (bounded host memory for 1 GiB sets).
 CHECK_CHUNK_ELEMENTS = 1 << 22
 
@@ -55,7 +49,7 @@ def usable_local_sizes(requested: list[int], kernel_max: int) -> list[int]:
     return [size for size in requested if size <= kernel_max]
 
 
-def contract_caveat(precision: str, fused: int) -> str:
+def contract_warning(precision: str, fused: int) -> str:
     """The warning that flags a no-FMA ceiling whose code the driver fused anyway."""
     return (f"{precision} no-FMA ceiling is not one: the driver's code for the no-FMA kernel holds {fused} fused "
             f"multiply-add(s) despite #pragma OPENCL FP_CONTRACT OFF; read it as an FMA ceiling")
@@ -81,7 +75,7 @@ class OpenCLBackend:
         self.options = config.opencl
         self.local_rank, self.local_size = local_rank, local_size
         self.device, self.choice = select_device(self.options, local_rank=local_rank)
-        # Ranks on one host that pick the same platform:device share it (ert.comm.shared_device_warnings).
+        # Ranks on one host that pick the same platform:device share it (ert.measure.comm.shared_device_warnings).
         self.device_id = f"opencl:{self.choice['platform_index']}:{self.choice['device_index']}"
         # FP_CONTRACT OFF, as the driver honoured it: precision -> fused multiply-adds
         # found in a no-FMA binary (0: checked and clean), where the binary is readable.
@@ -97,7 +91,6 @@ class OpenCLBackend:
         self.builtin_fma = is_pocl(self.device)
         self._source = kernel_source()
         self._buf = self._sums = None
-        self._buf_bytes = self._sums_bytes = 0
         self._spec: KernelSpec | None = None
         self._cpu_reference: dict | None = None
         # One reference per node (rank 0 of it): ranks measuring at once would slow each other.
@@ -210,14 +203,10 @@ class OpenCLBackend:
         if fused is not None:
             self.contract[spec.precision] = fused
 
-    def _buffer(self, attr: str, size_attr: str, need: int):
+    def _buffer(self, attr: str, need: int):
         """A device buffer of at least ``need`` bytes, reused across points and grown when too small."""
-        if getattr(self, attr) is None or getattr(self, size_attr) < need:
-            if getattr(self, attr) is not None:
-                getattr(self, attr).release()  # free the old allocation before the new one
-            setattr(self, attr, self._cl.Buffer(self.context, self._cl.mem_flags.READ_WRITE, need))
-            setattr(self, size_attr, need)
-        return getattr(self, attr)
+        return grow_buffer(self, attr, need_bytes=need, nbytes=lambda b: b.size, release=lambda b: b.release(),
+                           allocate=lambda n: self._cl.Buffer(self.context, self._cl.mem_flags.READ_WRITE, n))
 
     def prepare(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None = None) -> None:
         np, cl = self._np, self._cl
@@ -234,14 +223,14 @@ class OpenCLBackend:
         self._vw = self.vector_width(spec)
         self._n_vectors = elements_per_thread // self._vw
         program = self._program(spec)
-        buf = self._buffer("_buf", "_buf_bytes", elements_per_thread * spec.itemsize)
+        buf = self._buffer("_buf", elements_per_thread * spec.itemsize)
         init = cl.Kernel(program, "ert_init")
         init.set_args(buf, np.uint64(elements_per_thread))
         init_global = min(elements_per_thread, 1 << 16)
         cl.enqueue_nd_range_kernel(self.queue, init, (init_global,), None)
         if spec.access == "ro":
             sum_dtype = np.dtype(SUM_DTYPE[spec.precision])
-            sums = self._buffer("_sums", "_sums_bytes", 2 * self._global * sum_dtype.itemsize)
+            sums = self._buffer("_sums", 2 * self._global * sum_dtype.itemsize)
             cl.enqueue_copy(self.queue, sums, np.zeros(2 * self._global, dtype=sum_dtype))
             self._kernel = cl.Kernel(program, "ert_ro")
             self._kernel.set_args(buf, sums, np.uint64(self._n_vectors), np.uint64(0))
@@ -279,26 +268,19 @@ class OpenCLBackend:
     def _check_rw(self) -> CheckResult:
         np, spec = self._np, self._spec
         dtype = np.dtype(HOST_DTYPE[spec.precision])
-        expected16 = replay_rw(dtype=dtype, fma_ops=spec.fma_ops_per_element, trials=self._trials_done)
+        expected16 = replay_rw(spec, trials=self._trials_done)
         chunk = min(self._n, CHECK_CHUNK_ELEMENTS)
         host = np.empty(chunk, dtype=dtype)
-        expected = np.tile(expected16.astype(np.float64), chunk // 16)
-        scale = np.maximum(np.abs(expected), 1.0)
         worst, worst_at = 0.0, -1
         for start in range(0, self._n, chunk):
-            count = min(chunk, self._n - start)
-            part = host[:count]
+            part = host[:min(chunk, self._n - start)]
             self._cl.enqueue_copy(self.queue, part, self._buf, src_offset=start * dtype.itemsize).wait()
-            err = np.abs(part.astype(np.float64) - expected[:count]) / scale[:count]
-            err[np.isnan(err)] = np.inf
-            i = int(err.argmax())
-            if err[i] > worst or worst_at < 0:
-                worst, worst_at = float(err[i]), start + i
-        if not worst <= RW_TOLERANCE[spec.precision]:
-            got = self._read_one(worst_at, dtype)
-            return CheckResult(False, f"element {worst_at}: {got!r} != replay {expected16[worst_at % 16]!r} "
-                                      f"after {self._trials_done} trials")
-        return CheckResult(True, f"max rel err {worst:.2g}")
+            err, i = rw_errors(part, first_element=start, expected16=expected16)
+            if err > worst or worst_at < 0:
+                worst, worst_at = err, start + i
+        return verdict(error=worst, tolerance=rw_tolerance(spec), what=f"element {worst_at}",
+                       got=self._read_one(worst_at, dtype), expected=expected16[worst_at % 16],
+                       trials=self._trials_done)
 
     def _read_one(self, index: int, dtype):
         one = self._np.empty(1, dtype=dtype)
@@ -333,13 +315,9 @@ class OpenCLBackend:
         self._cl.enqueue_copy(self.queue, sums, self._sums).wait()
         got = sums[0::2].astype(np.float64)
         expected = self.expected_sums() * self._trials_done
-        err = np.abs(got - expected) / np.maximum(np.abs(expected), 1.0)
-        err[np.isnan(err)] = np.inf
-        g = int(err.argmax())
-        if not err[g] <= RO_TOLERANCE[spec.precision]:
-            return CheckResult(False, f"load-only sum of work-item {g}: {got[g]!r} != replay {expected[g]!r} "
-                                      f"after {self._trials_done} trials")
-        return CheckResult(True, f"max rel err {float(err[g]):.2g}")
+        err, g = ro_errors(got, expected)
+        return verdict(error=err, tolerance=ro_tolerance(spec), what=f"load-only sum of work-item {g}",
+                       got=got[g], expected=expected[g], trials=self._trials_done)
 
     def corrupt_for_test(self) -> None:
         """Test-only: damage one value that check() examines (an element, or a load-only sum)."""
@@ -357,7 +335,6 @@ class OpenCLBackend:
             if getattr(self, attr) is not None:
                 getattr(self, attr).release()
                 setattr(self, attr, None)
-        self._buf_bytes = self._sums_bytes = 0
         self.queue.finish()
 
     # -- metadata -------------------------------------------------------------------
@@ -384,23 +361,34 @@ class OpenCLBackend:
             "memory_name": memory_name,
         }
         info["fp_contract_off_checked"] = dict(self.contract)
-        caveats = [contract_caveat(p, n) for p, n in sorted(self.contract.items()) if n]
-        if self.kind == "cpu":
-            caveats.append(self._cpu_caveat())
-            if self._cpu_reference is not None:
-                info["cpu_reference"] = self._cpu_reference
-        info["caveats"] = caveats
+        if self.kind == "cpu" and self._measured_cpu_reference() is not None:
+            info["cpu_reference"] = self._cpu_reference
         return info
 
-    def _cpu_caveat(self) -> str:
-        what = (f"OpenCL device is a CPU ({self.info['platform']} {self.info['driver_version']}, "
-                f"{self.info['device']}): its ceilings are what this OpenCL driver's code reaches, not the "
-                f"machine's; compare with `ert-run --backend numba-cpu`")
+    @property
+    def warnings(self) -> list[str]:
+        """No-FMA code the driver fused anyway; on a CPU device, that the numbers are the driver's, not the CPU's."""
+        out = [contract_warning(p, n) for p, n in sorted(self.contract.items()) if n]
+        if self.kind == "cpu":
+            out.append(self._cpu_warning())
+        return out
+
+    def point_info(self) -> dict:
+        return {}  # the launch geometry is in the point's record already
+
+    def _measured_cpu_reference(self) -> dict | None:
+        """numba-cpu's FP64 FMA peak on this node, measured once (rank 0 of the node only), or None."""
         if self._want_reference and self._cpu_reference is None:
             from ert import hwinfo
 
             self._cpu_reference = cpu_reference(threads=max(1, hwinfo.usable_cpus() // max(self.local_size, 1)))
-        ref = self._cpu_reference or {}
+        return self._cpu_reference
+
+    def _cpu_warning(self) -> str:
+        what = (f"OpenCL device is a CPU ({self.info['platform']} {self.info['driver_version']}, "
+                f"{self.info['device']}): its ceilings are what this OpenCL driver's code reaches, not the "
+                f"machine's; compare with `ert-run --backend numba-cpu`")
+        ref = self._measured_cpu_reference() or {}
         if "gflops_per_s" in ref:
             return (f"{what} (measured here just before this run: numba-cpu FP64 FMA peak "
                     f"{ref['gflops_per_s']:.1f} GFLOP/s with {ref['threads']} thread"

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ert.cli_run import CEILINGS_NAME
+from ert.cli.run import CEILINGS_NAME
 from ert.errors import ErtError
 
 
@@ -40,7 +40,7 @@ def _fraction(text: str) -> float:
 
 
 def cmd_plot(args) -> int:
-    from ert import plot
+    from ert.consumers import plot
 
     plot.check_output(args.output)
     if args.sweep:
@@ -48,7 +48,7 @@ def cmd_plot(args) -> int:
             raise ErtError("--app draws kernels on the roofline; it does not apply to --sweep", key="--app")
         plot.plot_sweep(args.ceilings, args.output)
     else:
-        from ert.appdata import load_app
+        from ert.consumers.appdata import load_app
         from ert.ceilings_io import load_ceilings
 
         doc = load_ceilings(_ceilings_path(args.ceilings))
@@ -61,8 +61,8 @@ def cmd_plot(args) -> int:
 def cmd_profile(args) -> int:
     import json
 
-    from ert import profile
-    from ert.appdata import load_app
+    from ert.consumers import profile
+    from ert.consumers.appdata import load_app
     from ert.ceilings_io import load_ceilings
 
     doc = load_ceilings(_ceilings_path(args.ceilings))
@@ -78,7 +78,7 @@ def cmd_profile(args) -> int:
 def cmd_compare(args) -> int:
     import json
 
-    from ert import compare
+    from ert.consumers import compare
     from ert.ceilings_io import load_ceilings
 
     if len(args.ceilings) < 2:
@@ -89,7 +89,7 @@ def cmd_compare(args) -> int:
     if len(labels) != len(docs):
         raise ErtError(f"{len(labels)} label(s) for {len(docs)} files", key="--labels")
     if args.plot:
-        from ert.plot import check_output
+        from ert.consumers.plot import check_output
 
         check_output(args.plot)
     if args.json:
@@ -103,7 +103,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from ert import export
+    from ert.consumers import export
     from ert.ceilings_io import load_ceilings
 
     doc = load_ceilings(_ceilings_path(args.ceilings))
@@ -111,7 +111,7 @@ def cmd_export(args) -> int:
     if args.app:
         if args.format != "nersc":
             raise ErtError("--app adds application points to the nersc format only", key="--app")
-        from ert.appdata import load_app
+        from ert.consumers.appdata import load_app
 
         kernels = load_app(args.app)
     text = export.export_text(doc, fmt=args.format, precision=args.precision, access=args.access, kernels=kernels)

@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from ert.cli_consumers import _add_consumer_parsers
-from ert.cli_run import CEILINGS_NAME, QuietExit, _add_run_arguments, cmd_run
+from ert.cli.consumers import _add_consumer_parsers
+from ert.cli.run import CEILINGS_NAME, QuietExit, _add_run_arguments, cmd_run
 from ert.errors import ErtError
 
 
@@ -20,7 +20,7 @@ from ert.errors import ErtError
 def cmd_validate(args) -> int:
     from ert import config as config_mod
     from ert import hwinfo
-    from ert.sweep import kernel_specs, plan
+    from ert.measure.plan import kernel_specs, plan
 
     cfg = config_mod.load(args.config)
     threads = hwinfo.usable_cpus() if cfg.threads == "auto" else cfg.threads
@@ -89,7 +89,7 @@ def cmd_analyze(args) -> int:
     from ert.analysis.ceilings import build
     from ert.ceilings_io import validate, write_ceilings
     from ert.rawio import read_raw
-    from ert.report import format_ceilings
+    from ert.consumers.report import format_ceilings
 
     raw = read_raw(args.raw)
     doc = build(raw)
@@ -107,7 +107,7 @@ def cmd_analyze(args) -> int:
 
 def cmd_show(args) -> int:
     from ert.ceilings_io import load_ceilings
-    from ert.report import format_ceilings
+    from ert.consumers.report import format_ceilings
 
     path = Path(args.ceilings)
     if path.is_dir():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ert import roofs as roofs_mod
-from ert.appdata import KernelData
+from ert.consumers import roofs as roofs_mod
+from ert.consumers.appdata import KernelData
 from ert.errors import ErtError
 
 
 def fma_ratio_ceiling(*, fma_ratio: float, fma_peak_gflops_per_s: float) -> float:
-    """The FMA-ratio ceiling of seed 004: (2f + 1 - f)/2 x peak.
+    """The FMA-ratio ceiling: (2f + 1 - f)/2 x peak.
 
     f = fma / (add + mul + fma), counted in instructions; peak is the FMA peak
     of that precision (every instruction an FMA). With f FMAs among the
@@ -67,7 +67,7 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
 
     Attainable GFLOP/s = min(compute ceiling, AI_level x bandwidth_level over
     every level with bytes): the superposition of one roofline per level
-    (seed 001). The binding ceiling is whichever term is smallest.
+    (Yang et al., "Hierarchical Roofline Analysis for GPUs"). The binding ceiling is whichever term is smallest.
     """
     results = []
     for precision in sorted(kernel.flops, key=lambda p: -kernel.flops[p]):

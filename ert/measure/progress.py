@@ -54,7 +54,7 @@ class Progress:
         cost = point_cost(point, self.min_seconds)
         self._cost_done += cost
         self._cost_left -= cost
-        from ert.analysis.ceilings import rates
+        from ert.spec import rates
 
         gbytes_per_s, gflops_per_s = rates(record)
         # As the analysis reads them: 1 FLOP/element is bandwidth, more is compute.

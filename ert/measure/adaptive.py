@@ -16,8 +16,8 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ert.analysis.ceilings import rates
-from ert.sweep import Point
+from ert.spec import rates
+from ert.measure.plan import Point
 
 # Neighbouring bandwidth points further apart than this (relative) straddle a
 # transition between levels, which is bisected down to the grid's resolution.
@@ -57,8 +57,8 @@ class _Slot:
 
 def _log_rate(slot: _Slot, records: dict[str, dict], *, compute: bool) -> float | None:
     """Log of the best valid rate at a slot, None when nothing valid was measured there."""
-    values = [rates(records[p.id])[1 if compute else 0] for p in slot.points
-              if p.id in records and records[p.id]["valid"]]
+    measured = [rates(records[p.id]) for p in slot.points if p.id in records and records[p.id]["valid"]]
+    values = [r.gflops_per_s if compute else r.gbytes_per_s for r in measured]
     values = [v for v in values if v > 0 and math.isfinite(v)]
     return math.log(max(values)) if values else None
 

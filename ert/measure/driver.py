@@ -8,11 +8,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ert.adaptive import AdaptivePlanner
+from ert.measure.adaptive import AdaptivePlanner
 from ert.config import RunConfig, Timing
-from ert.progress import Progress
+from ert.measure.progress import Progress
 from ert.rawio import RAW_NAME, RAW_VERSION, RawWriter, read_raw
-from ert.sweep import Point, interleaved
+from ert.measure.plan import Point, interleaved
+from ert.spec import timing_spread
 
 # Calibration never asks for more trials than this (a guard against a timer
 # that reports zero); 2**40 trials of even one element is days of work.
@@ -25,7 +26,7 @@ class Measurement:
 
     trials: int
     samples: list[float]          # seconds of each repeat (slowest rank's), best attempt
-    spread: float                 # (max - min) / min of samples
+    spread: float                 # timing_spread of the samples (ert.spec)
     noisy: bool
     remeasured: int               # attempts after the first, set once the loop ends
     rank_seconds: list[list[float]] = field(default_factory=list)  # per repeat: every rank's seconds
@@ -61,10 +62,6 @@ def calibrate(backend, comm, *, min_seconds: float, start_trials: int = 1) -> tu
         trials *= 2
 
 
-def _spread(seconds) -> float:
-    return (max(seconds) - min(seconds)) / min(seconds) if min(seconds) > 0 else float("inf")
-
-
 def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurement:
     """Calibrate, then time ``repeats`` regions; re-measure a noisy point a bounded number of times.
 
@@ -92,13 +89,13 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
             factor = timing.min_seconds / max(statistics.median(slow), 1e-9)
             trials = min(MAX_TRIALS, trials * 2 ** max(1, math.ceil(math.log2(factor))))
             slow, per_rank = map(list, zip(*(_timed(backend, comm, trials) for _ in range(first))))
-        while (budgeted and len(slow) < timing.repeats and _spread(slow) > timing.noise_threshold / 2
+        while (budgeted and len(slow) < timing.repeats and timing_spread(slow) > timing.noise_threshold / 2
                and spent + sum(slow) < cap):
             more, ranks_seconds = _timed(backend, comm, trials)
             slow.append(more)
             per_rank.append(ranks_seconds)
         spent += sum(slow)
-        spread = _spread(slow)
+        spread = timing_spread(slow)
         current = Measurement(trials, list(slow), spread, spread > timing.noise_threshold, 0,
                               [list(r) for r in per_rank])
         if best is None or current.spread < best.spread:
@@ -163,11 +160,13 @@ def _interleave_batch(batch: list[Point]) -> list[Point]:
     return out
 
 
-def _cache_resident_bytes(backend, workers: int) -> int:
-    """A working set held in each thread's private cache: half the aggregate L2 (L1 without an L2)."""
+def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
+    """A working set held in each thread's private cache: half the aggregate L2 (L1 without an L2).
+
+    ``caches`` are the backend's cache hints (``describe()["caches"]``); None: this host's.
+    """
     from ert import hwinfo
 
-    caches = (backend.describe() or {}).get("caches") if hasattr(backend, "describe") else None
     if caches:
         caches = [hwinfo.CacheInfo(level=c["level"], kind=c.get("kind", "Unified"), size_bytes=c["size_bytes"],
                                    shared_cpu_count=c.get("shared_cpu_count", 1)) for c in caches]
@@ -201,7 +200,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
     planner = None
     if config.sweep == "adaptive":
         planner = AdaptivePlanner(points, growth=config.working_set.growth,
-                                  cache_resident_bytes=_cache_resident_bytes(backend, threads * comm.size))
+                                  cache_resident_bytes=_cache_resident_bytes(backend.describe().get("caches"),
+                                                                                    threads * comm.size))
         todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
         if header is not None:
             header = {**header, "planned_points": None, "sweep": "adaptive"}
@@ -240,8 +240,9 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
                 ok = all(c[0] for c in checks)
                 detail = "; ".join(f"rank {i}: {d}" for i, (good, d) in enumerate(checks) if not good) or check.detail
                 record = point_record(point, m, check_ok=ok, check_detail=detail, ranks=comm.size, threads=threads)
-                if hasattr(backend, "point_info"):  # device backends: occupancy, clocks seen during the point
-                    record["device"] = backend.point_info()  # rank 0's, as rank 0 writes
+                device = backend.point_info()  # device backends: occupancy, clocks seen during the point
+                if device:
+                    record["device"] = device  # rank 0's, as rank 0 writes
                 if writer:
                     writer.append(record)
                 records[point.id] = record

@@ -6,7 +6,7 @@ import io
 import math
 from pathlib import Path
 
-from ert import roofs as roofs_mod
+from ert.consumers import roofs as roofs_mod
 from ert.ceilings_io import write_bytes_atomic
 from ert.errors import ErtError
 
@@ -87,7 +87,7 @@ def plot_roofline(doc: dict, out_path, *, kernels=None, precision: str = "fp64",
     fastest = max(r.gbytes_per_s for r in mem)
     ridges = [ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem]
 
-    from ert.profile import profile_all
+    from ert.consumers.profile import profile_all
 
     profiles = profile_all(kernels, doc, access=access) if kernels else []
     app_x = [lv.ai_flops_per_byte for p in profiles for lv in p.results[0].levels]
@@ -218,7 +218,8 @@ def plot_sweep(run_dir, out_path) -> None:
     """Why each ceiling is what it is: GB/s vs working set with plateaus shaded, GFLOP/s vs FLOPs per element."""
     plt = _pyplot()
     check_output(out_path)
-    from ert.analysis.ceilings import best_launches, build, rates
+    from ert.analysis.ceilings import best_launches, build
+    from ert.spec import rates
     from ert.ceilings_io import load_ceilings
     from ert.rawio import read_raw
     from ert.units import human_bytes
@@ -250,7 +251,7 @@ def plot_sweep(run_dir, out_path) -> None:
         for p, curve in curves.items():
             curve.sort(key=lambda r: r["wss_bytes"])
             xs = [r["wss_bytes"] for r in curve]
-            ys = [rates(r)[0] for r in curve]
+            ys = [rates(r).gbytes_per_s for r in curve]
             ymax = max(ymax, max(ys))
             color = PRECISION_COLORS.get(p, "black")
             ax.plot(xs, ys, color=color, linewidth=1, alpha=0.8, label=p)
@@ -299,7 +300,7 @@ def _compute_panel(ax, points, doc, rates) -> None:
         # 1 FLOP/element is one add, the start of both the FMA and the no-FMA series.
         for fma in ([True, False] if fpe == 1 else [bool(spec["fma"])]):
             best = series.setdefault((spec["precision"], fma), {})
-            best[fpe] = max(best.get(fpe, 0.0), rates(r)[1])
+            best[fpe] = max(best.get(fpe, 0.0), rates(r).gflops_per_s)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     for (p, fma), best in sorted(series.items()):

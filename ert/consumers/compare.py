@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ert import roofs as roofs_mod
+from ert.consumers import roofs as roofs_mod
 
 # Two plateaus named alike whose working-set ranges differ more than this are
 # probably not the same thing (a VM that reports the host's caches, say).
@@ -144,7 +144,7 @@ def to_json(docs: list[dict], labels: list[str]) -> dict:
 
 def plot_comparison(docs: list[dict], labels: list[str], out_path) -> None:
     """Horizontal bars: each paired ceiling of every machine relative to the first (1.0 = equal)."""
-    from ert.plot import _pyplot, save_figure
+    from ert.consumers.plot import _pyplot, save_figure
 
     plt = _pyplot()
     rows = [r for r in _rows(docs) if r.paired]

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
-from pathlib import Path
 
-SYSFS_CPU = "/sys/devices/system/cpu"
+from ert.hwinfo import SYSFS_CPU, physical_cores  # noqa: F401  (placement's unit of cores)
+
 
 
 @dataclass
@@ -46,23 +46,6 @@ class Placement:
         return {"host": self.host, "rank": self.rank, "local_rank": self.local_rank,
                 "local_size": self.local_size, "cpus": self.cpus, "cores": len(self.cores), "how": self.how,
                 "pinning": {k: os.environ.get(k, "") for k in ("OMP_PLACES", "OMP_PROC_BIND")}}
-
-
-def physical_cores(cpus: list[int], sysfs_root: str = SYSFS_CPU) -> list[list[int]]:
-    """``cpus`` grouped by physical core (hyperthread siblings together), in core order.
-
-    Reads ``cpuN/topology/{physical_package_id,core_id}``; a cpu whose topology
-    cannot be read is its own core.
-    """
-    groups: dict[tuple, list[int]] = {}
-    for cpu in sorted(set(cpus)):
-        topo = Path(sysfs_root) / f"cpu{cpu}" / "topology"
-        try:
-            key = (int((topo / "physical_package_id").read_text()), int((topo / "core_id").read_text()))
-        except (OSError, ValueError):
-            key = ("cpu", cpu)
-        groups.setdefault(key, []).append(cpu)
-    return sorted(groups.values(), key=lambda g: g[0])
 
 
 def split_cores(cores: list[list[int]], *, local_rank: int, local_size: int) -> tuple[list[list[int]], str | None]:

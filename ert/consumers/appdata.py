@@ -20,7 +20,8 @@ SECTOR_BYTES = 32  # one L1/L2/DRAM sector (the seeds' transaction size)
 
 PRECISION_LETTERS = (("fp64", "d"), ("fp32", "f"), ("fp16", "h"))
 _FLOP_OPS = ("add", "mul", "fma")
-# Time: gpu__time_duration.sum, or elapsed cycles over cycles per second (seed 002).
+# Time: gpu__time_duration.sum, or elapsed cycles over cycles per second (as in NERSC's
+# "Roofline on NVIDIA GPUs" methodology for Nsight Compute).
 TIME_METRIC = "gpu__time_duration.sum"
 _CYCLE_PAIRS = (("sm__cycles_elapsed.avg", "sm__cycles_elapsed.avg.per_second"),
                 ("smsp__cycles_elapsed.avg", "smsp__cycles_elapsed.avg.per_second"),

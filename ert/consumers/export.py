@@ -7,7 +7,7 @@ import io
 import json
 from datetime import datetime
 
-from ert import roofs as roofs_mod
+from ert.consumers import roofs as roofs_mod
 
 FORMATS = ("ert", "nersc", "csv")
 # The ERT release whose roofline.json layout the 'ert' format follows.
@@ -81,7 +81,7 @@ def _quoted(names: list[str]) -> str:
 
 
 def to_nersc(doc: dict, *, precision: str = "fp64", access: str = "rw", app_points=None) -> str:
-    """The space-delimited data file of NERSC's roofline plotting scripts (seed 001's data.txt).
+    """The space-delimited data file of NERSC's roofline plotting scripts (their data.txt).
 
     memroofs/mem_roof_names: one bandwidth per level (GB/s); comproofs/comp_roof_names:
     every compute ceiling (GFLOP/s). ``app_points``: (label, AI, GFLOP/s) triples
@@ -128,7 +128,7 @@ def to_csv(doc: dict) -> str:
 
 def app_points(kernels, doc: dict, *, access: str = "rw") -> list[tuple[str, float, float]]:
     """(label, AI, GFLOP/s) per kernel and level with a ceiling: the hierarchical roofline's dots."""
-    from ert.profile import profile_all
+    from ert.consumers.profile import profile_all
 
     points = []
     for prof in profile_all(kernels, doc, access=access):

@@ -218,8 +218,8 @@ def _prepare_run(args, comm, placement):
 
 
 def cmd_run(args) -> int:
-    from ert import placement as placement_mod
-    from ert.comm import world
+    from ert.measure import placement as placement_mod
+    from ert.measure.comm import world
 
     comm = world()
     placement = None
@@ -247,16 +247,16 @@ def cmd_run(args) -> int:
 def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None) -> int:
     import socket
 
-    from ert import faults, metadata
+    from ert.measure import faults, metadata
     from ert.analysis.ceilings import build
     from ert.backends import REGISTRY
     from ert.ceilings_io import write_ceilings
-    from ert.comm import merge_rank_warnings, shared_device_warnings
-    from ert.driver import run_sweep
-    from ert.progress import Progress
+    from ert.measure.comm import merge_rank_warnings, shared_device_warnings
+    from ert.measure.driver import run_sweep
+    from ert.measure.progress import Progress
     from ert.rawio import read_raw
-    from ert.report import format_ceilings
-    from ert.sweep import plan
+    from ert.consumers.report import format_ceilings
+    from ert.measure.plan import plan
 
     def setup():
         backend = REGISTRY.create(cfg.backend, threads=cfg.threads, config=cfg, local_rank=comm.local_rank,
@@ -270,11 +270,11 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
     cfg, skipped_warning = _agreed(comm, lambda: _supported_precisions(cfg, backend))
     backend = faults.maybe_wrap(backend, rank=comm.rank)
     points = plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements,
-                  launches_of=getattr(backend, "launches", None))
-    own_warnings = list(placement.warnings if placement else []) + list(getattr(backend, "warnings", []))
+                  launches_of=backend.launches)
+    own_warnings = list(placement.warnings if placement else []) + list(backend.warnings)
     own_warnings += [skipped_warning] if skipped_warning else []
     # Whether ranks share a device, from the device each rank really holds.
-    own_warnings += shared_device_warnings(comm.allgather((socket.gethostname(), getattr(backend, "device_id", None))),
+    own_warnings += shared_device_warnings(comm.allgather((socket.gethostname(), backend.device_id)),
                                            comm.rank)
     rank_warnings = merge_rank_warnings(comm.allgather(own_warnings))
     header = None
@@ -300,7 +300,7 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
         print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}",
               file=sys.stderr)
     if cfg.thread_counts or cfg.sustain_seconds:
-        from ert.scaling import run_all
+        from ert.measure.modes import run_all
 
         def make_backend(threads: int):
             return faults.maybe_wrap(REGISTRY.create(cfg.backend, threads=threads, config=cfg,
@@ -351,8 +351,8 @@ def _with_device(cfg, selector: str):
 def _supported_precisions(cfg, backend):
     """(config without the precisions the backend cannot run, a warning or None); ErtError if none is left.
 
-    The one place unsupported precisions are handled, for every backend; a
-    backend may say why (``unsupported_reason``, e.g. a missing OpenCL extension).
+    The one place unsupported precisions are handled, for every backend; each
+    backend says why (``unsupported_reason``, e.g. a missing OpenCL extension).
     """
     from ert.config import with_overrides
     from ert.spec import KernelSpec
@@ -360,9 +360,7 @@ def _supported_precisions(cfg, backend):
     dropped = [p for p in cfg.precisions if not backend.supports(KernelSpec(p, 1, False))]
     if not dropped:
         return cfg, None
-    explain = getattr(backend, "unsupported_reason", None)
-    why = "; ".join(explain(p) for p in dropped) if explain else \
-        f"backend '{cfg.backend}' does not run {', '.join(dropped)}"
+    why = "; ".join(backend.unsupported_reason(p) for p in dropped)
     if len(dropped) == len(cfg.precisions):
         raise ErtError(f"{why}, and nothing else was asked for; choose another backend, device or precision",
                        key="precisions")

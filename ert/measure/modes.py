@@ -6,10 +6,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ert.driver import SweepResult, _timed, run_sweep
+from ert.measure.driver import SweepResult, _timed, run_sweep
 from ert.rawio import RAW_NAME, RawWriter, read_raw
 from ert.spec import KernelSpec
-from ert.sweep import plan
+from ert.measure.plan import plan
 
 # Each timed region of a hold lasts about this long: short enough to show a
 # clock that drops within seconds, long enough that timer overhead is nothing.
@@ -28,7 +28,7 @@ def _plan_for(config, backend, comm, threads: int):
     # lines up across counts (aggregate sets scale with the count), and all reach max_bytes.
     min_bytes = max(1, config.working_set.min_bytes * threads // max(counts)) if counts else None
     return plan(config, workers=threads * comm.size, granule_elements_of=backend.granule_elements,
-                launches_of=getattr(backend, "launches", None), thread_tag=tag, min_bytes=min_bytes)
+                launches_of=backend.launches, thread_tag=tag, min_bytes=min_bytes)
 
 
 def run_all(*, config, run_dir: Path, backend, make_backend, comm, header: dict | None, progress=None,

@@ -111,12 +111,6 @@ def compute_roofs(doc: dict) -> list[ComputeRoof]:
     return roofs
 
 
-def peak_roof(doc: dict, precision: str) -> ComputeRoof | None:
-    """The highest compute roof of one precision (FMA or not, whichever measured faster)."""
-    candidates = [r for r in compute_roofs(doc) if r.precision == precision]
-    return max(candidates, key=lambda r: r.gflops_per_s) if candidates else None
-
-
 def fma_roof(doc: dict, precision: str) -> ComputeRoof | None:
     """The FMA roof of one precision, or its no-FMA roof when FMA was not measured."""
     roofs = [r for r in compute_roofs(doc) if r.precision == precision]

@@ -1,0 +1,162 @@
+"""The one output check of every backend: the host replay, the tolerance policy, the error metric and its verdict.
+
+Every backend's kernel starts element i at ``initial_values()[i % 16]`` and,
+per trial t, runs it through ``x = fma(x, A, c_t)`` (``fma_ops`` times, fused),
+``x = x*A; x = x + c_t`` (the same, rounded separately) or ``x = x + c_t``
+(the single add), with ``c_t = +C`` on even and ``-C`` on odd trials.  A < 1
+damps the values into a short cycle, so the replay jumps whole cycles ahead
+once it sees one: its cost is bounded whatever the trial count.
+
+The replay is bit-exact wherever ``fma_exact()``: the add and no-FMA kernels
+always, the fused kernels whenever the host has a wide enough float to round
+once as the device does.  The tolerance policy follows from that, and is the
+same for every backend: zero where the replay is exact, a few ulp (damped)
+where it rounds twice.  The load-only sums are of small dyadic values, exact
+in every accumulator the backends use; their tolerance only admits another
+summation order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ert.spec import KernelSpec
+
+# Dyadic, so the add form is exact in every precision.
+A = 0.9375
+C = 0.0625
+
+NUMPY_DTYPE = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16}
+
+# a = 15/16 has 4 significant bits, so b*a + c for |b| < 2 and |c| = 1/16
+# needs at most 53 + 5 bits: exact in float64 for FP32/FP16 inputs, and in an
+# x87 or quad long double (>= 63 bits) for FP64 inputs.  One rounding to the
+# precision then is the device's fused multiply-add, bit for bit.
+WIDE_FLOAT = np.longdouble if np.finfo(np.longdouble).nmant >= 63 else None
+
+# Relative tolerance of a read+write check where the replay rounds twice and
+# the device once (FP64 FMA on a host without a 63-bit long double): a < 1
+# damps the difference to a few ulp.
+TWO_ROUNDINGS_TOLERANCE = 1e-12
+# Relative tolerance of a load-only sum, per precision of the data: every
+# partial sum is exact, so this only admits another order of exact additions
+# and the rounding of a float64 (FP64) or float32 (FP32/FP16) total.
+RO_TOLERANCE = {"fp64": 1e-12, "fp32": 1e-5, "fp16": 1e-5}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of comparing a kernel's output with the host replay."""
+
+    ok: bool
+    detail: str = ""
+
+
+def initial_values(dtype) -> np.ndarray:
+    """The 16 distinct starting values, element i getting the (i % 16)-th."""
+    return (0.5 + np.arange(16) * 0.0625).astype(dtype)
+
+
+def fma_exact(precision: str) -> bool:
+    """Whether this host replays the precision's fused multiply-add bit-exactly."""
+    return precision != "fp64" or WIDE_FLOAT is not None
+
+
+def _fused(b: np.ndarray, a, c, dtype) -> np.ndarray:
+    wide = np.float64 if dtype != np.float64 else WIDE_FLOAT
+    return (b.astype(wide) * wide(a) + wide(c)).astype(dtype)
+
+
+def replay_rw(spec: KernelSpec, *, trials: int) -> np.ndarray:
+    """The 16 element values a read+write kernel leaves after ``trials`` trials from initial_values.
+
+    Bit-exact for the add and no-FMA kernels, and for FMA wherever
+    fma_exact(); elsewhere FMA is replayed with two roundings and matches
+    within rw_tolerance().
+    """
+    dtype = NUMPY_DTYPE[spec.precision]
+    x = initial_values(dtype)
+    a, c = dtype(A), dtype(C)
+    k_ops = spec.fma_ops_per_element
+    fused = spec.fma and fma_exact(spec.precision)
+    seen: dict[bytes, int] = {}
+    t = 0
+    while t < trials:
+        if t % 2 == 0:
+            key = x.tobytes()
+            if key in seen:  # the state at this trial parity repeats: jump whole cycles ahead
+                cycle = t - seen[key]
+                t += (trials - t) // cycle * cycle
+                seen = {}
+                if t >= trials:
+                    break
+            seen[key] = t
+        ct = c if t % 2 == 0 else -c
+        if k_ops == 0:
+            x = (x + ct).astype(dtype)
+        elif fused:
+            for _ in range(k_ops):
+                x = _fused(x, a, ct, dtype)
+        else:
+            for _ in range(k_ops):
+                x = (x * a).astype(dtype)
+                x = (x + ct).astype(dtype)
+        t += 1
+    return x
+
+
+def rw_tolerance(spec: KernelSpec) -> float:
+    """Relative tolerance of a read+write check: 0 (bit-exact) unless the replay rounds twice where the kernel fuses."""
+    return 0.0 if not spec.fma or fma_exact(spec.precision) else TWO_ROUNDINGS_TOLERANCE
+
+
+def ro_tolerance(spec: KernelSpec) -> float:
+    """Relative tolerance of a load-only sum check."""
+    return RO_TOLERANCE[spec.precision]
+
+
+def relative_errors(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """|got - expected| / max(|expected|, 1), in float64; NaN counts as infinite, so a lost or garbage store is caught.
+
+    The backends' on-device checks (``max_rel_error`` in kernels/numba_cpu.py,
+    ``ert_check`` in kernels/ert_cuda.cu) compute this same metric in place.
+    """
+    expected = np.asarray(expected, dtype=np.float64)
+    err = np.abs(np.asarray(got, dtype=np.float64) - expected) / np.maximum(np.abs(expected), 1.0)
+    err[np.isnan(err)] = np.inf
+    return err
+
+
+def worst(err: np.ndarray) -> tuple[float, int]:
+    """(largest error, its index); (0, 0) for no values."""
+    if not err.size:
+        return 0.0, 0
+    i = int(err.argmax())
+    return float(err[i]), i
+
+
+def rw_errors(values: np.ndarray, *, first_element: int, expected16: np.ndarray) -> tuple[float, int]:
+    """(largest relative error, its index in ``values``) of a run of elements starting at ``first_element``."""
+    idx = (np.arange(values.size, dtype=np.int64) + first_element) % 16
+    return worst(relative_errors(values, np.asarray(expected16, dtype=np.float64)[idx]))
+
+
+def ro_errors(sums: np.ndarray, expected: np.ndarray) -> tuple[float, int]:
+    """(largest relative error, its index) of per-thread load-only sums."""
+    return worst(relative_errors(sums, expected))
+
+
+def verdict(*, error: float, tolerance: float, what: str, got, expected, trials: int,
+            count: int | None = None) -> CheckResult:
+    """The check's result, in the words every backend uses.
+
+    ``what`` names the worst value ("element 12 of thread 1", "load-only sum
+    of thread 3"); ``count``, where known, is how many elements failed.
+    """
+    if error <= tolerance:  # False for NaN
+        return CheckResult(True, f"max rel err {error:.2g}")
+    many = f"{count} element(s) differ from the replay; the first, " if count else ""
+    return CheckResult(False, f"{many}{what}: {got!r} != replay {expected!r} after {trials} trials "
+                              f"(rel err {error:.2g}, tolerance {tolerance:.2g})")
