@@ -39,6 +39,8 @@ LLVM may not contract (tests read the assembly).
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -311,18 +313,30 @@ def dependent_fmas(typingctx, n, x, width_lit):
     return types.float64(n, x, width_lit), codegen
 
 
+_MACHINE = platform.machine().lower()
+
+
 @intrinsic
 def cycle_counter(typingctx):
-    """``cycle_counter() -> int64``: the CPU's time-stamp counter (``llvm.readcyclecounter``; RDTSC on x86).
+    """``cycle_counter() -> int64``: a constant-rate counter readable from user space.
 
-    On x86 the TSC ticks at a constant rate whatever the core clock (the
-    ``constant_tsc`` flag); the backend converts ticks to seconds with a rate
-    it measures against the OS clock.
+    x86: the time-stamp counter (``llvm.readcyclecounter``, RDTSC), which ticks
+    at a constant rate whatever the core clock (the ``constant_tsc`` flag).
+    AArch64: the virtual counter ``CNTVCT_EL0`` (``llvm.readcyclecounter``
+    would read PMCCNTR_EL0, which traps in user space).  Elsewhere there is
+    none, and typing fails (the backend then reports no clock).  The backend
+    converts ticks to seconds with a rate it measures against the OS clock.
     """
+    if _MACHINE not in ("x86_64", "amd64", "aarch64", "arm64"):
+        raise errors.TypingError(f"no user-space cycle counter on {_MACHINE}")
 
     def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        if _MACHINE in ("aarch64", "arm64"):
+            asm = ir.InlineAsm(ir.FunctionType(i64, []), "mrs $0, cntvct_el0", "=r", side_effect=True)
+            return builder.call(asm, [])
         fn = builder.module.globals.get("llvm.readcyclecounter") or ir.Function(
-            builder.module, ir.FunctionType(ir.IntType(64), []), name="llvm.readcyclecounter")
+            builder.module, ir.FunctionType(i64, []), name="llvm.readcyclecounter")
         return builder.call(fn, [])
 
     return types.int64(), codegen

@@ -274,3 +274,17 @@ def test_a_cpu_not_in_the_table_still_runs_and_says_why(tmp_path):
     show = run_cmd("ert", "show", tmp_path / "run")
     assert show.returncode == 0 and "of rated" not in show.stdout
     assert "  no rated value: CPU 'x86-64-v3'" in show.stdout
+
+
+def test_without_a_clock_there_is_no_rated_value_and_the_run_says_why(monkeypatch):
+    """A CPU whose clock cannot be measured (no user-space counter) still describes itself, unrated."""
+    backend = NumbaCpuBackend(threads=1)
+
+    def no_counter(*_args, **_kw):
+        raise RuntimeError("no user-space cycle counter on riscv64")
+
+    monkeypatch.setattr(backend, "measure_clock", no_counter)
+    rated = backend.describe()["rated"]
+    assert all(e["gflops_per_s"] is None for e in rated["compute"])
+    assert all(e["derivation"].startswith("no rated value: ") for e in rated["compute"] + rated["memory"])
+    backend.close()

@@ -259,15 +259,20 @@ class NumbaCpuBackend:
         from ert.backends import cpu_rated
 
         arch, why = cpu_rated.lookup(self._codegen["cpu_name"], hwinfo.cpu_model())
-        clock = self.measure_clock(arch.fma_latency if arch else 4)
+        latency = arch.fma_latency if arch else 4
+        try:
+            clock = self.measure_clock(latency)
+        except Exception as exc:  # no user-space counter on this ISA, say: no rated value, and why
+            clock = {"vector_ghz": None, "how": f"not measured: {type(exc).__name__}: {exc}".splitlines()[0]}
+            why = why or f"no rated value: the sustained clock could not be measured ({clock['how']})"
         cores = hwinfo.cores_in_use(self.threads)
         rated = cpu_rated.rated_ceilings(arch=arch, why_none=why, clock_ghz=clock["vector_ghz"],
                                          clock_how=clock["how"], cores=cores)
         # One core alone may boost higher than all of them together: a 1-thread
         # sweep (--threads 1,N) is rated at the clock one busy core reaches.
         by_threads = {str(self.threads): clock["vector_ghz"]}
-        if self.threads > 1:
-            by_threads["1"] = self.measure_clock(arch.fma_latency if arch else 4, threads=1)["vector_ghz"]
+        if self.threads > 1 and clock["vector_ghz"]:
+            by_threads["1"] = self.measure_clock(latency, threads=1)["vector_ghz"]
         rated.update(cores_per_rank=cores, per_core=True, clock=clock, clock_ghz_by_threads=by_threads)
         return rated
 
