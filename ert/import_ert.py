@@ -76,117 +76,176 @@ def read_ert_config(text: str, *, path) -> dict[str, tuple[list[str], int]]:
 
 def convert(text: str, *, path) -> Conversion:
     """Map every ERT key with an equivalent into an ert config; note the others, one line each."""
-    d = read_ert_config(text, path=path)
-    notes: list[str] = []
-    cfg: dict = {}
-
-    def first(key: str) -> str | None:
-        tokens = d.get(key, ([], 0))[0]
-        return tokens[0] if tokens else None
-
-    def where(key: str) -> str:
-        return f"{key} (line {d[key][1]})"
-
-    def ints(key: str) -> list[int] | None:
-        value = first(key)
-        return None if value is None else parse_int_set(value, path=path, key=f"line {d[key][1]}")
-
-    def flag(key: str) -> bool:
-        return first(key) == "True"  # ERT's only true spelling
-
-    for key in d:
-        if key.startswith("ERT_SPEC_GBYTES_"):
-            continue
-        if key not in KNOWN_KEYS:
-            notes.append(f"{where(key)}: unknown ERT key; ignored")
-    gpu, hip, ocl = flag("ERT_GPU"), flag("ERT_HIP"), flag("ERT_OCL")
-    if gpu and hip:
-        cfg["backend"] = "auto"
-        notes.append(f"{where('ERT_HIP')}: no HIP backend; backend left 'auto'")
-    elif gpu:
-        cfg["backend"] = "cuda"
-    elif ocl:
-        cfg["backend"] = "opencl"
-    else:
-        cfg["backend"] = "numba-cpu"
-
-    precisions = ["fp64"]
-    if first("ERT_PRECISION"):
-        precisions = []
-        for token in first("ERT_PRECISION").split(","):
-            name = token.strip().lower()
-            if name not in ITEMSIZE:
-                raise ErtError(f"unknown precision {token!r} (FP16, FP32, FP64)", path=path,
-                               key=f"line {d['ERT_PRECISION'][1]}")
-            precisions.append(name)
-    cfg["precisions"] = precisions
-
-    flops = ints("ERT_FLOPS")
-    if flops is not None:
-        kept = [f for f in flops if 1 <= f <= 1024 and f & (f - 1) == 0]
-        dropped = [f for f in flops if f not in kept]
-        if dropped:
-            notes.append(f"{where('ERT_FLOPS')}: {', '.join(map(str, dropped))} dropped: ert sweeps powers of "
-                         f"two from 1 to 1024 FLOPs per element")
-        if kept:
-            cfg["flops_per_element"] = kept
+    d = _Directives(read_ert_config(text, path=path), path)
+    notes: list[str] = _unknown_key_notes(d)
+    cfg: dict = {"backend": _backend(d, notes), "precisions": _precisions(d)}
+    flops = _flops_per_element(d, notes)
+    if flops:
+        cfg["flops_per_element"] = flops
     cfg["fma"] = "both"
     cfg["access"] = ["rw"]  # ERT's kernel: each element loaded and stored once
+    max_bytes = _memory_max(d)
+    threads = _threads(d, cfg, notes)
+    cfg["working_set"] = {**max_bytes, **_working_set_from(d, cfg["precisions"], threads, notes)}
+    experiments = d.first("ERT_NUM_EXPERIMENTS")
+    if experiments is not None:
+        cfg["timing"] = {"repeats": _int(experiments, path, d.line("ERT_NUM_EXPERIMENTS"))}
+    if d.first("ERT_RESULTS"):
+        cfg["output_dir"] = d.first("ERT_RESULTS")
+    notes += _layout_notes(d)
+    if d.gpu and not d.hip:
+        cfg["cuda"] = _cuda_section(d.keys, d.ints, d.where, notes)
+    if d.ocl:
+        cfg["opencl"] = _opencl_section(d.keys, path, d.where, notes)
+    notes += _no_equivalent_notes(d)
+    return Conversion(config=cfg, notes=notes)
 
+
+@dataclass
+class _Directives:
+    """An ERT config's directives (KEY -> (value tokens, line number)) and how its values read."""
+
+    keys: dict[str, tuple[list[str], int]]
+    path: object
+
+    def first(self, key: str) -> str | None:
+        tokens = self.keys.get(key, ([], 0))[0]
+        return tokens[0] if tokens else None
+
+    def line(self, key: str) -> int:
+        return self.keys[key][1]
+
+    def where(self, key: str) -> str:
+        return f"{key} (line {self.line(key)})"
+
+    def ints(self, key: str) -> list[int] | None:
+        value = self.first(key)
+        return None if value is None else parse_int_set(value, path=self.path, key=f"line {self.line(key)}")
+
+    def flag(self, key: str) -> bool:
+        return self.first(key) == "True"  # ERT's only true spelling
+
+    @property
+    def gpu(self) -> bool:
+        return self.flag("ERT_GPU")
+
+    @property
+    def hip(self) -> bool:
+        return self.flag("ERT_HIP")
+
+    @property
+    def ocl(self) -> bool:
+        return self.flag("ERT_OCL")
+
+
+def _unknown_key_notes(d: _Directives) -> list[str]:
+    return [f"{d.where(key)}: unknown ERT key; ignored" for key in d.keys
+            if not key.startswith("ERT_SPEC_GBYTES_") and key not in KNOWN_KEYS]
+
+
+def _backend(d: _Directives, notes: list[str]) -> str:
+    """ERT_GPU (CUDA; with ERT_HIP: none), ERT_OCL or the CPU."""
+    if d.gpu and d.hip:
+        notes.append(f"{d.where('ERT_HIP')}: no HIP backend; backend left 'auto'")
+        return "auto"
+    if d.gpu:
+        return "cuda"
+    if d.ocl:
+        return "opencl"
+    return "numba-cpu"
+
+
+def _precisions(d: _Directives) -> list[str]:
+    """ERT_PRECISION (FP16, FP32, FP64; default FP64) as ert's names."""
+    if not d.first("ERT_PRECISION"):
+        return ["fp64"]
+    precisions = []
+    for token in d.first("ERT_PRECISION").split(","):
+        name = token.strip().lower()
+        if name not in ITEMSIZE:
+            raise ErtError(f"unknown precision {token!r} (FP16, FP32, FP64)", path=d.path,
+                           key=f"line {d.line('ERT_PRECISION')}")
+        precisions.append(name)
+    return precisions
+
+
+def _flops_per_element(d: _Directives, notes: list[str]) -> list[int] | None:
+    """ERT_FLOPS without the counts ert does not sweep (powers of two from 1 to 1024), noted."""
+    flops = d.ints("ERT_FLOPS")
+    if flops is None:
+        return None
+    kept = [f for f in flops if 1 <= f <= 1024 and f & (f - 1) == 0]
+    dropped = [f for f in flops if f not in kept]
+    if dropped:
+        notes.append(f"{d.where('ERT_FLOPS')}: {', '.join(map(str, dropped))} dropped: ert sweeps powers of "
+                     f"two from 1 to 1024 FLOPs per element")
+    return kept
+
+
+def _threads(d: _Directives, cfg: dict, notes: list[str]) -> int | None:
+    """Sets ``threads`` (and ``thread_counts`` for a sweep) of a CPU run in ``cfg``; the threads, or None."""
+    if d.gpu or d.ocl:
+        return None
+    if not d.flag("ERT_OPENMP"):
+        cfg["threads"] = 1  # ERT without OpenMP runs one thread per process
+        return 1
+    candidates = d.ints("ERT_OPENMP_THREADS") or [1]
+    cfg["threads"] = threads = max(candidates)
+    if len(candidates) > 1:
+        cfg["thread_counts"] = sorted(set(candidates))
+        notes.append(f"{d.where('ERT_OPENMP_THREADS')}: ERT swept {len(cfg['thread_counts'])} thread counts; "
+                     f"thread_counts measures each of them in one run (thread scaling), threads is the largest")
+    return threads
+
+
+def _memory_max(d: _Directives) -> dict:
+    """``{"max_bytes": ERT_MEMORY_MAX}``, or nothing."""
+    memory_max = d.first("ERT_MEMORY_MAX")
+    return {} if memory_max is None else {"max_bytes": _int(memory_max, d.path, d.line("ERT_MEMORY_MAX"))}
+
+
+def _working_set_from(d: _Directives, precisions: list[str], threads: int | None, notes: list[str]) -> dict:
+    """min_bytes from ERT_WORKING_SET_MIN (elements per thread, noted as bytes), growth from ERT_WSS_MULT."""
     ws: dict = {}
-    memory_max = first("ERT_MEMORY_MAX")
-    if memory_max is not None:
-        ws["max_bytes"] = _int(memory_max, path, d["ERT_MEMORY_MAX"][1])
-    threads = None
-    if flag("ERT_OPENMP") and not (gpu or ocl):
-        candidates = ints("ERT_OPENMP_THREADS") or [1]
-        threads = max(candidates)
-        cfg["threads"] = threads
-        if len(candidates) > 1:
-            cfg["thread_counts"] = sorted(set(candidates))
-            notes.append(f"{where('ERT_OPENMP_THREADS')}: ERT swept {len(cfg['thread_counts'])} thread counts; "
-                         f"thread_counts measures each of them in one run (thread scaling), threads is the largest")
-    elif not (gpu or ocl):
-        cfg["threads"] = threads = 1  # ERT without OpenMP runs one thread per process
-    ws_min = first("ERT_WORKING_SET_MIN")
+    ws_min = d.first("ERT_WORKING_SET_MIN")
     if ws_min is not None:
-        elements = _int(ws_min, path, d["ERT_WORKING_SET_MIN"][1])
+        elements = _int(ws_min, d.path, d.line("ERT_WORKING_SET_MIN"))
         workers = threads or 1
         ws["min_bytes"] = elements * max(ITEMSIZE[p] for p in precisions) * workers
-        notes.append(f"{where('ERT_WORKING_SET_MIN')}: {elements} element(s) per thread -> working_set.min_bytes "
+        notes.append(f"{d.where('ERT_WORKING_SET_MIN')}: {elements} element(s) per thread -> working_set.min_bytes "
                      f"{ws['min_bytes']} (x {workers} thread(s) x {max(ITEMSIZE[p] for p in precisions)} bytes)")
-    mult = first("ERT_WSS_MULT")
+    mult = d.first("ERT_WSS_MULT")
     ws["growth"] = float(mult) if mult is not None else 1.1  # ERT's default growth
-    cfg["working_set"] = ws
+    return ws
 
-    experiments = first("ERT_NUM_EXPERIMENTS")
-    if experiments is not None:
-        cfg["timing"] = {"repeats": _int(experiments, path, d["ERT_NUM_EXPERIMENTS"][1])}
-    if first("ERT_RESULTS"):
-        cfg["output_dir"] = first("ERT_RESULTS")
 
-    if flag("ERT_MPI"):
-        procs = first("ERT_MPI_PROCS") or "?"
-        notes.append(f"{where('ERT_MPI')}: ranks come from the launcher, not the config: run "
+def _layout_notes(d: _Directives) -> list[str]:
+    """Ranks and threads ERT took from its config, which ert takes from the launcher or the backend."""
+    notes = []
+    if d.flag("ERT_MPI"):
+        procs = d.first("ERT_MPI_PROCS") or "?"
+        notes.append(f"{d.where('ERT_MPI')}: ranks come from the launcher, not the config: run "
                      f"`mpirun -n N ert-run ...` for each N in ERT_MPI_PROCS {procs}")
     for key in ("ERT_PROCS_THREADS", "ERT_MPI_PROCS"):
-        if key in d and not (key == "ERT_MPI_PROCS" and flag("ERT_MPI")):
-            notes.append(f"{where(key)}: ert runs one ranks x threads layout per run; no equivalent")
-    if "ERT_OPENMP_THREADS" in d and (gpu or ocl):
-        notes.append(f"{where('ERT_OPENMP_THREADS')}: a device backend drives each device from one host thread")
-    if gpu and not hip:
-        cfg["cuda"] = _cuda_section(d, ints, where, notes)
-    if ocl:
-        cfg["opencl"] = _opencl_section(d, path, where, notes)
+        if key in d.keys and not (key == "ERT_MPI_PROCS" and d.flag("ERT_MPI")):
+            notes.append(f"{d.where(key)}: ert runs one ranks x threads layout per run; no equivalent")
+    if "ERT_OPENMP_THREADS" in d.keys and (d.gpu or d.ocl):
+        notes.append(f"{d.where('ERT_OPENMP_THREADS')}: a device backend drives each device from one host thread")
+    return notes
+
+
+def _no_equivalent_notes(d: _Directives) -> list[str]:
+    """The build, launch and plot keys, then the vendor peaks (ERT_SPEC_*)."""
+    notes = []
     for key, reason in _BUILD_KEYS.items():
-        if key in d:
-            value = " ".join(d[key][0])
-            notes.append(f"{where(key)}{' ' + repr(value) if value else ''}: no equivalent ({reason})")
-    for key in d:
-        if key.startswith("ERT_SPEC_") and key in d:
-            notes.append(f"{where(key)}: vendor peak {' '.join(d[key][0])} has no place in a run config "
+        if key in d.keys:
+            value = " ".join(d.keys[key][0])
+            notes.append(f"{d.where(key)}{' ' + repr(value) if value else ''}: no equivalent ({reason})")
+    for key in d.keys:
+        if key.startswith("ERT_SPEC_"):
+            notes.append(f"{d.where(key)}: vendor peak {' '.join(d.keys[key][0])} has no place in a run config "
                          f"(ert records what it measures)")
-    return Conversion(config=cfg, notes=notes)
+    return notes
 
 
 def _int(text: str, path, line: int) -> int:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ert.cli.consumers import _add_consumer_parsers
-from ert.cli.run import CEILINGS_NAME, QuietExit, _add_run_arguments, cmd_run
+from ert.cli.run import QuietExit, _add_run_arguments, cmd_run
 from ert.errors import ErtError
 
 
@@ -108,6 +108,7 @@ def cmd_analyze(args) -> int:
 def cmd_show(args) -> int:
     from ert.ceilings_io import load_ceilings
     from ert.consumers.report import format_ceilings
+    from ert.measure.rundir import CEILINGS_NAME
 
     path = Path(args.ceilings)
     if path.is_dir():

@@ -9,12 +9,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from ert.cli.run import CEILINGS_NAME
 from ert.errors import ErtError
 
 
 # ---------------------------------------------------------------------------- consumers of the ceilings
 def _ceilings_path(text: str) -> Path:
+    from ert.measure.rundir import CEILINGS_NAME
+
     path = Path(text)
     return path / CEILINGS_NAME if path.is_dir() else path
 

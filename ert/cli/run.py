@@ -1,8 +1,12 @@
 """`ert-run`: from the command line to a finished run directory, on one rank or many.
 
-Placement of MPI ranks, agreement on errors before the sweep, abort on a
-failure during it, and the resolved config that makes a run reproducible and
-resumable.  Only argparse and ert.errors are imported at module level.
+The command line read into a config and a run directory, then one step per
+stage (backend, plan, run directory, measuring, analysis and report); MPI
+ranks placed, errors before the sweep agreed on, a failure during it ending
+every rank.  The run directory, backend selection and precision policy live
+in their stages (ert.measure.rundir, ert.backends.select,
+ert.measure.precisions).  Only argparse and ert.errors are imported at module
+level.
 """
 
 from __future__ import annotations
@@ -12,9 +16,6 @@ import sys
 from pathlib import Path
 
 from ert.errors import ErtError
-
-CONFIG_NAME = "config.yaml"
-CEILINGS_NAME = "ceilings.json"
 
 
 # ---------------------------------------------------------------------------- ert-run
@@ -66,62 +67,6 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _new_run_dir(output_dir: str) -> Path:
-    import socket
-    import time
-
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(output_dir) / f"{stamp}-{socket.gethostname().split('.')[0]}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
-
-
-def _holds_run(path: Path) -> bool:
-    return any((path / name).exists() for name in ("raw.jsonl", CONFIG_NAME, CEILINGS_NAME))
-
-
-def _resolve(config, *, source, backend_flag: bool, placement=None):
-    """Concrete backend and thread count, so the saved config reproduces the run.
-
-    Under MPI, ``threads: auto`` is the cores this rank was given (placement).
-    """
-    from ert import hwinfo
-    from ert.backends import REGISTRY
-    from ert.config import with_overrides
-
-    backend = config.backend
-    if backend == "auto":
-        backend = REGISTRY.best_available()
-    else:
-        try:
-            REGISTRY.entry(backend)
-        except ErtError as exc:  # name where the bad value came from
-            raise ErtError(exc.message, path=None if backend_flag else source,
-                           key="--backend" if backend_flag else "backend") from None
-    threads = config.threads
-    if not REGISTRY.entry(backend).host_threads:
-        if config.thread_counts:
-            raise ErtError(f"thread scaling measures CPU threads; backend '{backend}' drives its device from "
-                           f"one host thread per rank (scale with ranks instead)", key="--threads")
-        threads = 1  # a device backend drives its device from one host thread per rank
-    elif threads == "auto":
-        threads = placement.threads if placement else max(1, hwinfo.usable_cpus())
-    return with_overrides(config, backend=backend, threads=threads)
-
-
-def _write_config(config, path: Path) -> None:
-    import yaml
-
-    from ert.ceilings_io import write_text_atomic
-
-    text = "# Resolved config of this run (ert-run --resume uses it)\n" + yaml.safe_dump(
-        config.to_dict(), sort_keys=False)
-    write_text_atomic(text, path)
-
-
 class QuietExit(Exception):
     """End this rank with ``code``; the error was already printed once (by rank 0 or the failing rank)."""
 
@@ -169,30 +114,42 @@ def _agreed(comm, func):
 
 def _prepare_run(args, comm, placement):
     """(resolved config, run directory, resume?) from the command line; ErtError for every user fault."""
-    from ert import config as config_mod
-
     if args.resume and args.config:
         raise ErtError("give either CONFIG or --resume RUN_DIR, not both", key="--resume")
     if args.resume and args.out:
         raise ErtError("--out names a new run; --resume continues an existing one", key="--out")
     if args.resume:
-        run_dir = Path(args.resume)
-        cfg = config_mod.load(run_dir / CONFIG_NAME) if (run_dir / CONFIG_NAME).exists() else None
-        if cfg is None or not (run_dir / "raw.jsonl").exists():
-            raise ErtError("not a run directory (no config.yaml and raw.jsonl)", path=run_dir, key="--resume")
-        if args.backend and args.backend != cfg.backend:
-            raise ErtError(f"the run used backend '{cfg.backend}'; a resume cannot switch to '{args.backend}'",
-                           path=run_dir, key="--backend")
-        if args.threads and args.threads != (cfg.thread_counts or cfg.threads):
-            raise ErtError(f"the run used {cfg.thread_counts or cfg.threads} threads; a resume cannot change that",
-                           path=run_dir, key="--threads")
-        if args.device:
-            raise ErtError("a resume runs on the run's own device (see its config.yaml)", path=run_dir,
-                           key="--device")
-        if args.sustain and args.sustain != cfg.sustain_seconds:
-            raise ErtError(f"the run's sustain time is {cfg.sustain_seconds}; a resume cannot change that",
-                           path=run_dir, key="--sustain")
-        return cfg, run_dir, True
+        return _resumed_run(args), Path(args.resume), True
+    return (*_new_run(args, comm, placement), False)
+
+
+def _resumed_run(args):
+    """The config of the run to resume; ErtError if the command line asks to change it."""
+    from ert.measure import rundir
+
+    run_dir = Path(args.resume)
+    cfg = rundir.load_config(run_dir)
+    if args.backend and args.backend != cfg.backend:
+        raise ErtError(f"the run used backend '{cfg.backend}'; a resume cannot switch to '{args.backend}'",
+                       path=run_dir, key="--backend")
+    if args.threads and args.threads != (cfg.thread_counts or cfg.threads):
+        raise ErtError(f"the run used {cfg.thread_counts or cfg.threads} threads; a resume cannot change that",
+                       path=run_dir, key="--threads")
+    if args.device:
+        raise ErtError("a resume runs on the run's own device (see its config.yaml)", path=run_dir,
+                       key="--device")
+    if args.sustain and args.sustain != cfg.sustain_seconds:
+        raise ErtError(f"the run's sustain time is {cfg.sustain_seconds}; a resume cannot change that",
+                       path=run_dir, key="--sustain")
+    return cfg
+
+
+def _new_run(args, comm, placement):
+    """(resolved config, new run directory) from CONFIG (or the packaged default) and the flags."""
+    from ert import config as config_mod
+    from ert.backends import select
+    from ert.measure import rundir
+
     source = args.config or config_mod.default_path()
     cfg = config_mod.load(source)
     data = cfg.to_dict()
@@ -201,20 +158,16 @@ def _prepare_run(args, comm, placement):
         data.update(threads=max(counts) if counts else args.threads, thread_counts=counts)
     cfg = config_mod.with_overrides(config_mod.from_dict(data, source="command line"), backend=args.backend,
                                     sustain_seconds=args.sustain)
-    cfg = _resolve(cfg, source=source, backend_flag=bool(args.backend), placement=placement)
+    cfg = select.resolve(cfg, source=source, backend_flag=bool(args.backend), placement=placement)
     if args.device:
-        cfg = _with_device(cfg, args.device)
+        cfg = select.with_device(cfg, args.device)
     if args.out:
         run_dir = Path(args.out)
-        if run_dir.exists() and not run_dir.is_dir():
-            raise ErtError("exists and is not a directory", path=run_dir, key="--out")
-        if run_dir.is_dir() and _holds_run(run_dir):
-            raise ErtError("already holds a run; continue it with --resume or choose a new --out",
-                           path=run_dir, key="--out")
+        rundir.check_new(run_dir)
     else:
         # Rank 0 names the directory (clock and host name differ between ranks).
-        run_dir = comm.bcast(_new_run_dir(cfg.output_dir) if comm.rank == 0 else None)
-    return cfg, run_dir, False
+        run_dir = comm.bcast(rundir.new_run_dir(cfg.output_dir) if comm.rank == 0 else None)
+    return cfg, run_dir
 
 
 def cmd_run(args) -> int:
@@ -245,67 +198,101 @@ def cmd_run(args) -> int:
 
 
 def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None) -> int:
-    import socket
+    """One run, stage by stage: backend, plan, run directory, measuring, analysis and report."""
+    cfg, backend, skipped_warning = _open_backend(cfg, run_dir, comm=comm, resume=resume)
+    points = _plan(cfg, backend, comm=comm)
+    rank_warnings = _rank_warnings(backend, skipped_warning, comm=comm, placement=placement)
+    header = None if resume else _start_run_dir(cfg, run_dir, backend, comm=comm, placement=placement,
+                                                  rank_warnings=rank_warnings, planned_points=len(points))
+    if comm.rank == 0:
+        _announce(cfg, run_dir, comm=comm, rank_warnings=rank_warnings)
+    result = _measure(cfg, points, run_dir, backend, header, comm=comm, quiet=quiet)
+    if comm.rank != 0:
+        if result.interrupted and comm.size > 1:
+            raise KeyboardInterrupt  # cmd_run aborts the job: rank 0 may be waiting for this rank
+        return 130 if result.interrupted else 0
+    return _analyze_and_report(run_dir, result, comm=comm)
 
-    from ert.measure import faults, metadata
-    from ert.analysis.ceilings import build
+
+def _make_backend(cfg, threads: int, comm):
     from ert.backends import REGISTRY
-    from ert.ceilings_io import write_ceilings
-    from ert.measure.comm import merge_rank_warnings, shared_device_warnings
-    from ert.measure.driver import run_sweep
-    from ert.measure.progress import Progress
+
+    return REGISTRY.create(cfg.backend, threads=threads, config=cfg, local_rank=comm.local_rank,
+                           local_size=comm.local_size)
+
+
+def _open_backend(cfg, run_dir: Path, *, comm, resume: bool):
+    """(config with the precisions it can run, the backend, a warning or None), agreed on by every rank.
+
+    A resume is refused here (rank 0) when the hardware differs from the run's.
+    """
+    from ert.measure import faults, rundir
+    from ert.measure.precisions import supported_precisions
     from ert.rawio import read_raw
-    from ert.consumers.report import format_ceilings
-    from ert.measure.plan import plan
 
     def setup():
-        backend = REGISTRY.create(cfg.backend, threads=cfg.threads, config=cfg, local_rank=comm.local_rank,
-                                  local_size=comm.local_size)
+        backend = _make_backend(cfg, cfg.threads, comm)
         if resume and comm.rank == 0:
-            _refuse_other_hardware(read_raw(run_dir).header["metadata"], run_dir, threads=cfg.threads,
-                                   ranks=comm.size, device=backend.describe().get("device", ""))
+            rundir.refuse_other_hardware(read_raw(run_dir).header["metadata"], run_dir, threads=cfg.threads,
+                                         ranks=comm.size, device=backend.describe().get("device", ""))
         return backend
 
     backend = _agreed(comm, setup)
-    cfg, skipped_warning = _agreed(comm, lambda: _supported_precisions(cfg, backend))
-    backend = faults.maybe_wrap(backend, rank=comm.rank)
-    points = plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements,
-                  launches_of=backend.launches)
+    cfg, skipped_warning = _agreed(comm, lambda: supported_precisions(cfg, backend))
+    return cfg, faults.maybe_wrap(backend, rank=comm.rank), skipped_warning
+
+
+def _plan(cfg, backend, *, comm):
+    from ert.measure.plan import plan
+
+    return plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements,
+                launches_of=backend.launches)
+
+
+def _rank_warnings(backend, skipped_warning, *, comm, placement) -> list:
+    """Every rank's warnings, merged (collective)."""
+    import socket
+
+    from ert.measure.comm import merge_rank_warnings, shared_device_warnings
+
     own_warnings = list(placement.warnings if placement else []) + list(backend.warnings)
     own_warnings += [skipped_warning] if skipped_warning else []
     # Whether ranks share a device, from the device each rank really holds.
     own_warnings += shared_device_warnings(comm.allgather((socket.gethostname(), backend.device_id)),
                                            comm.rank)
-    rank_warnings = merge_rank_warnings(comm.allgather(own_warnings))
-    header = None
-    if not resume:
-        hosts = comm.allgather(socket.gethostname())
-        placements = comm.allgather(placement.to_dict() if placement else None)
-        meta = metadata.collect(config=cfg, backend_info=backend.describe(), ranks=comm.size,
-                                threads_per_rank=cfg.threads, hosts=sorted(set(hosts)))
-        meta["ranks_per_host"] = {h: hosts.count(h) for h in sorted(set(hosts))}
-        if comm.size > 1:
-            meta["mpi_library"] = comm.library()
-            meta["placement"] = placements
-        if rank_warnings:
-            meta["rank_warnings"] = rank_warnings
-        header = {"metadata": meta, "planned_points": len(points)}
-        if comm.rank == 0:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            _write_config(cfg, run_dir / CONFIG_NAME)
-    progress = Progress(min_seconds=cfg.timing.min_seconds, enabled=not quiet and comm.rank == 0)
+    return merge_rank_warnings(comm.allgather(own_warnings))
+
+
+def _start_run_dir(cfg, run_dir: Path, backend, *, comm, placement, rank_warnings, planned_points) -> dict:
+    """The header of a new run (collective); rank 0 creates the directory with the resolved config."""
+    from ert.measure import rundir
+
+    header = rundir.header(cfg, backend_info=backend.describe(), comm=comm, placement=placement,
+                           rank_warnings=rank_warnings, planned_points=planned_points)
     if comm.rank == 0:
-        for warning in rank_warnings:
-            print(f"ert-run: warning: {warning}", file=sys.stderr)
-        print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}",
-              file=sys.stderr)
+        rundir.create(run_dir, cfg)
+    return header
+
+
+def _announce(cfg, run_dir: Path, *, comm, rank_warnings) -> None:
+    """Rank 0, on stderr: every rank's warnings, then the layout and where the run goes."""
+    for warning in rank_warnings:
+        print(f"ert-run: warning: {warning}", file=sys.stderr)
+    print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}", file=sys.stderr)
+
+
+def _measure(cfg, points, run_dir: Path, backend, header, *, comm, quiet: bool):
+    """The sweep (or the run modes: thread scaling, sustained holds) into raw.jsonl; the backend closed after."""
+    from ert.measure import faults
+    from ert.measure.driver import run_sweep
+    from ert.measure.progress import Progress
+
+    progress = Progress(min_seconds=cfg.timing.min_seconds, enabled=not quiet and comm.rank == 0)
     if cfg.thread_counts or cfg.sustain_seconds:
         from ert.measure.modes import run_all
 
         def make_backend(threads: int):
-            return faults.maybe_wrap(REGISTRY.create(cfg.backend, threads=threads, config=cfg,
-                                                     local_rank=comm.local_rank, local_size=comm.local_size),
-                                     rank=comm.rank)
+            return faults.maybe_wrap(_make_backend(cfg, threads, comm), rank=comm.rank)
 
         result = run_all(config=cfg, run_dir=run_dir, backend=backend, make_backend=make_backend, comm=comm,
                          header=header, progress=progress, sustain_seconds=cfg.sustain_seconds)
@@ -313,10 +300,17 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
         result = run_sweep(config=cfg, points=points, run_dir=run_dir, backend=backend, comm=comm,
                            header=header, progress=progress)
     backend.close()
-    if comm.rank != 0:
-        if result.interrupted and comm.size > 1:
-            raise KeyboardInterrupt  # cmd_run aborts the job: rank 0 may be waiting for this rank
-        return 130 if result.interrupted else 0
+    return result
+
+
+def _analyze_and_report(run_dir: Path, result, *, comm) -> int:
+    """Rank 0: ceilings.json from raw.jsonl, the report on stdout; 130 (and a resume hint) if interrupted."""
+    from ert.analysis.ceilings import build
+    from ert.ceilings_io import write_ceilings
+    from ert.consumers.report import format_ceilings
+    from ert.measure.rundir import CEILINGS_NAME
+    from ert.rawio import read_raw
+
     doc = build(read_raw(run_dir))
     write_ceilings(doc, run_dir / CEILINGS_NAME)
     print(format_ceilings(doc))
@@ -328,57 +322,3 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
             comm.abort(130)  # other ranks may be waiting in a collective
         return 130
     return 0
-
-
-def _with_device(cfg, selector: str):
-    """The config with ``--device`` applied to its backend's options."""
-    from ert.config import from_dict
-
-    data = cfg.to_dict()
-    if cfg.backend == "opencl":
-        from ert.backends.opencl_devices import parse_selector
-
-        data["opencl"].update(parse_selector(selector))
-    elif cfg.backend == "cuda":
-        if not selector.strip().isdigit():
-            raise ErtError(f"the cuda backend takes a GPU index, not {selector!r}", key="--device")
-        data["cuda"]["device"] = int(selector)
-    else:
-        raise ErtError(f"applies to the opencl and cuda backends, not '{cfg.backend}'", key="--device")
-    return from_dict(data, source="command line")
-
-
-def _supported_precisions(cfg, backend):
-    """(config without the precisions the backend cannot run, a warning or None); ErtError if none is left.
-
-    The one place unsupported precisions are handled, for every backend; each
-    backend says why (``unsupported_reason``, e.g. a missing OpenCL extension).
-    """
-    from ert.config import with_overrides
-    from ert.spec import KernelSpec
-
-    dropped = [p for p in cfg.precisions if not backend.supports(KernelSpec(p, 1, False))]
-    if not dropped:
-        return cfg, None
-    why = "; ".join(backend.unsupported_reason(p) for p in dropped)
-    if len(dropped) == len(cfg.precisions):
-        raise ErtError(f"{why}, and nothing else was asked for; choose another backend, device or precision",
-                       key="precisions")
-    return with_overrides(cfg, precisions=[p for p in cfg.precisions if p not in dropped]), \
-        f"{why}: its {', '.join(dropped)} points are skipped"
-
-
-def _refuse_other_hardware(old_meta: dict, run_dir: Path, *, threads: int, ranks: int, device: str = "") -> None:
-    """Never mix measurements of different hardware or layouts in one run."""
-    from ert import hwinfo
-
-    if device and old_meta.get("device") and old_meta["device"] != device:
-        raise ErtError(f"was measured on device '{old_meta['device']}', this is '{device}'; start a new run instead",
-                       path=run_dir, key="--resume")
-
-    if old_meta.get("cpu_model") != hwinfo.cpu_model():
-        raise ErtError(f"was measured on '{old_meta.get('cpu_model')}', this is '{hwinfo.cpu_model()}'; "
-                       f"start a new run instead", path=run_dir, key="--resume")
-    if int(old_meta.get("ranks", 1)) != ranks or int(old_meta.get("threads_per_rank", 0)) != threads:
-        raise ErtError(f"was measured with {old_meta.get('ranks')} rank(s) x {old_meta.get('threads_per_rank')} "
-                       f"thread(s), not {ranks} x {threads}", path=run_dir, key="--resume")

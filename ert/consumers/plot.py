@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from ert.consumers import roofs as roofs_mod
@@ -78,70 +79,143 @@ def plot_roofline(doc: dict, out_path, *, kernels=None, precision: str = "fp64",
     """
     plt = _pyplot()
     check_output(out_path)
+    r = _roofline_roofs(doc, precision=precision, access=access)
+
+    from ert.consumers.profile import profile_all
+
+    profiles = profile_all(kernels, doc, access=access) if kernels else []
+    box = _roofline_box(r, profiles)
+    fig, ax = _log_axes(plt, box)
+    _draw_memory_roofs(ax, plt.get_cmap("autumn"), r, box)
+    _label_memory_roofs(ax, r.mem, box)
+    _draw_compute_roofs(ax, r, box)
+    _label_compute_roofs(ax, _compute_labels(r.comp), r.fastest, box)
+    _draw_ridges(ax, r)
+    _draw_kernels(ax, profiles)
+    fig.suptitle(f"Roofline: {roofs_mod.machine_label(doc)}", fontsize=12)
+    ax.set_title(f"memory roofs: {r.basis} bandwidth per level; compute roofs: FMA solid, no-FMA dashed",
+                 fontsize=9, color="dimgray")
+    save_figure(fig, out_path)
+
+
+@dataclass(frozen=True)
+class _Roofs:
+    """What a roofline draws from a ceilings document."""
+
+    mem: list  # memory roofs, one per level
+    basis: str  # the kernel their bandwidths come from
+    comp: list  # compute roofs
+    ridge_roof: object  # the compute roof the ridge points sit on
+    top: float  # the highest compute roof, GFLOP/s
+    fastest: float  # the highest memory roof, GB/s
+    ridges: list[float]  # where each memory roof meets the ridge roof, FLOP/byte
+
+
+@dataclass(frozen=True)
+class _Box:
+    """The axes' limits."""
+
+    xmin: float
+    xmax: float
+    ymin: float
+    ymax: float
+
+
+def _roofline_roofs(doc: dict, *, precision: str, access: str) -> _Roofs:
+    """The memory and compute roofs, and the roof of the ridge points (FMA of ``precision``, else the highest)."""
     mem, basis = roofs_mod.memory_roofs(doc, precision=precision, access=access)
     comp = roofs_mod.compute_roofs(doc)
     if not comp:
         raise ErtError("has no compute ceilings to draw", key="ceilings.compute")
     ridge_roof = roofs_mod.fma_roof(doc, precision) or max(comp, key=lambda r: r.gflops_per_s)
-    top = max(r.gflops_per_s for r in comp)
-    fastest = max(r.gbytes_per_s for r in mem)
-    ridges = [ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem]
+    return _Roofs(mem=mem, basis=basis, comp=comp, ridge_roof=ridge_roof, top=max(r.gflops_per_s for r in comp),
+                  fastest=max(r.gbytes_per_s for r in mem),
+                  ridges=[ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem])
 
-    from ert.consumers.profile import profile_all
 
-    profiles = profile_all(kernels, doc, access=access) if kernels else []
+def _roofline_box(r: _Roofs, profiles) -> _Box:
+    """Whole decades around the ridge points, the lowest roof and the kernels, with room above the top roof."""
     app_x = [lv.ai_flops_per_byte for p in profiles for lv in p.results[0].levels]
     app_y = [p.results[0].gflops_per_s for p in profiles]
-    xmin = _decade_below(min([min(ridges) / 30] + [x / 3 for x in app_x]))
-    xmax = _decade_above(max([max(ridges) * 30] + [x * 3 for x in app_x]))
-    ymin = _decade_below(min([min(r.gbytes_per_s for r in mem) * xmin * 2] + [y / 3 for y in app_y]))
-    ymax = max([top * 3] + [y * 3 for y in app_y])
+    xmin = _decade_below(min([min(r.ridges) / 30] + [x / 3 for x in app_x]))
+    xmax = _decade_above(max([max(r.ridges) * 30] + [x * 3 for x in app_x]))
+    ymin = _decade_below(min([min(m.gbytes_per_s for m in r.mem) * xmin * 2] + [y / 3 for y in app_y]))
+    ymax = max([r.top * 3] + [y * 3 for y in app_y])
+    return _Box(xmin, xmax, ymin, ymax)
 
+
+def _log_axes(plt, box: _Box):
+    """(figure, axes): log-log, gridded, labelled, its transforms fixed."""
     fig, ax = plt.subplots(figsize=(10, 6.5))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlim(xmin, xmax)
-    ax.set_ylim(ymin, ymax)
+    ax.set_xlim(box.xmin, box.xmax)
+    ax.set_ylim(box.ymin, box.ymax)
     ax.grid(which="major", alpha=0.35)
     ax.grid(which="minor", alpha=0.12)
     ax.set_xlabel("Arithmetic intensity [FLOP/byte]")
     ax.set_ylabel("Performance [GFLOP/s]")
     fig.canvas.draw()  # fixes the transforms, so label angles follow the drawn slope
+    return fig, ax
 
-    cmap = plt.get_cmap("autumn")
-    for i, roof in enumerate(mem):
-        x_end = top / roof.gbytes_per_s
-        color = cmap(0.75 * i / max(len(mem) - 1, 1))
-        ax.plot([xmin, x_end], [roof.gbytes_per_s * xmin, top], color=color, linewidth=2, solid_capstyle="butt")
-    # Roofs within 5 % of each other (L2 and L3 read+write on Zen 4) share one label; labels step
-    # right so they do not stack, the top one sits above its roof and the others below theirs.
+
+def _draw_memory_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
+    """One slanted line per memory level, from the left edge up to the top compute roof."""
+    for i, roof in enumerate(r.mem):
+        x_end = r.top / roof.gbytes_per_s
+        color = cmap(0.75 * i / max(len(r.mem) - 1, 1))
+        ax.plot([box.xmin, x_end], [roof.gbytes_per_s * box.xmin, r.top], color=color, linewidth=2,
+                solid_capstyle="butt")
+
+
+def _near_roofs(mem: list, ratio: float) -> list[list]:
+    """Memory roofs, fastest first, grouped while each is within ``ratio`` of the previous one."""
     groups: list[list] = []
     for roof in sorted(mem, key=lambda r: -r.gbytes_per_s):
-        if groups and groups[-1][-1].gbytes_per_s / roof.gbytes_per_s < 1.05:
+        if groups and groups[-1][-1].gbytes_per_s / roof.gbytes_per_s < ratio:
             groups[-1].append(roof)
         else:
             groups.append([roof])
-    for i, group in enumerate(groups):
+    return groups
+
+
+def _label_memory_roofs(ax, mem: list, box: _Box) -> None:
+    """Roofs within 5 % of each other (L2 and L3 read+write on Zen 4) share one label; labels step
+    right so they do not stack, the top one sits above its roof and the others below theirs."""
+    for i, group in enumerate(_near_roofs(mem, 1.05)):
         anchor = group[-1] if i else group[0]
-        x_label = max(xmin * 1.5 * (2.5 ** i), ymin * 1.5 / anchor.gbytes_per_s)
-        angle = _slope_angle(ax, xmin, anchor.gbytes_per_s * xmin, xmax, anchor.gbytes_per_s * xmax)
+        x_label = max(box.xmin * 1.5 * (2.5 ** i), box.ymin * 1.5 / anchor.gbytes_per_s)
+        angle = _slope_angle(ax, box.xmin, anchor.gbytes_per_s * box.xmin, box.xmax, anchor.gbytes_per_s * box.xmax)
         text = " / ".join(f"{r.level} {_fmt_rate(r.gbytes_per_s)}" for r in group) + " GB/s"
         ax.annotate(text, (x_label, anchor.gbytes_per_s * x_label), xytext=(2, 4) if i == 0 else (4, -4),
                     textcoords="offset points", rotation=angle, rotation_mode="anchor", fontsize=9,
                     ha="left", va="bottom" if i == 0 else "top",
                     bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.75, "pad": 0.3})
 
+
+def _by_precision(comp: list) -> dict[str, list]:
     by_precision: dict[str, list] = {}
     for roof in comp:
         by_precision.setdefault(roof.precision, []).append(roof)
-    labels = []  # (value, text, color)
-    for p, group in by_precision.items():
+    return by_precision
+
+
+def _draw_compute_roofs(ax, r: _Roofs, box: _Box) -> None:
+    """One flat line per compute ceiling from where the fastest memory roof meets it; FMA solid, no-FMA dashed."""
+    for p, group in _by_precision(r.comp).items():
         color = PRECISION_COLORS.get(p, "black")
         for roof in group:
-            x_start = roof.gflops_per_s / fastest
-            ax.plot([x_start, xmax], [roof.gflops_per_s] * 2, color=color, linewidth=2,
+            x_start = roof.gflops_per_s / r.fastest
+            ax.plot([x_start, box.xmax], [roof.gflops_per_s] * 2, color=color, linewidth=2,
                     linestyle="-" if roof.fma else (0, (5, 3)))
-        # FMA and no-FMA peaks within 3 % share one label (Zen 4: separate add pipes reach the FMA rate).
+
+
+def _compute_labels(comp: list) -> list[tuple[float, str, str]]:
+    """(value, text, colour) per label: FMA and no-FMA peaks within 3 % share one (Zen 4: separate add pipes
+    reach the FMA rate)."""
+    labels = []
+    for p, group in _by_precision(comp).items():
+        color = PRECISION_COLORS.get(p, "black")
         group = sorted(group, key=lambda r: -r.gflops_per_s)
         if len(group) == 2 and group[0].gflops_per_s / group[1].gflops_per_s < 1.03:
             text = " / ".join(f"{'FMA' if r.fma else 'no-FMA'} {_fmt_rate(r.gflops_per_s)}" for r in group)
@@ -149,21 +223,31 @@ def plot_roofline(doc: dict, out_path, *, kernels=None, precision: str = "fp64",
         else:
             labels += [(r.gflops_per_s, f"{p.upper()} {'FMA' if r.fma else 'no-FMA'} {_fmt_rate(r.gflops_per_s)} "
                                         f"GFLOP/s", color) for r in group]
-    # Labels sit just above their roofs; neighbours alternate between the right end and the start of
-    # their roof, so roofs closer than a text line (86 vs 112 GFLOP/s) keep readable labels.
+    return labels
+
+
+def _label_compute_roofs(ax, labels: list, fastest: float, box: _Box) -> None:
+    """Labels sit just above their roofs; neighbours alternate between the right end and the start of
+    their roof, so roofs closer than a text line (86 vs 112 GFLOP/s) keep readable labels."""
     for i, (value, text, color) in enumerate(sorted(labels, key=lambda t: -t[0])):
         at_end = i % 2 == 0
-        ax.annotate(text, (xmax if at_end else value / fastest * 1.4, value), xytext=(-6 if at_end else 0, 3),
+        ax.annotate(text, (box.xmax if at_end else value / fastest * 1.4, value), xytext=(-6 if at_end else 0, 3),
                     textcoords="offset points", ha="right" if at_end else "left", va="bottom", fontsize=9,
                     color=color, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.75, "pad": 0.3})
 
-    for roof, ridge in zip(mem, ridges):
-        ax.plot([ridge], [ridge_roof.gflops_per_s], marker="o", markersize=7, markerfacecolor="white",
-                markeredgecolor="black", zorder=5)
-    ridge_text = ", ".join(f"{r.level} {x:.2g}" for r, x in zip(mem, ridges))
-    ax.text(0.99, 0.02, f"ridge points (○) on {ridge_roof.name}, FLOP/byte: {ridge_text}", transform=ax.transAxes,
-            ha="right", va="bottom", fontsize=8, color="dimgray")
 
+def _draw_ridges(ax, r: _Roofs) -> None:
+    """A circle where each memory roof meets the ridge roof, and their intensities in the corner."""
+    for ridge in r.ridges:
+        ax.plot([ridge], [r.ridge_roof.gflops_per_s], marker="o", markersize=7, markerfacecolor="white",
+                markeredgecolor="black", zorder=5)
+    ridge_text = ", ".join(f"{m.level} {x:.2g}" for m, x in zip(r.mem, r.ridges))
+    ax.text(0.99, 0.02, f"ridge points (○) on {r.ridge_roof.name}, FLOP/byte: {ridge_text}",
+            transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="dimgray")
+
+
+def _draw_kernels(ax, profiles) -> None:
+    """Each kernel in its colour, one marker per memory level on a line at its rate; then the legend."""
     handles = []
     for k, prof in enumerate(profiles):
         res = prof.results[0]
@@ -179,22 +263,27 @@ def plot_roofline(doc: dict, out_path, *, kernels=None, precision: str = "fp64",
                                      f"{res.percent_of_attainable:.0f}% of attainable)"
                                if res.percent_of_attainable else prof.name)[0])
     if profiles:
-        levels = []
-        for p in profiles:
-            for lv in p.results[0].levels:
-                name = lv.roof_level or lv.level
-                if name not in levels:
-                    levels.append(name)
-        level_handles = [ax.plot([], [], marker=LEVEL_MARKERS.get(n, MEMORY_MARKER), color="gray",
-                                 markeredgecolor="black", linestyle="none", label=f"AI at {n}")[0] for n in levels]
-        # One legend outside the axes (never over data): kernels by colour, then levels by marker.
-        spacer = ax.plot([], [], linestyle="none", label=" ")[0]
-        ax.legend(handles=handles + [spacer] + level_handles, title="kernels (colour) and AI per level (marker)",
-                  loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title_fontsize=8)
-    fig.suptitle(f"Roofline: {roofs_mod.machine_label(doc)}", fontsize=12)
-    ax.set_title(f"memory roofs: {basis} bandwidth per level; compute roofs: FMA solid, no-FMA dashed",
-                 fontsize=9, color="dimgray")
-    save_figure(fig, out_path)
+        _kernel_legend(ax, handles, _profiled_levels(profiles))
+
+
+def _profiled_levels(profiles) -> list[str]:
+    """The memory levels the kernels are placed at, in first-seen order."""
+    levels = []
+    for p in profiles:
+        for lv in p.results[0].levels:
+            name = lv.roof_level or lv.level
+            if name not in levels:
+                levels.append(name)
+    return levels
+
+
+def _kernel_legend(ax, handles: list, levels: list[str]) -> None:
+    """One legend outside the axes (never over data): kernels by colour, then levels by marker."""
+    level_handles = [ax.plot([], [], marker=LEVEL_MARKERS.get(n, MEMORY_MARKER), color="gray",
+                             markeredgecolor="black", linestyle="none", label=f"AI at {n}")[0] for n in levels]
+    spacer = ax.plot([], [], linestyle="none", label=" ")[0]
+    ax.legend(handles=handles + [spacer] + level_handles, title="kernels (colour) and AI per level (marker)",
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title_fontsize=8)
 
 
 # ----------------------------------------------------------------------------------------- sweep
