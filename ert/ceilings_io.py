@@ -289,9 +289,14 @@ def write_ceilings(doc: dict, path: os.PathLike | str) -> None:
 
 
 def load_ceilings(path: os.PathLike | str) -> dict:
-    """Read, parse and validate a ceilings file; every problem is an ErtError naming the file."""
+    """Read, parse and validate a ceilings file (or ERT's roofline.json, converted); faults are ErtErrors."""
     text = read_user_text(path, expected="a ceilings JSON file")
     doc = parse_user_json(text, path=path)
+    from ert.ert_results import is_ert_roofline, to_ceilings
+
+    if is_ert_roofline(doc):
+        # The original ERT's roofline.json is read wherever a ceilings file is (metadata.tool says ERT).
+        doc = to_ceilings(doc, path=path, text=text, schema_version=SCHEMA_VERSION)
     validate(doc, path=path)
     return doc
 

@@ -145,9 +145,11 @@ def _unknown_key_notes(d: _Directives) -> list[str]:
 
 def _backend(d: _Directives, notes: list[str]) -> str:
     """ERT_GPU (CUDA; with ERT_HIP: none), ERT_OCL or the CPU."""
-    if d.gpu and d.hip:
-        notes.append(f"{d.where('ERT_HIP')}: no HIP backend; backend left 'auto'")
-        return "auto"
+    for key, what in (("ERT_HIP", "a HIP"), ("ERT_SYCL", "a SYCL")):
+        if d.flag(key):
+            # Never a CPU run or 'auto' in its place: the config is refused in one line.
+            raise ErtError(f"{what} config: it targets a GPU that ert drives through CUDA/OpenCL only; write a "
+                           f"config with backend: cuda or opencl for that GPU", path=d.path, key=d.where(key))
     if d.gpu:
         return "cuda"
     if d.ocl:

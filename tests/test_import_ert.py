@@ -76,3 +76,19 @@ def test_integer_sets():
     assert parse_int_set("1,2,6-8", path="f", key="k") == [1, 2, 6, 7, 8]
     with pytest.raises(ErtError):
         parse_int_set("8-1", path="f", key="k")
+
+
+@pytest.mark.parametrize("lines, key", [
+    (["ERT_GPU True", "ERT_HIP True", "ERT_GPU_BLOCKS 128", "ERT_GPU_THREADS 256"], "ERT_HIP (line 2)"),
+    (["ERT_SYCL True", "ERT_SYCL_SIZES 131072:128", "ERT_OPENMP_THREADS 1"], "ERT_SYCL (line 1)"),
+])
+def test_hip_and_sycl_configs_refused_never_a_cpu_run(tmp_path, lines, key):
+    """ERT's HIP/SYCL GPU configs: one-line refusal, never backend auto or a 1-thread numba-cpu sweep."""
+    from ert import import_ert as _ie
+    from ert.errors import ErtError as _Err
+
+    path = tmp_path / "config.gpu"
+    path.write_text("\n".join(["ERT_RESULTS Results.x", "ERT_PRECISION FP64"][:0] + lines) + "\n")
+    with pytest.raises(_Err, match="targets a GPU that ert drives through CUDA/OpenCL only") as info:
+        _ie.convert(path.read_text(), path=path)
+    assert info.value.key == key

@@ -112,7 +112,8 @@ def cmd_show(args) -> int:
 
     path = Path(args.ceilings)
     if path.is_dir():
-        path = path / CEILINGS_NAME
+        ert_file = path / "roofline.json"  # an ERT results run directory
+        path = ert_file if not (path / CEILINGS_NAME).exists() and ert_file.exists() else path / CEILINGS_NAME
     print(format_ceilings(load_ceilings(path)))
     return 0
 

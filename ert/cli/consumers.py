@@ -17,6 +17,8 @@ def _ceilings_path(text: str) -> Path:
     from ert.measure.rundir import CEILINGS_NAME
 
     path = Path(text)
+    if path.is_dir() and not (path / CEILINGS_NAME).exists() and (path / "roofline.json").exists():
+        return path / "roofline.json"  # an ERT results run directory
     return path / CEILINGS_NAME if path.is_dir() else path
 
 
@@ -67,7 +69,7 @@ def cmd_profile(args) -> int:
     from ert.ceilings_io import load_ceilings
 
     doc = load_ceilings(_ceilings_path(args.ceilings))
-    kernels = load_app(args.app)
+    kernels = load_app(*args.app)
     profiles = profile.profile_all(kernels, doc, access=args.access, fma_ratio=args.fma_ratio)
     if args.json:
         print(json.dumps(profile.to_json(profiles, doc), indent=2))
@@ -154,7 +156,9 @@ def _add_consumer_parsers(sub) -> None:
                        description="Hierarchical roofline of each kernel. Memory roofs: the bandwidth per level of the "
                                    "kernel's own precision with --access (default rw = ERT's read+write), falling "
                                    "back to another precision, then the other access.")
-    p.add_argument("app", metavar="APP_FILE", help="Nsight Compute CSV (--csv or --csv --page raw), or YAML/JSON")
+    p.add_argument("app", metavar="APP_FILE", nargs="+",
+                   help="Nsight Compute CSV (--csv or --csv --page raw), or YAML/JSON; several ncu files (NERSC's "
+                        "memory+time pass and FLOP pass) are merged by kernel and launch ID")
     p.add_argument("--ceilings", metavar="CEILINGS_JSON", required=True, help="a ceilings.json or its run directory")
     p.add_argument("--fma-ratio", metavar="F", type=_fraction,
                    help="FMA share of FP instructions (0-1 or %%): compute ceiling (2F + 1 - F)/2 x FMA peak; "

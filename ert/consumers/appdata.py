@@ -28,9 +28,11 @@ _CYCLE_PAIRS = (("sm__cycles_elapsed.avg", "sm__cycles_elapsed.avg.per_second"),
                 ("smsp__cycles_elapsed.sum", "smsp__cycles_elapsed.sum.per_second"))
 # Bytes per level: the total metric first, then read+write splits (bytes or 32-byte sectors).
 LEVEL_METRICS = {
-    "L1": [["l1tex__t_bytes.sum"], ["l1tex__t_sectors.sum"]],
+    "L1": [["l1tex__t_bytes.sum"], ["l1tex__t_sectors.sum"],
+           ["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"]],
     "L2": [["lts__t_bytes.sum"], ["lts__t_sectors.sum"], ["lts__t_sectors_op_read.sum", "lts__t_sectors_op_write.sum"]],
     "DRAM": [["dram__bytes.sum"], ["dram__bytes_read.sum", "dram__bytes_write.sum"],
+             ["dram__bytes_op_read.sum", "dram__bytes_op_write.sum"],  # ncu 2026
              ["dram__sectors_read.sum", "dram__sectors_write.sum"]],
 }
 _THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$")
@@ -47,15 +49,19 @@ class KernelData:
     fma_ratio: dict[str, float] = field(default_factory=dict)  # precision -> fma/(add+mul+fma) instructions
     launches: int = 1
     fma_ratio_source: str = "file"  # where fma_ratio came from: "file" (hand-written) or "instruction counts"
+    device: str | None = None  # what ncu says of the profiled GPU: display name, device index, CC
+    notes: list[str] = field(default_factory=list)  # how the file was read (number convention, rate x time ...)
 
 
 # ----------------------------------------------------------------------------------------- numbers and units
-def parse_number(text: str, *, where: str, path) -> float | None:
-    """A metric value as ncu prints it ("1,234.5", "n/a"); None when ncu had no value."""
+def parse_number(text: str, *, where: str, path, decimal_comma: bool = False) -> float | None:
+    """A metric value as ncu prints it ("1,234.5", "n/a"; "1.234,5" with ``decimal_comma``); None when no value."""
     value = text.strip()
     if value in ("", "n/a", "N/A", "(!) n/a", "-"):
         return None
-    if "," in value:
+    if decimal_comma:
+        value = value.replace(".", "").replace(",", ".")
+    elif "," in value:
         if not _THOUSANDS_RE.match(value):
             raise ErtError(f"cannot read number {text!r} (a decimal comma? export with a C/English locale)",
                            path=path, key=where)
@@ -94,14 +100,29 @@ def _read_text(path: Path) -> str:
     return read_user_text(path, expected="an application data file")
 
 
-def load_app(path) -> list[KernelData]:
-    """Kernels from an ncu CSV (either layout) or a hand-written YAML/JSON file; ErtError on any fault."""
-    path = Path(path)
-    text = _read_text(path)
+def _is_profiler_output(path: Path, text: str) -> bool:
     suffix = path.suffix.lower()
-    if suffix == ".csv" or (suffix not in (".yaml", ".yml", ".json") and '"Kernel Name"' in text):
-        return read_ncu_csv(text, path=path)
-    return read_handwritten(text, path=path, as_json=suffix == ".json" or text.lstrip().startswith("{"))
+    return suffix == ".csv" or (suffix not in (".yaml", ".yml", ".json") and any(
+        mark in text for mark in ('"Kernel Name"', "==PROF==", "==ERROR==", "NVPROF", '"Metric Name"')))
+
+
+def load_app(path, *more) -> list[KernelData]:
+    """Kernels from ncu CSV files (either layout) or a hand-written YAML/JSON file; ErtError on any fault.
+
+    Several ncu files (NERSC's two passes: memory + time, then FLOPs) are merged
+    by kernel and launch ID before the kernels are built: for a metric in both,
+    the first file that has byte metrics wins, so give the memory+time pass first.
+    """
+    paths = [Path(p) for p in (path, *more)]
+    texts = [_read_text(p) for p in paths]
+    if len(paths) == 1 and not _is_profiler_output(paths[0], texts[0]):
+        suffix = paths[0].suffix.lower()
+        return read_handwritten(texts[0], path=paths[0],
+                                as_json=suffix == ".json" or texts[0].lstrip().startswith("{"))
+    for p, t in zip(paths, texts):
+        if not _is_profiler_output(p, t):
+            raise ErtError("only Nsight Compute CSV files can be merged; a hand-written file comes alone", path=p)
+    return read_ncu_files([(t, p) for t, p in zip(texts, paths)])
 
 
 # ----------------------------------------------------------------------------------------- Nsight Compute CSV
@@ -121,6 +142,34 @@ def _csv_rows(text: str, path) -> list[tuple[int, list[str]]]:
 
 def read_ncu_csv(text: str, *, path) -> list[KernelData]:
     """Both CSV layouts ncu writes: `--csv` (one metric per row) and `--csv --page raw` (one launch per row)."""
+    return read_ncu_files([(text, path)])
+
+
+_EURO_RE = re.compile(r"^[+-]?(\d{1,3}(\.\d{3}){2,}(,\d*)?|\d{1,3}(\.\d{3})+,\d*|\d+,(\d{1,2}|\d{4,}))$")
+
+
+def _convention(text: str) -> str:
+    """'decimal comma' when some quoted value can only be read that way (1.000.000, 65,77), else 'decimal point'."""
+    for value in re.findall(r'(?<=")[0-9.,+-]+(?=")', text):
+        if _EURO_RE.match(value):
+            return "decimal comma"
+    return "decimal point"
+
+
+def _refuse_non_ncu(text: str, path) -> None:
+    if "NVPROF" in text or ('"Invocations"' in text and '"Metric Description"' in text):
+        raise ErtError("nvprof output is not supported (per-kernel Min/Max/Avg, no kernel time); profile with "
+                       "Nsight Compute: ncu --csv --metrics <the NERSC set>", path=path)
+    errors = [line.strip() for line in text.splitlines() if line.lstrip("\ufeff").startswith("==ERROR==")]
+    if errors:
+        raise ErtError(f"ncu wrote no kernel table: the profiled run failed ({errors[0]})", path=path)
+    if "==PROF==" in text and '"Kernel Name"' not in text:
+        raise ErtError("ncu wrote no kernel table: no kernel was profiled (only ==PROF== lines)", path=path)
+
+
+def _launches_of(text: str, path):
+    _refuse_non_ncu(text, path)
+    convention = _convention(text)
     rows = _csv_rows(text, path)
     for index, (number, cells) in enumerate(rows):
         if "Kernel Name" not in cells:
@@ -133,9 +182,47 @@ def read_ncu_csv(text: str, *, path) -> list[KernelData]:
             break
         if not launches:
             raise ErtError("the ncu CSV has a header but no kernel rows", path=path, key=f"line {number}")
-        return _aggregate([_kernel_of(name, metrics, where, path) for name, metrics, where in launches])
+        return launches, convention
     raise ErtError('unknown ncu CSV layout: expected a header with "Kernel Name" and either "Metric Name", '
                    '"Metric Unit", "Metric Value" (ncu --csv) or metric columns (ncu --csv --page raw)', path=path)
+
+
+def read_ncu_files(files) -> list[KernelData]:
+    """Kernels of one or more ncu CSVs ((text, path) pairs), launches merged by (launch ID, kernel name)."""
+    parsed = []
+    for text, path in files:
+        launches, convention = _launches_of(text, path)
+        has_bytes = any(m.split(".")[0] in _BYTE_PREFIXES for _, _, metrics, _, _ in launches for m in metrics)
+        parsed.append((not has_bytes, len(parsed), path, launches, convention))
+    parsed.sort(key=lambda t: t[:2])  # files with byte metrics (the memory + time pass) first
+    merged: dict[tuple[str, str], list] = {}
+    for _, _, path, launches, convention in parsed:
+        for launch_id, name, metrics, where, device in launches:
+            entry = merged.setdefault((launch_id, name), [name, {}, where, device, path, convention])
+            for metric, value in metrics.items():
+                entry[1].setdefault(metric, value + (convention,))
+            entry[3] = entry[3] or device
+    path = parsed[0][2]
+    all_metrics = {m for entry in merged.values() for m in entry[1]}
+    if not any("sass_thread_inst_executed_op_" in m for m in all_metrics):
+        raise ErtError("no FLOP counts in this file (no sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}"
+                       "_pred_on.sum): a memory-only pass? give the FLOP pass too (ert profile MEM.csv FLOP.csv)",
+                       path=path)
+    kernels = [_kernel_of(name, metrics, where, p, device) for name, metrics, where, device, p, _ in merged.values()]
+    notes = []
+    if len(files) > 1:
+        notes.append(f"merged {len(files)} ncu files by launch ID and kernel name")
+    for _, _, p, _, convention in parsed:
+        if convention == "decimal comma":
+            notes.append(f"{Path(str(p)).name}: numbers read with a decimal comma (1.234,5)")
+    out = _aggregate(kernels)
+    for k in out:
+        k.notes = notes + k.notes
+    return out
+
+
+_BYTE_PREFIXES = ("dram__bytes", "dram__sectors_read", "dram__sectors_write", "lts__t_bytes", "lts__t_sectors",
+                  "l1tex__t_bytes", "l1tex__t_sectors", "dram__bytes_op_read", "dram__bytes_op_write")
 
 
 def _check_width(cells: list[str], width: int, number: int, path) -> None:
@@ -148,18 +235,24 @@ def _long_form(header: list[str], rows, path):
     col = {name: header.index(name) for name in ("Kernel Name", "Metric Name", "Metric Value")}
     id_col = header.index("ID") if "ID" in header else None
     unit_col = header.index("Metric Unit") if "Metric Unit" in header else None
-    launches: dict[str, tuple[str, dict, str]] = {}
+    dev_cols = [header.index(c) for c in ("Device", "CC") if c in header]
+    launches: dict[tuple[str, str], list] = {}
+    needed = max(col.values()) + 1
     for number, cells in rows:
+        if len(cells) < len(header) and len(cells) >= needed:
+            cells = cells + [""] * (len(header) - len(cells))  # --section rule columns left empty on metric rows
         _check_width(cells, len(header), number, path)
         metric = cells[col["Metric Name"]]
         if not metric:  # a rule row of `--page details`: no metric
             continue
         launch_id = cells[id_col] if id_col is not None else cells[col["Kernel Name"]]
         name = cells[col["Kernel Name"]]
-        entry = launches.setdefault(launch_id, (name, {}, f"ID {launch_id} (line {number})"))
+        device = ", ".join(f"{header[i]} {cells[i]}" for i in dev_cols if cells[i]) or None
+        entry = launches.setdefault((launch_id, name), [launch_id, name, {}, f"ID {launch_id} (line {number})",
+                                                        device])
         unit = cells[unit_col] if unit_col is not None else ""
-        entry[1][metric] = (cells[col["Metric Value"]], unit, f"line {number}")
-    return list(launches.values())
+        entry[2][metric] = (cells[col["Metric Value"]], unit, f"line {number}")
+    return [tuple(v) for v in launches.values()]
 
 
 def _raw_form(header: list[str], rows, path):
@@ -172,7 +265,8 @@ def _raw_form(header: list[str], rows, path):
             units = cells
             continue
         metrics = {h: (cells[i], units[i], f"line {number}, column {h!r}") for i, h in enumerate(header) if "__" in h}
-        launches.append((cells[name_col], metrics, f"ID {cells[0]} (line {number})"))
+        device = metrics.get("device__attribute_display_name", ("",))[0] or None
+        launches.append((cells[0], cells[name_col], metrics, f"ID {cells[0]} (line {number})", device))
     return launches
 
 
@@ -180,8 +274,8 @@ def _metric(metrics: dict, name: str, *, kinds: tuple[str, ...], path) -> float 
     """The value of one metric in base units (bytes, seconds, counts), or None when absent or n/a."""
     if name not in metrics:
         return None
-    text, unit, where = metrics[name]
-    value = parse_number(text, where=where, path=path)
+    text, unit, where, *rest = metrics[name]
+    value = parse_number(text, where=where, path=path, decimal_comma=bool(rest) and rest[0] == "decimal comma")
     if value is None:
         return None
     kind, factor = unit_scale(unit, where=where, path=path)
@@ -201,12 +295,21 @@ def _seconds_of(metrics: dict, name: str, where: str, path) -> float:
                 break
     if seconds is None or seconds <= 0:
         raise ErtError(f"kernel {name!r} has no time: missing metric {TIME_METRIC} (or "
-                       f"{_CYCLE_PAIRS[0][0]} with {_CYCLE_PAIRS[0][1]})", path=path, key=where)
+                       f"{_CYCLE_PAIRS[0][0]} with {_CYCLE_PAIRS[0][1]})"
+                       + _na_note(metrics, [TIME_METRIC] + [m for pair in _CYCLE_PAIRS for m in pair]),
+                       path=path, key=where)
     return seconds
+
+
+def _na_note(metrics: dict, names) -> str:
+    """'; dram__bytes.sum is present but n/a' for the candidate metrics ncu listed without a value."""
+    na = [m for m in dict.fromkeys(names) if m in metrics and metrics[m][0].strip() in ("", "n/a", "N/A", "(!) n/a", "-")]
+    return f"; {', '.join(na)} {'is' if len(na) == 1 else 'are'} present but n/a" if na else ""
 
 
 def _flops_of(metrics: dict, name: str, where: str, path) -> tuple[dict[str, float], dict[str, float]]:
     flops, ratios = {}, {}
+    seen = False
     for precision, letter in PRECISION_LETTERS:
         counts = {}
         for op in _FLOP_OPS:
@@ -217,21 +320,26 @@ def _flops_of(metrics: dict, name: str, where: str, path) -> tuple[dict[str, flo
                     break
         if not counts:
             continue
+        seen = True
         missing = [op for op in _FLOP_OPS if counts.get(op) is None]
         if missing:
-            raise ErtError(f"kernel {name!r}: missing metric sm__sass_thread_inst_executed_op_{letter}{missing[0]}"
-                           f"_pred_on.sum ({precision} FLOPs need add, mul and fma counts)", path=path, key=where)
+            metric = f"sm__sass_thread_inst_executed_op_{letter}{missing[0]}_pred_on.sum"
+            na = _na_note(metrics, [metric, "smsp__" + metric[4:]])
+            raise ErtError(f"kernel {name!r}: {'metric is n/a' if na else 'missing metric'} {metric} "
+                           f"({precision} FLOPs need add, mul and fma counts)", path=path, key=where)
         total = counts["add"] + counts["mul"] + 2 * counts["fma"]  # an FMA is two FLOPs
         if total > 0:
             flops[precision] = total
             ratios[precision] = counts["fma"] / (counts["add"] + counts["mul"] + counts["fma"])
+    if not flops and seen:
+        return {}, {}  # counted, and zero: a kernel without floating-point work (listed as such)
     if not flops:
         raise ErtError(f"kernel {name!r}: missing metric: no FLOP counts (need "
                        "sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum)", path=path, key=where)
     return flops, ratios
 
 
-def _bytes_of(metrics: dict, name: str, where: str, path) -> dict[str, float]:
+def _bytes_of(metrics: dict, name: str, where: str, path, seconds: float) -> dict[str, float]:
     out = {}
     for level, alternatives in LEVEL_METRICS.items():
         for names in alternatives:
@@ -239,17 +347,27 @@ def _bytes_of(metrics: dict, name: str, where: str, path) -> dict[str, float]:
             if all(v is not None for v in values):
                 out[level] = sum(values) * (SECTOR_BYTES if "sectors" in names[0] else 1)
                 break
+    if "DRAM" not in out:
+        rate = _metric(metrics, "dram__bytes.sum.per_second", kinds=("byte/time",), path=path)
+        if rate is not None:
+            out["DRAM"] = rate * seconds  # a rate only (older ncu sets): bytes = rate x kernel time
     if not out:
+        candidates = [m for alts in LEVEL_METRICS.values() for names in alts for m in names]
         raise ErtError(f"kernel {name!r}: missing metric: no bytes at any level (need dram__bytes.sum, "
-                       "lts__t_bytes.sum or l1tex__t_bytes.sum)", path=path, key=where)
+                       "lts__t_bytes.sum or l1tex__t_bytes.sum)" + _na_note(metrics, candidates),
+                       path=path, key=where)
     return out
 
 
-def _kernel_of(name: str, metrics: dict, where: str, path) -> KernelData:
+def _kernel_of(name: str, metrics: dict, where: str, path, device: str | None = None) -> KernelData:
     seconds = _seconds_of(metrics, name, where, path)
     flops, ratios = _flops_of(metrics, name, where, path)
-    return KernelData(name=name, seconds=seconds, flops=flops, bytes=_bytes_of(metrics, name, where, path),
-                      fma_ratio=ratios, fma_ratio_source="instruction counts")
+    notes = []
+    if "DRAM" not in {lvl for lvl, alts in LEVEL_METRICS.items() for names in alts if all(m in metrics for m in names)} \
+            and "dram__bytes.sum.per_second" in metrics:
+        notes.append("DRAM bytes = dram__bytes.sum.per_second x kernel time")
+    return KernelData(name=name, seconds=seconds, flops=flops, bytes=_bytes_of(metrics, name, where, path, seconds),
+                      fma_ratio=ratios, fma_ratio_source="instruction counts", device=device, notes=notes)
 
 
 def _aggregate(launches: list[KernelData]) -> list[KernelData]:
@@ -270,7 +388,8 @@ def _aggregate(launches: list[KernelData]) -> list[KernelData]:
                 ratios[p] = sum(r * w for r, w in weights) / total
         out.append(KernelData(name=name, seconds=sum(k.seconds for k in group), flops=flops,
                               bytes={lvl: sum(k.bytes[lvl] for k in group) for lvl in levels},
-                              fma_ratio=ratios, launches=len(group), fma_ratio_source=group[0].fma_ratio_source))
+                              fma_ratio=ratios, launches=len(group), fma_ratio_source=group[0].fma_ratio_source,
+                              device=group[0].device, notes=list(dict.fromkeys(n for k in group for n in k.notes))))
     return out
 
 

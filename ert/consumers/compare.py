@@ -75,7 +75,7 @@ def mismatches(docs: list[dict], labels: list[str], rows: list[Row]) -> list[str
             lack = [labels[i] for i, v in enumerate(row.values) if v is None]
             notes.append(f"{row.label}: only in {', '.join(have)} (missing in {', '.join(lack)}); "
                          f"not compared there")
-        ranges = [w for w in row.wss if w]
+        ranges = [w for w in row.wss if w and w[1] > 0]  # ERT's roofline.json keeps no working sets
         if row.kind == "memory" and len(ranges) > 1:
             lows = [max(w[0], 1) for w in ranges]
             highs = [max(w[1], 1) for w in ranges]
@@ -83,7 +83,7 @@ def mismatches(docs: list[dict], labels: list[str], rows: list[Row]) -> list[str
                 from ert.units import human_bytes
 
                 spans = "; ".join(f"{labels[i]} {human_bytes(w[0])}-{human_bytes(w[1])}"
-                                  for i, w in enumerate(row.wss) if w)
+                                  for i, w in enumerate(row.wss) if w and w[1] > 0)
                 notes.append(f"{row.label}: working-set ranges differ ({spans}); the same name may not be the "
                              f"same level on both machines")
     precisions = [sorted({e["precision"] for e in d["ceilings"]["compute"]}) for d in docs]

@@ -59,6 +59,8 @@ class KernelProfile:
     seconds: float
     launches: int
     results: list[PrecisionResult]
+    device: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
@@ -103,13 +105,38 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
             bounds.append((compute_value, short_name))
         attainable, binding = min(bounds, key=lambda b: b[0]) if bounds else (None, None)
         gflops = flops / kernel.seconds / 1e9
+        if attainable and gflops > attainable * 1.005:
+            notes.insert(0, f"WARNING: achieved {_num(gflops)} GFLOP/s exceeds the attainable {_num(attainable)} "
+                            f"GFLOP/s ({binding}): these ceilings do not describe the device this kernel ran on, "
+                            f"or a byte count is missing")
         results.append(PrecisionResult(
             precision=precision, flops=flops, gflops_per_s=gflops, levels=levels, compute_ceiling=compute_name,
             compute_gflops_per_s=compute_value, fma_peak_gflops_per_s=peak.gflops_per_s if peak else None,
             fma_ratio=f, fma_ratio_source=source, attainable_gflops_per_s=attainable, binding=binding,
             percent_of_attainable=100.0 * gflops / attainable if attainable else None,
-            notes=[f"memory roofs: {basis}"] + notes))
-    return KernelProfile(name=kernel.name, seconds=kernel.seconds, launches=kernel.launches, results=results)
+            notes=[f"memory roofs: {basis}"] + notes + list(kernel.notes)))
+    kernel_notes = [] if results else ["no floating-point work (its FLOP counts are 0): not placed on the roofline"]
+    return KernelProfile(name=kernel.name, seconds=kernel.seconds, launches=kernel.launches, results=results,
+                         device=kernel.device, notes=kernel_notes + _device_notes(kernel, doc))
+
+
+_CPU_BACKENDS = ("numba-cpu", "cpu", "cpu-rated")
+
+
+def _device_notes(kernel: KernelData, doc: dict) -> list[str]:
+    """A warning when the profiled GPU is not the device the ceilings describe."""
+    if not kernel.device:
+        return []
+    meta = doc.get("metadata", {})
+    ceiling_device = str(meta.get("device") or "")
+    backend = str(meta.get("backend") or "")
+    if not ceiling_device or backend in _CPU_BACKENDS or (meta.get("tool") == "ERT" and backend != "ERT GPU"):
+        return [f"WARNING: profiled on a GPU ({kernel.device}) but the ceilings describe "
+                f"{roofs_mod.machine_label(doc)}, not that GPU"]
+    if "Device" in kernel.device and not any(w in kernel.device for w in ceiling_device.split() if len(w) > 2):
+        return [f"note: profiled device ({kernel.device}) is not named as the ceilings' device ({ceiling_device}); "
+                f"check they are the same GPU"]
+    return []
 
 
 def profile_all(kernels: list[KernelData], doc: dict, *, access: str = "rw",
@@ -141,6 +168,8 @@ def format_profiles(profiles: list[KernelProfile], doc: dict) -> str:
     """One block per kernel and precision: a table of levels, then the binding ceiling and % of attainable."""
     lines = [f"ceilings: {roofs_mod.machine_label(doc)}"]
     for prof in profiles:
+        if not prof.results:
+            lines += ["", f"kernel {prof.name}  ({_num(prof.seconds * 1e3)} ms)"]
         for res in prof.results:
             launches = f", {prof.launches} launches" if prof.launches > 1 else ""
             lines += ["", f"kernel {prof.name}  ({res.precision}, {_num(prof.seconds * 1e3)} ms{launches})"]
@@ -158,6 +187,7 @@ def format_profiles(profiles: list[KernelProfile], doc: dict) -> str:
                          f" GFLOP/s, bound by {res.binding or '-'}; "
                          f"{_num(res.percent_of_attainable, 3)}% of attainable")
             lines += [f"  note: {n}" for n in res.notes]
+        lines += [f"  {n}" for n in prof.notes]
     return "\n".join(lines)
 
 

@@ -138,6 +138,8 @@ def match_level(app_level: str, roofs: list[MemoryRoof]) -> MemoryRoof | None:
 def machine_label(doc: dict) -> str:
     """'vm, AMD EPYC (2 threads), numba-cpu, 2026-11-21': what machine a ceilings file describes."""
     meta = doc.get("metadata", {})
-    parts = [meta.get("host"), meta.get("device") or meta.get("cpu_model"), meta.get("backend"),
+    tool = meta.get("tool")
+    parts = [f"from {tool} {meta.get('tool_version', '')}".strip() if tool and tool != "ert" else None,
+             meta.get("host"), meta.get("device") or meta.get("cpu_model"), meta.get("backend"),
              str(meta.get("date", ""))[:10] or None]
     return ", ".join(str(p) for p in parts if p)
