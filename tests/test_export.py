@@ -6,6 +6,8 @@ import csv
 import io
 import json
 
+import yaml
+
 from conftest import REPO, run_cmd, stderr_lines
 from ert.ceilings_io import load_ceilings
 from ert.consumers.export import to_csv, to_ert, to_nersc
@@ -39,38 +41,88 @@ def test_ert_format_names_the_gpu_memory_dram():
 
 
 def _nersc_read(text: str) -> dict:
-    """The way NERSC's plot_roofline.py reads its data file: keyword anywhere in a line, names split on quotes."""
+    """The way NERSC's scripts and mperf's port read their data file: each keyword tested anywhere in a line,
+    in this order, numbers split on blanks, names split on single quotes."""
     out = {}
+    names = lambda line: [a for a in line.strip().split("'") if a not in (" ", "")][1:]
     for line in text.splitlines():
         if "memroofs" in line:
             out["memroofs"] = [float(a) for a in line.split()[1:]]
         if "mem_roof_names" in line:
-            out["mem_roof_names"] = [a for a in line.strip().split("'") if a not in (" ", "")][1:]
+            out["mem_roof_names"] = names(line)
         if "comproofs" in line:
             out["comproofs"] = [float(a) for a in line.split()[1:]]
         if "comp_roof_names" in line:
-            out["comp_roof_names"] = [a for a in line.strip().split("'") if a not in (" ", "")][1:]
-        if "AI" in line:
+            out["comp_roof_names"] = names(line)
+        for key in ("AI_HBM", "AI_DRAM", "AI_L3", "AI_L2", "AI_L1"):
+            if key in line:
+                out[key] = [float(a) for a in line.split()[1:]]
+        if "AI" in line and "AI_" not in line:  # the flat script's test is just 'AI' in line
             out["AI"] = [float(a) for a in line.split()[1:]]
-        if "GFLOPs" in line:
-            out["GFLOPs"] = [float(a) for a in line.split()[1:]]
+        if "FLOPS" in line:
+            out["FLOPS"] = [float(a) for a in line.split()[1:]]
         if "labels" in line:
-            out["labels"] = [a for a in line.strip().split("'") if a not in (" ", "")][1:]
+            out["labels"] = names(line)
     return out
 
 
-def test_nersc_data_file_with_application_points():
+# app-handworked.yaml against ceilings-handworked-cpu.json (L1 400, L2 200, L3 100, DRAM 25 GB/s):
+#   stencil      2.0e8 FLOPs / 0.01 s  = 20 GFLOP/s; AI L1 2e8/8e8 = 0.25, L2 0.5, DRAM 2.0
+#   dgemm-block  1.6e8 / 0.004        = 40 GFLOP/s; AI L1 1.6, L2 8, DRAM 40
+#   stream-sum   1.0e7 / 0.002        =  5 GFLOP/s; AI L1 0.025, L2 1.0 (no DRAM bytes)
+def test_nersc_flat_file_at_one_level():
     proc = run_cmd("ert", "export", DATA / "ceilings-handworked-cpu.json", "--format", "nersc",
-                   "--app", DATA / "app-handworked.yaml")
+                   "--app", DATA / "app-handworked.yaml", "--level", "L2")
     assert proc.returncode == 0, proc.stderr
     data = _nersc_read(proc.stdout)
-    assert data["memroofs"] == [400, 200, 100, 25] and data["mem_roof_names"] == ["L1", "L2", "L3", "DRAM"]
+    # One memory roof, as the flat scripts assume, and the kernels' AI at it.
+    assert data["memroofs"] == [200] and data["mem_roof_names"] == ["L2"]
     assert data["comproofs"] == [100, 50, 200]
     assert data["comp_roof_names"] == ["FP64 FMA", "FP64 no-FMA", "FP32 FMA"]
-    # stencil at L1, L2, DRAM; dgemm-block at 3 levels; stream-sum at 2: 8 points, AI = FLOPs / bytes
-    assert data["AI"][:3] == [0.25, 0.5, 2.0] and data["GFLOPs"][:3] == [20, 20, 20]
-    assert len(data["AI"]) == len(data["GFLOPs"]) == len(data["labels"]) == 8
-    assert data["labels"][0] == "stencil L1"
+    assert data["AI"] == [0.5, 8, 1.0] and data["FLOPS"] == [20, 40, 5]
+    assert data["labels"] == ["stencil", "dgemm-block", "stream-sum"]
+
+
+def test_nersc_flat_default_level_needs_every_kernel_there():
+    proc = run_cmd("ert", "export", DATA / "ceilings-handworked-cpu.json", "--format", "nersc",
+                   "--app", DATA / "app-handworked.yaml")
+    assert proc.returncode == 2 and len(stderr_lines(proc)) == 1
+    assert "stream-sum" in proc.stderr and "DRAM" in proc.stderr and "--level" in proc.stderr
+
+
+def test_nersc_hierarchical_file(tmp_path):
+    app = tmp_path / "two.yaml"
+    app.write_text(yaml.safe_dump({"kernels": [k for k in yaml.safe_load((DATA / "app-handworked.yaml").read_text())
+                                              ["kernels"] if k["name"] != "stream-sum"]}))
+    proc = run_cmd("ert", "export", DATA / "ceilings-handworked-cpu.json", "--format", "nersc",
+                   "--app", app, "--layout", "hierarchical")
+    assert proc.returncode == 0, proc.stderr
+    data = _nersc_read(proc.stdout)
+    assert data["memroofs"] == [400, 200, 100, 25]
+    assert data["AI_L1"] == [0.25, 1.6] and data["AI_L2"] == [0.5, 8] and data["AI_DRAM"] == [2.0, 40]
+    assert "AI_L3" not in data  # no kernel reported L3 bytes
+    assert data["FLOPS"] == [20, 40] and data["labels"] == ["stencil", "dgemm-block"]
+
+
+def test_nersc_hierarchical_one_kernel_repeats_flops_per_level(tmp_path):
+    """mperf's port reads FLOPS[0], FLOPS[1], FLOPS[2] for its three levels; NERSC's reads FLOPS[0]."""
+    app = tmp_path / "one.yaml"
+    app.write_text(yaml.safe_dump({"kernels": [{"name": "stencil", "seconds": 0.01, "flops": {"fp64": 2.0e8},
+                                                "bytes": {"L2": 4.0e8, "L3": 2.0e8, "DRAM": 1.0e8}}]}))
+    proc = run_cmd("ert", "export", DATA / "ceilings-handworked-cpu.json", "--format", "nersc",
+                   "--app", app, "--layout", "hierarchical")
+    assert proc.returncode == 0, proc.stderr
+    data = _nersc_read(proc.stdout)
+    assert data["AI_L2"] == [0.5] and data["AI_L3"] == [1.0] and data["AI_DRAM"] == [2.0]
+    assert data["FLOPS"] == [20, 20, 20, 20] and data["labels"] == ["stencil"]
+
+
+def test_nersc_names_never_carry_a_readers_keyword():
+    doc = load_ceilings(DATA / "ceilings-handworked-cpu.json")
+    text = to_nersc(doc, kernels=[("AI FLOPS labels kernel", {"L1": 1.0, "L2": 2.0, "L3": 3.0, "DRAM": 4.0}, 9.0)],
+                    layout="hierarchical")
+    data = _nersc_read(text)
+    assert data["labels"] == ["ai flops labels kernel"] and data["FLOPS"] == [9.0] * 4
 
 
 def test_nersc_without_app_has_only_roofs(tiny_run):

@@ -111,13 +111,16 @@ def cmd_export(args) -> int:
 
     doc = load_ceilings(_ceilings_path(args.ceilings))
     kernels = None
+    if args.format != "nersc" and (args.layout != "flat" or args.level):
+        raise ErtError("--layout and --level apply to the nersc format only", key="--layout" if args.layout != "flat" else "--level")
     if args.app:
         if args.format != "nersc":
             raise ErtError("--app adds application points to the nersc format only", key="--app")
         from ert.consumers.appdata import load_app
 
         kernels = load_app(args.app)
-    text = export.export_text(doc, fmt=args.format, precision=args.precision, access=args.access, kernels=kernels)
+    text = export.export_text(doc, fmt=args.format, precision=args.precision, access=args.access, kernels=kernels,
+                              layout=args.layout, level=args.level)
     _write_or_print(text, args.output)
     return 0
 
@@ -182,7 +185,12 @@ def _add_consumer_parsers(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
     p.add_argument("--precision", choices=("fp64", "fp32", "fp16"), default="fp64", help="precision of the memory roofs")
     p.add_argument("--access", choices=("rw", "ro"), default="rw", help="access pattern of the memory roofs")
-    p.add_argument("--app", metavar="FILE", help="nersc only: add kernels' AI/GFLOPs points (one per level)")
+    p.add_argument("--app", metavar="FILE", help="nersc only: add the kernels of this file (YAML/JSON or ncu CSV)")
+    p.add_argument("--layout", choices=("flat", "hierarchical"), default="flat",
+                   help="nersc only: flat (AI and FLOPS per kernel, plot_roofline.py) or hierarchical "
+                        "(AI_<level> lines, plot_roofline_hierarchical.py); default flat")
+    p.add_argument("--level", metavar="NAME", help="nersc only: write this one memory level (e.g. DRAM, HBM); "
+                                                     "flat AI is at it (default: the last level)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("import-ert-config", help="convert an ERT 1.1 config into an ert YAML config")

@@ -8,6 +8,7 @@ import json
 from datetime import datetime
 
 from ert.consumers import roofs as roofs_mod
+from ert.errors import ErtError
 
 FORMATS = ("ert", "nersc", "csv")
 # The ERT release whose roofline.json layout the 'ert' format follows.
@@ -75,31 +76,77 @@ def to_ert(doc: dict, *, precision: str = "fp64", access: str = "rw") -> dict:
             "spec": {"gflops": {"data": []}, "gbytes": {"data": []}}}
 
 
+# NERSC's readers (and mperf's port) test each line for these words anywhere in
+# it, in no particular order; a name or label containing one would be parsed as
+# that line, so such a word inside a name is written in lower case.
+_NERSC_KEYS = ("mem_roof_names", "comp_roof_names", "memroofs", "comproofs", "labels", "FLOPS", "AI")
+
+
 def _quoted(names: list[str]) -> str:
-    # NERSC's reader splits these lines on single quotes, so a quote inside a name would split it.
-    return " ".join("'" + n.replace("'", "`") + "'" for n in names)
+    """Names for a NERSC data line: single-quoted (their reader splits on quotes), free of the readers' keys."""
+    out = []
+    for name in names:
+        name = name.replace("'", "`")
+        for key in _NERSC_KEYS:
+            name = name.replace(key, key.lower())
+        out.append("'" + name + "'")
+    return " ".join(out)
 
 
-def to_nersc(doc: dict, *, precision: str = "fp64", access: str = "rw", app_points=None) -> str:
-    """The space-delimited data file of NERSC's roofline plotting scripts (their data.txt).
+def to_nersc(doc: dict, *, precision: str = "fp64", access: str = "rw", kernels: list | None = None,
+             layout: str = "flat", level: str | None = None) -> str:
+    """The space-delimited data file of NERSC's roofline plotting scripts (their data.txt), and mperf's port.
 
-    memroofs/mem_roof_names: one bandwidth per level (GB/s); comproofs/comp_roof_names:
-    every compute ceiling (GFLOP/s). ``app_points``: (label, AI, GFLOP/s) triples
-    written as AI, GFLOPs and labels. NERSC's reader matches keywords anywhere in
-    a line, so the one comment line is kept free of them.
+    Roofs: ``memroofs``/``mem_roof_names`` (GB/s per level, or only ``level``)
+    and ``comproofs``/``comp_roof_names`` (GFLOP/s).  Kernels (``kernels``:
+    (label, {level: AI}, GFLOP/s) per kernel), in one of two layouts:
+
+    * ``flat`` (NERSC's plot_roofline.py, mperf's plot_roofline.py): ``AI``
+      and ``FLOPS`` lines, one value per kernel, the AI at ``level`` (default:
+      the last memory level, DRAM or HBM);
+    * ``hierarchical`` (plot_roofline_hierarchical.py of both): one
+      ``AI_<level>`` line per memory level and one ``FLOPS`` value per kernel.
+      mperf's port reads ``FLOPS`` as one value per level instead, so a single
+      kernel's value is repeated once per level, which both read correctly.
+
+    NERSC's scripts take the first memory roof as the one their compute roofs
+    meet, so with ``level`` the file holds that single roof.
     """
     mem, _ = roofs_mod.memory_roofs(doc, precision=precision, access=access)
+    if level is not None:
+        chosen = [r for r in mem if r.level == level]
+        if not chosen:
+            raise ErtError(f"no {level} level in these ceilings (levels: {', '.join(r.level for r in mem)})",
+                           key="--level")
+        mem = chosen
     comp = roofs_mod.compute_roofs(doc)
     lines = ["# all data is space delimited",
              "memroofs " + " ".join(f"{r.gbytes_per_s:.6g}" for r in mem),
              "mem_roof_names " + _quoted([r.level for r in mem]),
              "comproofs " + " ".join(f"{r.gflops_per_s:.6g}" for r in comp),
              "comp_roof_names " + _quoted([r.name for r in comp])]
-    if app_points:
-        lines += ["",
-                  "AI " + " ".join(f"{ai:.6g}" for _, ai, _ in app_points),
-                  "GFLOPs " + " ".join(f"{g:.6g}" for _, _, g in app_points),
-                  "labels " + _quoted([label for label, _, _ in app_points])]
+    if not kernels:
+        return "\n".join(lines) + "\n"
+    lines.append("")
+    levels = [r.level for r in mem]
+    if layout == "flat":
+        at = level or levels[-1]
+        missing = [name for name, ai, _ in kernels if at not in ai]
+        if missing:
+            raise ErtError(f"kernel {missing[0]!r} has no bytes at {at}; choose a level it has with --level",
+                           key="--level")
+        lines += ["AI " + " ".join(f"{ai[at]:.6g}" for _, ai, _ in kernels),
+                  "FLOPS " + " ".join(f"{g:.6g}" for _, _, g in kernels)]
+    else:
+        for lv in levels:
+            values = [ai.get(lv) for _, ai, _ in kernels]
+            if all(v is not None for v in values):
+                lines.append(f"AI_{lv} " + " ".join(f"{v:.6g}" for v in values))
+        flops = [g for _, _, g in kernels]
+        if len(flops) == 1:
+            flops = flops * len(levels)
+        lines.append("FLOPS " + " ".join(f"{g:.6g}" for g in flops))
+    lines.append("labels " + _quoted([name for name, _, _ in kernels]))
     return "\n".join(lines) + "\n"
 
 
@@ -126,22 +173,25 @@ def to_csv(doc: dict) -> str:
     return out.getvalue()
 
 
-def app_points(kernels, doc: dict, *, access: str = "rw") -> list[tuple[str, float, float]]:
-    """(label, AI, GFLOP/s) per kernel and level with a ceiling: the hierarchical roofline's dots."""
+def kernel_rows(kernels, doc: dict, *, access: str = "rw") -> list[tuple[str, dict, float]]:
+    """(label, {roof level: AI}, GFLOP/s) per kernel with floating-point work: the roofline's dots."""
     from ert.consumers.profile import profile_all
 
-    points = []
+    rows = []
     for prof in profile_all(kernels, doc, access=access):
+        if not prof.results:
+            continue  # no floating-point work: not a point on a FLOP roofline
         res = prof.results[0]  # the kernel's main precision
-        for lv in res.levels:
-            points.append((f"{prof.name} {lv.level}", lv.ai_flops_per_byte, res.gflops_per_s))
-    return points
+        ai = {(lv.roof_level or lv.level): lv.ai_flops_per_byte for lv in res.levels}
+        rows.append((prof.name, ai, res.gflops_per_s))
+    return rows
 
 
-def export_text(doc: dict, *, fmt: str, precision: str = "fp64", access: str = "rw", kernels=None) -> str:
+def export_text(doc: dict, *, fmt: str, precision: str = "fp64", access: str = "rw", kernels=None,
+                layout: str = "flat", level: str | None = None) -> str:
     if fmt == "ert":
         return json.dumps(to_ert(doc, precision=precision, access=access), indent=3) + "\n"
     if fmt == "nersc":
-        points = app_points(kernels, doc, access=access) if kernels else None
-        return to_nersc(doc, precision=precision, access=access, app_points=points)
+        rows = kernel_rows(kernels, doc, access=access) if kernels else None
+        return to_nersc(doc, precision=precision, access=access, kernels=rows, layout=layout, level=level)
     return to_csv(doc)
