@@ -91,7 +91,13 @@ def cmd_analyze(args) -> int:
     from ert.rawio import read_raw
     from ert.consumers.report import format_ceilings
 
-    raw = read_raw(args.raw)
+    from ert.ert_raw import looks_like_ert_results, read_ert_results
+
+    # An ERT results run (FLOPS.NNN/MPI.NNNN/OpenMP.NNNN/max) is analysed like an ert run.
+    raw = read_ert_results(args.raw) if looks_like_ert_results(Path(args.raw)) else read_raw(args.raw)
+    if args.cache:
+        raw.header["metadata"]["caches_reported"] = [_cache_hint(text) for text in args.cache]
+        raw.header["metadata"].get("backend_info", {}).pop("caches", None)
     doc = build(raw)
     validate(doc)
     if args.output:
@@ -103,6 +109,23 @@ def cmd_analyze(args) -> int:
         if args.output:
             print(f"\nceilings: {args.output}")
     return 0
+
+
+def _cache_hint(text: str) -> dict:
+    """``LEVEL:SIZE[:SHARED_BY]`` (e.g. ``3:8M:4``) as a cache record; a one-line error otherwise."""
+    from ert.hwinfo import parse_size_bytes
+
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError
+        level, size = int(parts[0]), parse_size_bytes(parts[1])
+        shared = int(parts[2]) if len(parts) == 3 else 1
+        if level < 1 or size < 1 or shared < 1:
+            raise ValueError
+    except ValueError:
+        raise ErtError(f"expected LEVEL:SIZE[:SHARED_BY] such as 2:256K or 3:8M:4, got {text!r}", key="--cache") from None
+    return {"level": level, "kind": "Data" if level == 1 else "Unified", "size_bytes": size, "shared_cpu_count": shared}
 
 
 def cmd_show(args) -> int:
@@ -139,7 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_backends)
 
     p = sub.add_parser("analyze", help="re-derive ceilings from raw data without rerunning")
-    p.add_argument("raw", metavar="RUN_DIR_OR_RAW", help="a run directory or its raw.jsonl")
+    p.add_argument("raw", metavar="RUN_DIR_OR_RAW",
+                   help="a run directory or its raw.jsonl, or an ERT results run (FLOPS.NNN/MPI.NNNN/OpenMP.NNNN/max)")
+    p.add_argument("--cache", metavar="LEVEL:SIZE[:SHARED_BY]", action="append", default=[],
+                   help="a cache of the machine the data came from, e.g. 1:32K 2:256K 3:8M:4 (instance size, "
+                        "cpus sharing one); replaces the caches the data records (an ERT run records none)")
     p.add_argument("-o", "--output", metavar="FILE", help="also write the ceiling JSON here")
     p.add_argument("--json", action="store_true", help="print the ceiling JSON instead of the table")
     p.set_defaults(func=cmd_analyze)

@@ -1,0 +1,88 @@
+"""ERT's raw results run (FLOPS.NNN/MPI.NNNN/OpenMP.NNNN/{max,sum}) read by `ert analyze`, on hand-made fixtures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cmd, stderr_lines
+from ert.ert_raw import looks_like_ert_results, read_ert_results
+
+META = """
+META_DATA
+ERT_VERSION  1.1.0
+OPENMP_THREADS 2
+HOSTNAME  ('oldbox', [], ['127.0.1.1'])
+CONFIG  {'ERT_CFLAGS': ['-O3', '-march=native'], 'ERT_CC': ['gcc'], 'ERT_FLOPS': ['1'], 'ERT_NUM_EXPERIMENTS': ['3']}
+FLOPS          1
+TIMESTAMP_DATA  1560424198.1
+MPI_PROCS      1
+"""
+
+
+def _line(wss: int, trials: int, gbs: float) -> str:
+    """One line of ERT's max file whose median time gives ``gbs`` GB/s: 2 x wss x trials bytes (load + store)."""
+    usec = 2 * wss * trials / (gbs * 1e9) * 1e6
+    times = (usec * 0.99, usec, usec * 1.01)
+    rates = [2 * wss * trials / (t * 1e-6) / 1e9 for t in reversed(times)]
+    return " ".join([str(wss), str(trials)] + [f"{t:.3f}" for t in times] + [f"{r:.6f}" for r in rates]
+                    + ["0", "0", "0"])
+
+
+# A staircase worked out by hand: 400 GB/s up to 64 KiB (the 2 threads' 2 x 32 KiB L1), 200 to 1 MiB
+# (2 x 512 KiB L2), 50 beyond; working sets doubling from 4 KiB to 64 MiB, 8 points per octave on the flats.
+def _staircase() -> list[str]:
+    lines, wss = [], 4096
+    while wss <= 64 << 20:
+        gbs = 400.0 if wss <= 48 << 10 else (200.0 if 96 << 10 <= wss <= 768 << 10 else (50.0 if wss >= 2 << 20 else None))
+        if gbs:
+            lines.append(_line(wss, max(1, (64 << 20) // wss), gbs))
+        wss = int(wss * 2 ** 0.25)
+    return lines
+
+
+@pytest.fixture
+def ert_run(tmp_path):
+    leaf = tmp_path / "Run.018" / "FLOPS.001" / "MPI.0001" / "OpenMP.0002"
+    leaf.mkdir(parents=True)
+    (leaf / "max").write_text("\n".join(_staircase()) + "\n" + META)
+    (leaf / "sum").write_text("   10.00 GFLOPs\n\n  400.00 L1\n" + META)
+    return tmp_path / "Run.018"
+
+
+def test_the_run_reads_as_ert_raw_records(ert_run):
+    assert looks_like_ert_results(ert_run)
+    raw = read_ert_results(ert_run)
+    meta = raw.header["metadata"]
+    assert meta["tool"] == "ERT" and meta["ranks"] == 1 and meta["threads_per_rank"] == 2
+    assert meta["host"] == "oldbox" and meta["date"].startswith("2019-06-13")
+    first = min(raw.points, key=lambda p: p["wss_bytes"])
+    assert first["spec"] == {"precision": "fp64", "flops_per_element": 1, "fma": False, "access": "rw"}
+    assert first["elements"] == 4096 // 8 and first["trials"] == (64 << 20) // 4096
+
+
+def test_analyze_rederives_the_levels_with_cache_hints(ert_run):
+    proc = run_cmd("ert", "analyze", ert_run, "--json", "--cache", "1:32K", "--cache", "2:512K")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    levels = {m["level"]: m["gbytes_per_s"] for m in doc["ceilings"]["memory"]}
+    assert list(levels) == ["L1", "L2", "DRAM"]
+    assert levels["L1"] == pytest.approx(400, rel=0.03) and levels["L2"] == pytest.approx(200, rel=0.03)
+    assert levels["DRAM"] == pytest.approx(50, rel=0.03)
+    assert any("unroll-and-jam" in w for w in doc["warnings"])
+
+
+def test_a_bad_line_is_one_error_naming_the_file_and_line(tmp_path):
+    leaf = tmp_path / "FLOPS.001" / "MPI.0001" / "OpenMP.0001"
+    leaf.mkdir(parents=True)
+    (leaf / "max").write_text(_line(4096, 10, 100.0) + "\nnot numbers here\n")
+    proc = run_cmd("ert", "analyze", tmp_path)
+    assert proc.returncode == 2 and len(stderr_lines(proc)) == 1
+    assert "max: line 2" in proc.stderr and "WSS_BYTES TRIALS" in proc.stderr
+
+
+def test_a_bad_cache_hint_is_one_error(ert_run):
+    proc = run_cmd("ert", "analyze", ert_run, "--cache", "2:lots")
+    assert proc.returncode == 2 and stderr_lines(proc) == [
+        "ert: error: --cache: expected LEVEL:SIZE[:SHARED_BY] such as 2:256K or 3:8M:4, got '2:lots'"]
