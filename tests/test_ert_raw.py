@@ -86,3 +86,15 @@ def test_a_bad_cache_hint_is_one_error(ert_run):
     proc = run_cmd("ert", "analyze", ert_run, "--cache", "2:lots")
     assert proc.returncode == 2 and stderr_lines(proc) == [
         "ert: error: --cache: expected LEVEL:SIZE[:SHARED_BY] such as 2:256K or 3:8M:4, got '2:lots'"]
+
+
+def test_the_converted_run_saves_as_a_raw_file_ert_reads_back(ert_run, tmp_path):
+    """ERT's run turned into raw.jsonl: analysing that file gives the same ceilings as the run itself."""
+    saved = tmp_path / "ert-run.raw.jsonl"
+    first = run_cmd("ert", "analyze", ert_run, "--json", "--cache", "1:32K", "--cache", "2:512K", "--save-raw", saved)
+    assert first.returncode == 0, first.stderr
+    again = run_cmd("ert", "analyze", saved, "--json")  # the cache hints travel in the header
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["ceilings"] == json.loads(first.stdout)["ceilings"]
+    refused = run_cmd("ert", "analyze", ert_run, "--save-raw", saved)
+    assert refused.returncode == 2 and "already exists" in refused.stderr

@@ -100,6 +100,8 @@ def cmd_analyze(args) -> int:
         raw.header["metadata"].get("backend_info", {}).pop("caches", None)
     doc = build(raw)
     validate(doc)
+    if args.save_raw:
+        _save_raw(raw, Path(args.save_raw))
     if args.output:
         write_ceilings(doc, args.output)
     if args.json:
@@ -109,6 +111,25 @@ def cmd_analyze(args) -> int:
         if args.output:
             print(f"\nceilings: {args.output}")
     return 0
+
+
+def _save_raw(raw, path: Path) -> None:
+    """The records as a raw.jsonl ert reads (header first), written whole to a new file or not at all."""
+    import json
+    import os
+    import tempfile
+
+    if path.exists():
+        raise ErtError("already exists; choose a new file", path=path, key="--save-raw")
+    lines = [raw.header] + raw.points + raw.sustained + raw.ends
+    text = "".join(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n" for rec in lines)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ErtError(f"cannot write: {exc.strerror or exc}", path=path, key="--save-raw") from None
 
 
 def _cache_hint(text: str) -> dict:
@@ -168,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a cache of the machine the data came from, e.g. 1:32K 2:256K 3:8M:4 (instance size, "
                         "cpus sharing one); replaces the caches the data records (an ERT run records none)")
     p.add_argument("-o", "--output", metavar="FILE", help="also write the ceiling JSON here")
+    p.add_argument("--save-raw", metavar="FILE", help="also write the raw records analysed as a raw.jsonl "
+                                                      "(an ERT results run converted, say); refused if FILE exists")
     p.add_argument("--json", action="store_true", help="print the ceiling JSON instead of the table")
     p.set_defaults(func=cmd_analyze)
 
