@@ -7,7 +7,9 @@ import pytest
 from ert import cli
 from ert.consumers.appdata import load_app
 from ert.errors import ErtError
-from conftest import REPO
+from conftest import REPO, run_cmd, stderr_lines
+
+DATA = REPO / "tests" / "data"
 
 GPU = str(REPO / "tests" / "data" / "ceilings-handworked-gpu.json")  # HBM 800 GB/s, FP64 FMA 7000 GFLOP/s
 
@@ -113,3 +115,13 @@ def test_refused_with_the_real_cause(tmp_path, capsys, lines, message):
     assert cli.main(["profile", str(path), "--ceilings", GPU]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and err.count("\n") == 0 and "Traceback" not in err
+
+
+def test_a_text_that_only_mentions_nvprof_or_ncu_markers_is_not_taken_for_their_output(tmp_path):
+    """Detection is by the tools' own line starts, not by words anywhere: a note about nvprof is no nvprof file."""
+    note = tmp_path / "notes.md"
+    note.write_text('# notes\nnvprof wrote "Device","Kernel","Invocations","Metric Name","Metric Description" '
+                    'and NVPROF banners; ncu writes ==PROF== lines.\n')
+    proc = run_cmd("ert", "profile", note, "--ceilings", DATA / "ceilings-handworked-gpu.json")
+    assert proc.returncode == 2 and len(stderr_lines(proc)) == 1
+    assert "nvprof" not in proc.stderr and "==PROF==" not in proc.stderr and "unknown ncu CSV layout" in proc.stderr

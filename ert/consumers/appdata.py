@@ -156,14 +156,20 @@ def _convention(text: str) -> str:
     return "decimal point"
 
 
+_NVPROF_RE = re.compile(r"^==\d+== NVPROF", re.MULTILINE)
+# nvprof --csv --metrics: a header line of per-kernel Min/Max/Avg columns.
+_NVPROF_HEADER_RE = re.compile(r'^"Device","Kernel","Invocations","Metric Name","Metric Description"', re.MULTILINE)
+
+
 def _refuse_non_ncu(text: str, path) -> None:
-    if "NVPROF" in text or ('"Invocations"' in text and '"Metric Description"' in text):
+    # nvprof announces itself as "==<pid>== NVPROF is profiling ..." at the start of a line.
+    if _NVPROF_RE.search(text) or _NVPROF_HEADER_RE.search(text):
         raise ErtError("nvprof output is not supported (per-kernel Min/Max/Avg, no kernel time); profile with "
                        "Nsight Compute: ncu --csv --metrics <the NERSC set>", path=path)
     errors = [line.strip() for line in text.splitlines() if line.lstrip("\ufeff").startswith("==ERROR==")]
     if errors:
         raise ErtError(f"ncu wrote no kernel table: the profiled run failed ({errors[0]})", path=path)
-    if "==PROF==" in text and '"Kernel Name"' not in text:
+    if re.search(r"^==PROF==", text, re.MULTILINE) and '"Kernel Name"' not in text:
         raise ErtError("ncu wrote no kernel table: no kernel was profiled (only ==PROF== lines)", path=path)
 
 
