@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ert.errors import ErtError
 
-PRECISIONS = ("fp64", "fp32", "fp16")
+PRECISIONS = ("fp64", "fp32", "fp16", "int32", "int64")
 
 
 class _Strict(BaseModel):
@@ -130,7 +130,7 @@ class RunConfig(_Strict):
     """One sweep: the cartesian product of working sets, FLOPs per element, precisions, FMA and access."""
 
     backend: str = Field("auto", description="backend name (see `ert backends`), or auto for the best available")
-    precisions: list[Literal["fp64", "fp32", "fp16"]] = Field(default_factory=lambda: ["fp64", "fp32"], min_length=1)
+    precisions: list[Literal["fp64", "fp32", "fp16", "int32", "int64"]] = Field(default_factory=lambda: ["fp64", "fp32"], min_length=1)
     flops_per_element: list[int] = Field(default_factory=lambda: [1, 2, 8, 32, 128], min_length=1)
     fma: Literal["on", "off", "both"] = "both"
     access: list[Literal["rw", "ro"]] = Field(default_factory=lambda: ["rw"], min_length=1)
@@ -205,6 +205,17 @@ class RunConfig(_Strict):
         if self.thread_counts and self.threads != "auto" and self.threads != self.thread_counts[-1]:
             raise ValueError(f"threads ({self.threads}) must be the largest of thread_counts "
                              f"({self.thread_counts[-1]})")
+        return self
+
+    @model_validator(mode="after")
+    def _integer_kernels(self):
+        # int32/int64 run the read+write add and multiply-add kernels, unfused (numba-cpu).
+        ints = [p for p in self.precisions if p in ("int32", "int64")]
+        if ints and self.fma == "on":
+            raise ValueError(f"fma: on asks for fused multiply-adds, which {ints[0]} has none of "
+                             f"(its multiply-add is a multiply and an add): use fma: off or both")
+        if ints and self.access == ["ro"]:
+            raise ValueError(f"{ints[0]} has no load-only kernel: add rw to access")
         return self
 
     def fma_modes(self) -> list[bool]:

@@ -24,7 +24,20 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 # Bytes per scalar of each precision the backends know.
-ITEMSIZE = {"fp64": 8, "fp32": 4, "fp16": 2}
+ITEMSIZE = {"fp64": 8, "fp32": 4, "fp16": 2, "int32": 4, "int64": 8}
+# Integer precisions (numba-cpu only): their "FLOPs" are integer operations,
+# counted the same way (a multiply and an add are 2), and their rates are
+# GIOP/s.  They have no fused multiply-add and no load-only kernel.
+INTEGER = ("int32", "int64")
+
+
+def is_integer(precision: str) -> bool:
+    return precision in INTEGER
+
+
+def ops_unit(precision: str) -> str:
+    """The unit of a compute rate of this precision: GIOP/s for integers, GFLOP/s otherwise."""
+    return "GIOP/s" if is_integer(precision) else "GFLOP/s"
 
 # Access patterns.  "rw": every element is loaded once and stored once per trial
 # (the ERT kernel).  "ro": every element is loaded once per trial and summed
@@ -60,6 +73,8 @@ class KernelSpec:
             raise ValueError("flops_per_element 1 is a single add: it has no FMA form")
         if self.access == "ro" and (self.flops_per_element != 1 or self.fma):
             raise ValueError("the load-only pattern does exactly one add per element")
+        if is_integer(self.precision) and self.fma:
+            raise ValueError(f"{self.precision} has no fused multiply-add: its multiply-add is a multiply and an add")
 
     @property
     def itemsize(self) -> int:
@@ -83,7 +98,8 @@ class KernelSpec:
     @property
     def key(self) -> str:
         """A short stable name, e.g. ``fp64-fma-rw-f8``."""
-        kind = "fma" if self.fma else ("add" if self.flops_per_element == 1 else "nofma")
+        kind = "fma" if self.fma else ("add" if self.flops_per_element == 1 else
+                                       ("madd" if is_integer(self.precision) else "nofma"))
         return f"{self.precision}-{kind}-{self.access}-f{self.flops_per_element}"
 
     def bytes_moved(self, *, elements: int, trials: int) -> int:

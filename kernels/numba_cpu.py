@@ -8,6 +8,12 @@ Per element per trial (contract shared with ert.spec.KernelSpec):
                                           2K FLOPs, load + store
 * ``ro_sum``    (flops_per_element = 1):  acc = acc + b           1 FLOP,  load only
 
+The integer precisions (int32, int64) run ``rw_add`` and ``rw_madd`` unfused
+on ``<W x i32>`` / ``<W x i64>`` vectors: LLVM ``add`` and ``mul`` with no
+``nsw``/``nuw`` flags, so they wrap modulo 2**bits (vpaddd/vpmulld,
+vpaddq/vpmullq on AVX-512), with the odd multiplier and the addend of
+ert.backends.check (A_INT, C_INT); the host replays them exactly.
+
 ``c_t`` is ``+c`` on even trials and ``-c`` on odd ones, counted over every
 trial run on the buffer since it was initialised (``trial_offset`` carries the
 count between calls), so the final values depend on the parity of the total and
@@ -64,6 +70,31 @@ def init_blocks(buf, nthreads, n):
             blk[i] = 0.5 + (i % 16) * 0.0625
 
 
+@njit(parallel=True, cache=True)
+def init_int_blocks(buf, nthreads, n):
+    """init_blocks for the integer precisions: element i gets 3 + 1000003 * (i % 16) (check.initial_int_values)."""
+    for t in prange(nthreads):
+        blk = buf[t * n:(t + 1) * n]
+        for i in range(blk.size):
+            blk[i] = 3 + (i % 16) * 1000003
+
+
+@njit(parallel=True, cache=True)
+def int_mismatches(buf, nthreads, n, expected16, worst):
+    """Integer check, in place: worst[t, 0] = elements of thread t unequal to the replay, worst[t, 1] the first (-1: none)."""
+    for t in prange(nthreads):
+        blk = buf[t * n:(t + 1) * n]
+        bad = 0
+        first = -1
+        for i in range(blk.size):
+            if blk[i] != expected16[i % 16]:
+                if first < 0:
+                    first = i
+                bad += 1
+        worst[t, 0] = bad
+        worst[t, 1] = first
+
+
 # ----------------------------------------------------------------------------- IR helpers
 def _vector_ptr(context, builder, arrty, arr, index, vecty):
     """Pointer to ``<W x T>`` at element ``index`` of a contiguous 1-D array."""
@@ -118,13 +149,16 @@ def sub_madd(typingctx, arr, i0, k_ops, a, c, width_lit, fused_lit):
         vecty = ir.VectorType(context.get_value_type(arrty.dtype), width)
         align = arrty.dtype.bitwidth // 8
         ptr = _vector_ptr(context, builder, arrty, args[0], args[1], vecty)
-        va = _splat(builder, args[3], vecty)
-        vc = _splat(builder, args[4], vecty)
+        # Numba widens an int32 -c to int64: the scalars are cast to the element type.
+        va = _splat(builder, context.cast(builder, args[3], sig.args[3], arrty.dtype), vecty)
+        vc = _splat(builder, context.cast(builder, args[4], sig.args[4], arrty.dtype), vecty)
         state = cgutils.alloca_once(builder, vecty)  # promoted to registers by mem2reg
         builder.store(builder.load(ptr, align=align), state)
         with cgutils.for_range(builder, args[2]):
             x = builder.load(state)
-            if fused:
+            if isinstance(vecty.element, ir.IntType):
+                y = builder.add(builder.mul(x, va), vc)  # no nsw/nuw: wraps modulo 2**bits
+            elif fused:
                 y = builder.call(_fma_decl(builder.module, vecty), [x, va, vc])
             else:
                 y = builder.fadd(builder.fmul(x, va), vc)  # no flags: never contracted
@@ -152,11 +186,12 @@ def sub_add(typingctx, arr, i0, c, width_lit):
         piece = max(1, min(width, 64 // (arrty.dtype.bitwidth // 8)))
         vecty = ir.VectorType(scal, piece)
         align = arrty.dtype.bitwidth // 8
-        addend = _splat(builder, args[2], vecty)
+        addend = _splat(builder, context.cast(builder, args[2], sig.args[2], arrty.dtype), vecty)
         for start in range(0, width, piece):
             index = builder.add(args[1], ir.Constant(args[1].type, start))
             ptr = _vector_ptr(context, builder, arrty, args[0], index, vecty)
-            builder.store(builder.fadd(builder.load(ptr, align=align), addend), ptr, align=align)
+            add = builder.add if isinstance(scal, ir.IntType) else builder.fadd
+            builder.store(add(builder.load(ptr, align=align), addend), ptr, align=align)
         return context.get_dummy_value()
 
     return types.void(arr, i0, c, width_lit), codegen

@@ -13,9 +13,9 @@ from ert.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.hwinfo import CacheInfo
 from ert.rawio import RAW_NAME, RawData
-from ert.spec import KernelSpec, peak_spread, rates
+from ert.spec import KernelSpec, is_integer, ops_unit, peak_spread, rates
 
-PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2}
+PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2, "int32": 3, "int64": 4}
 # A level whose plateau_spread (ert.spec) is above this is not flat:
 # it mixes levels the fit could not separate, or the machine changed under it.
 NOT_FLAT_SPREAD = 0.25
@@ -195,6 +195,10 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
             "noisy": rec["noisy"],
             "evidence": {"point_id": rec["id"], "trials": rec["trials"], "seconds": rec["seconds"]},
         })
+        if is_integer(precision):
+            # Schema 1.3: an integer roof's gflops_per_s holds GIOP/s (integer operations, a
+            # multiply and an add being 2); giops_per_s and unit say so for readers that know.
+            ceilings[-1].update(giops_per_s=ceilings[-1]["gflops_per_s"], unit="GIOP/s")
         if rec["noisy"]:
             warnings.append(f"{precision} {'FMA' if fma else 'no-FMA'} peak comes from a noisy point ({rec['id']})")
     return ceilings, warnings
@@ -212,7 +216,8 @@ def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
                 by_flops[fpe] = max(by_flops.get(fpe, 0.0), rates(r).gflops_per_s)
         counts = sorted(by_flops)
         if len(counts) >= 2 and c["flops_per_element"] == counts[-1] and by_flops[counts[-1]] > 1.05 * by_flops[counts[-2]]:
-            warnings.append(f"{c['precision']} {'FMA' if c['fma'] else 'no-FMA'} GFLOP/s still rose >5 % at the "
+            kind = "multiply-add" if is_integer(c["precision"]) else ("FMA" if c["fma"] else "no-FMA")
+            warnings.append(f"{c['precision']} {kind} {ops_unit(c['precision'])} still rose >5 % at the "
                             f"largest FLOPs per element swept ({counts[-1]}); the peak may be higher")
     return warnings
 

@@ -17,6 +17,8 @@ they are scaled to the workers a set of records ran on and applied:
 
 from __future__ import annotations
 
+from ert.spec import is_integer, ops_unit
+
 ABOVE_RATED = 1.05
 BELOW_RATED = 0.75
 
@@ -67,6 +69,13 @@ def _rescaled(entry: dict, factor: float, note: str) -> str:
     return f"{text}; scaled x {factor:g}{note}"
 
 
+def _compute_name(entry: dict) -> str:
+    """``fp64 FMA``, ``fp32 no-FMA``, ``int32 multiply-add``."""
+    if is_integer(entry["precision"]):
+        return f"{entry['precision']} multiply-add"
+    return f"{entry['precision']} {'FMA' if entry['fma'] else 'no-FMA'}"
+
+
 def _memory_rated(rated: dict, level: str, access: str | None) -> dict | None:
     return rated["memory"].get((level, access)) or rated["memory"].get((level, None))
 
@@ -87,7 +96,7 @@ def invalidate_above_rated(points: list[dict], rated: dict | None) -> tuple[list
         limit, what, measured = None, "", 0.0
         compute = rated["compute"].get((spec["precision"], bool(spec["fma"])))
         if spec["flops_per_element"] > 1 and compute and compute["gflops_per_s"]:
-            limit, what, measured = compute["gflops_per_s"], f"{spec['precision']} {'FMA' if spec['fma'] else 'no-FMA'} GFLOP/s", gflops
+            limit, what, measured = compute["gflops_per_s"], f"{_compute_name(spec)} {ops_unit(spec['precision'])}", gflops
         l1 = _memory_rated(rated, "L1", spec["access"])
         if limit is None or not (measured > ABOVE_RATED * limit):
             if l1 and l1["gbytes_per_s"] and gbs > ABOVE_RATED * l1["gbytes_per_s"]:
@@ -108,8 +117,8 @@ def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) ->
     warnings = []
     for c in compute:
         r = (rated or {"compute": {}})["compute"].get((c["precision"], bool(c["fma"])))
-        name = f"{c['precision']} {'FMA' if c['fma'] else 'no-FMA'} peak"
-        warnings += _attach(c, r, "gflops_per_s", name, "GFLOP/s", warn=True)
+        name = f"{_compute_name(c)} peak"
+        warnings += _attach(c, r, "gflops_per_s", name, ops_unit(c["precision"]), warn=True)
     for m in memory:
         r = _memory_rated(rated, m["level"], m.get("access")) if rated else None
         access = {"rw": "read+write", "ro": "read-only"}.get(m.get("access"), m.get("access") or "")

@@ -22,13 +22,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ert.spec import KernelSpec
+from ert.spec import KernelSpec, is_integer
 
 # Dyadic, so the add form is exact in every precision.
 A = 0.9375
 C = 0.0625
 
 NUMPY_DTYPE = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16}
+
+# The integer kernels (numba-cpu): x = x*A_INT + c_t or x = x + c_t, c_t = +-C_INT,
+# wrapping modulo 2**bits (LLVM's mul/add without nsw/nuw flags).  A_INT is
+# odd, so x -> x*A_INT is a bijection mod 2**bits: the values never collapse
+# to a fixed point, and every trial changes every element.  The replay is exact.
+A_INT = 1103515245
+C_INT = 12345
+INT_DTYPE = {"int32": np.int32, "int64": np.int64}
+INT_BITS = {"int32": 32, "int64": 64}
 
 # a = 15/16 has 4 significant bits, so b*a + c for |b| < 2 and |c| = 1/16
 # needs at most 53 + 5 bits: exact in float64 for FP32/FP16 inputs, and in an
@@ -59,6 +68,60 @@ def initial_values(dtype) -> np.ndarray:
     return (0.5 + np.arange(16) * 0.0625).astype(dtype)
 
 
+def initial_int_values(precision: str) -> np.ndarray:
+    """The 16 distinct integer starting values (element i gets the (i % 16)-th): 3 + 1000003 i."""
+    return (3 + 1000003 * np.arange(16, dtype=np.int64)).astype(INT_DTYPE[precision])
+
+
+def _affine_power(p: int, q: int, n: int, mask: int) -> tuple[int, int]:
+    """(P, Q) with x -> P x + Q the map x -> p x + q applied n times, modulo mask + 1."""
+    rp, rq = 1, 0
+    while n:
+        if n & 1:
+            rp, rq = (p * rp) & mask, (p * rq + q) & mask
+        p, q = (p * p) & mask, (p * q + q) & mask
+        n >>= 1
+    return rp, rq
+
+
+def replay_rw_int(spec: KernelSpec, *, trials: int) -> np.ndarray:
+    """The 16 values an integer read+write kernel leaves after ``trials`` trials: exact, in O(log trials).
+
+    One trial is the affine map x -> P x + Q_t modulo 2**bits (P = A**K,
+    Q_t = +-C (A**(K-1) + ... + 1); P = 1, Q_t = +-C for the add); an even and
+    an odd trial compose to x -> P**2 x + (P - 1) Q, which is raised to the
+    number of trial pairs by squaring, in Python's unbounded integers.
+    """
+    bits = INT_BITS[spec.precision]
+    mask = (1 << bits) - 1
+    k_ops = spec.fma_ops_per_element
+    p, q = (1, C_INT) if k_ops == 0 else _affine_power(A_INT, C_INT, k_ops, mask)
+    pair = ((p * p) & mask, ((p - 1) * q) & mask)  # even trial (+q) then odd (-q)
+    big_p, big_q = _affine_power(*pair, trials // 2, mask)
+    if trials % 2:
+        big_p, big_q = (p * big_p) & mask, (p * big_q + q) & mask
+    x0 = initial_int_values(spec.precision).astype(np.int64).tolist()
+    out = [((big_p * (v & mask) + big_q) & mask) for v in x0]
+    unsigned = np.array(out, dtype=np.uint64 if bits == 64 else np.uint32)
+    return unsigned.view(INT_DTYPE[spec.precision])
+
+
+def replay_rw_int_stepwise(spec: KernelSpec, *, trials: int) -> np.ndarray:
+    """The same values, trial by trial in numpy unsigned arithmetic (wraps modulo 2**bits): the reference."""
+    udt = np.uint64 if INT_BITS[spec.precision] == 64 else np.uint32
+    x = initial_int_values(spec.precision).view(udt).copy()
+    a, c = udt(A_INT), udt(C_INT)
+    with np.errstate(over="ignore"):
+        for t in range(trials):
+            ct = c if t % 2 == 0 else udt(0) - c
+            if spec.fma_ops_per_element == 0:
+                x = x + ct
+            else:
+                for _ in range(spec.fma_ops_per_element):
+                    x = x * a + ct
+    return x.view(INT_DTYPE[spec.precision])
+
+
 def fma_exact(precision: str) -> bool:
     """Whether this host replays the precision's fused multiply-add bit-exactly."""
     return precision != "fp64" or WIDE_FLOAT is not None
@@ -76,6 +139,8 @@ def replay_rw(spec: KernelSpec, *, trials: int) -> np.ndarray:
     fma_exact(); elsewhere FMA is replayed with two roundings and matches
     within rw_tolerance().
     """
+    if is_integer(spec.precision):
+        return replay_rw_int(spec, trials=trials)
     dtype = NUMPY_DTYPE[spec.precision]
     x = initial_values(dtype)
     a, c = dtype(A), dtype(C)

@@ -33,6 +33,10 @@ class Microarch:
     l1_load_bytes: int | None    # bytes the L1 delivers to loads per cycle
     l1_store_bytes: int | None   # bytes the L1 accepts from stores per cycle
     source: str             # where the figures come from
+    # Integer multiply-add: vector multiply + add instruction pairs (full simd_bits width) per cycle per core,
+    # per precision, with where that comes from; empty where no published figure is sure enough (no rated value).
+    int_madd_pairs_per_cycle: tuple[tuple[str, float], ...] = ()
+    int_source: str = ""
 
     def flops_per_cycle(self, precision: str, fma: bool) -> float:
         lanes = self.simd_bits // (64 if precision == "fp64" else 32)
@@ -45,6 +49,13 @@ class Microarch:
             pairs = min(self.fma_units, self.separate_add_pipes)
             return lanes * pairs * 2
         return lanes * self.fma_units
+
+    def iops_per_cycle(self, precision: str) -> float | None:
+        """Integer operations per cycle per core of the multiply-add kernel (a multiply and an add are 2), or None."""
+        pairs = dict(self.int_madd_pairs_per_cycle).get(precision)
+        if pairs is None:
+            return None
+        return self.simd_bits // (32 if precision == "int32" else 64) * pairs * 2
 
     def l1_bytes_per_cycle(self, access: str) -> int | None:
         if self.l1_load_bytes is None:
@@ -66,12 +77,20 @@ _AMD = "AMD Software Optimization Guide for the family (FP pipes, load/store wid
 _ARM = "Arm Neoverse Software Optimization Guide (SIMD pipes, load/store widths)"
 
 _SKX = dict(simd_bits=512, fma_latency=4, separate_add_pipes=0, l1_load_bytes=128, l1_store_bytes=64, source=_INTEL)
+# Skylake-SP cores with two 512-bit units (ports 0 and 5): vpmulld zmm is 2 uops and vpmullq zmm 3 uops
+# on p0/p5, vpaddd/vpaddq zmm 1 uop on p0/p5, so a multiply and an add take (2 + 1) / 2 = 1.5 cycles
+# (int32) or (3 + 1) / 2 = 2 cycles (int64).  Only the Skylake-SP core (Skylake-SP, Cascade Lake, Cooper
+# Lake): Ice Lake-SP onward changed the ports, and AMD's guides give no zmm integer-multiply pipe count
+# ert is sure of (Zen 4, Zen 5), so those get no rated integer value.
+_SKX_INT = dict(int_madd_pairs_per_cycle=(("int32", 1 / 1.5), ("int64", 1 / 2.0)),
+                int_source="Agner Fog's instruction tables and uops.info, Skylake-X: vpmulld zmm 2 uops, "
+                           "vpmullq zmm 3 uops, vpaddd/q zmm 1 uop, on ports 0 and 5")
 
 # Keyed by LLVM's host CPU name (llvm.get_host_cpu_name()).
 TABLE: dict[str, Microarch] = {
-    "skylake-avx512": Microarch("Skylake-SP", fma_units=2, **_SKX),
-    "cascadelake": Microarch("Cascade Lake", fma_units=2, **_SKX),
-    "cooperlake": Microarch("Cooper Lake", fma_units=2, **_SKX),
+    "skylake-avx512": Microarch("Skylake-SP", fma_units=2, **_SKX, **_SKX_INT),
+    "cascadelake": Microarch("Cascade Lake", fma_units=2, **_SKX, **_SKX_INT),
+    "cooperlake": Microarch("Cooper Lake", fma_units=2, **_SKX, **_SKX_INT),
     "icelake-server": Microarch("Ice Lake-SP", fma_units=2, **_SKX),
     "sapphirerapids": Microarch("Sapphire Rapids", fma_units=2, **_SKX),
     "emeraldrapids": Microarch("Emerald Rapids", fma_units=2, **_SKX),
@@ -118,7 +137,8 @@ def lookup(cpu_name: str, model_name: str = "") -> tuple[Microarch | None, str]:
 
 
 def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | None, clock_how: str,
-                   cores: int, precisions: tuple[str, ...] = ("fp64", "fp32")) -> dict:
+                   cores: int, precisions: tuple[str, ...] = ("fp64", "fp32"),
+                   integer: tuple[str, ...] = ("int32", "int64")) -> dict:
     """``backend_info.rated`` for a CPU: compute per (precision, FMA) and L1 per access, each derived."""
     compute, memory = [], []
     if arch is None or not clock_ghz:
@@ -126,6 +146,8 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
         for p in precisions:
             for fma in (True, False):
                 compute.append({"precision": p, "fma": fma, "gflops_per_s": None, "derivation": why})
+        for p in integer:
+            compute.append({"precision": p, "fma": False, "gflops_per_s": None, "unit": "GIOP/s", "derivation": why})
         for access in ("rw", "ro"):
             memory.append({"level": "L1", "access": access, "gbytes_per_s": None, "derivation": why})
         return {"compute": compute, "memory": memory, "clock_ghz": clock_ghz, "clock_source": clock_how,
@@ -146,6 +168,20 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
                             "gflops_per_s": round(cores * clock_ghz * per_cycle, 1),
                             "flops_per_cycle_per_core": per_cycle,
                             "derivation": f"{base} x {per_cycle:g} {p.upper()} FLOP/cycle ({arch.name}: {how})"})
+    for p in integer:
+        per_cycle = arch.iops_per_cycle(p)
+        if per_cycle is None:
+            compute.append({"precision": p, "fma": False, "gflops_per_s": None, "unit": "GIOP/s",
+                            "derivation": f"no rated value: {arch.name}'s vector integer multiply and add throughput "
+                                          f"is not in ert's table (no published figure ert is sure of)"})
+            continue
+        pairs = dict(arch.int_madd_pairs_per_cycle)[p]
+        lanes = arch.simd_bits // (32 if p == "int32" else 64)
+        compute.append({"precision": p, "fma": False, "unit": "GIOP/s",
+                        "gflops_per_s": round(cores * clock_ghz * per_cycle, 1),
+                        "flops_per_cycle_per_core": per_cycle,
+                        "derivation": f"{base} x {per_cycle:g} {p} ops/cycle ({arch.name}: {lanes} lanes x "
+                                      f"{pairs:.3g} multiply+add pairs/cycle x 2; {arch.int_source})"})
     for access in ("rw", "ro"):
         per_cycle = arch.l1_bytes_per_cycle(access)
         if per_cycle is None:

@@ -9,14 +9,15 @@ import sys
 import time
 
 from ert.backends import grow_buffer
-from ert.backends.check import A, C, CheckResult, replay_rw, ro_errors, ro_tolerance, rw_tolerance, verdict
-from ert.spec import KernelSpec
+from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, replay_rw, ro_errors, ro_tolerance, rw_tolerance,
+                                verdict)
+from ert.spec import KernelSpec, is_integer
 
 NAME = "numba-cpu"
 ALIGN_BYTES = 64
 # Timed runs per thread per clock chain; each thread's fastest counts (see measure_clock).
 CLOCK_SAMPLES = 50
-DTYPES = {"fp64": "float64", "fp32": "float32"}  # the precisions this backend runs
+DTYPES = {"fp64": "float64", "fp32": "float32", "int32": "int32", "int64": "int64"}  # the precisions this backend runs
 
 def configure_numba_env(threads: int | None = None) -> dict:
     """Set Numba's environment before it compiles anything; return what was decided.
@@ -337,7 +338,8 @@ class NumbaCpuBackend:
         return self.geometry.launches(spec, elements_per_thread)
 
     def supports(self, spec: KernelSpec) -> bool:
-        return spec.precision in DTYPES
+        # The integer precisions run the read+write kernels only (no load-only sum).
+        return spec.precision in DTYPES and not (is_integer(spec.precision) and spec.access == "ro")
 
     def _kernel(self, spec: KernelSpec, width: int):
         key = (spec.access, spec.flops_per_element == 1, spec.fma, width)
@@ -370,7 +372,8 @@ class NumbaCpuBackend:
         buf = self._buf[:need].view(dtype)
         self._spec, self._n, self._trials_done = spec, elements_per_thread, 0
         self._view = buf
-        self._k.init_blocks(buf, self.threads, elements_per_thread)
+        init = self._k.init_int_blocks if is_integer(spec.precision) else self._k.init_blocks
+        init(buf, self.threads, elements_per_thread)
         self._ro_out = self._np.zeros(self.threads, dtype=self._np.float64)
         self._fn = self._kernel(spec, self._width)
         # Compile or load from cache now, never inside a timed region.  The
@@ -387,8 +390,9 @@ class NumbaCpuBackend:
 
     def _call(self, trials: int):
         spec, buf, n, nt = self._spec, self._view, self._n, self.threads
-        a = buf.dtype.type(A)
-        c = buf.dtype.type(C)
+        integer = is_integer(spec.precision)
+        a = buf.dtype.type(A_INT if integer else A)
+        c = buf.dtype.type(C_INT if integer else C)
         if spec.access == "ro":
             return self._fn(buf, nt, n, trials, self._flush_subblocks(), self._ro_out)
         if spec.flops_per_element == 1:
@@ -413,6 +417,14 @@ class NumbaCpuBackend:
             return verdict(error=err, tolerance=ro_tolerance(spec), what=f"load-only sum of thread {t}",
                            got=float(sums[t]), expected=expected, trials=trials)
         expected16 = replay_rw(spec, trials=trials)
+        if is_integer(spec.precision):  # exact: every element equals the replay, bit for bit
+            bad = np.zeros((self.threads, 2), dtype=np.int64)
+            self._k.int_mismatches(buf, self.threads, n, expected16, bad)
+            t = int(bad[:, 0].argmax())
+            i = max(int(bad[t, 1]), 0)
+            count = int(bad[:, 0].sum())
+            return verdict(error=float("inf") if count else 0.0, tolerance=0.0, what=f"element {i} of thread {t}",
+                           got=int(buf[t * n + i]), expected=int(expected16[i % 16]), trials=trials, count=count)
         # The metric of ert.backends.check.relative_errors, computed in parallel in place.
         worst = np.zeros((self.threads, 2), dtype=np.float64)
         self._k.max_rel_error(buf, self.threads, n, expected16.astype(np.float64), worst)
@@ -437,7 +449,7 @@ class NumbaCpuBackend:
         if self._spec.access == "ro":
             self._ro_out[0] += 12345.0
         else:
-            self._view[self._view.size // 2 + 5] = 3.0
+            self._view[self._view.size // 2 + 5] = 3
 
     def close(self) -> None:
         self._buf = None

@@ -47,8 +47,11 @@ def _rows(docs: list[dict]) -> list[Row]:
             row.wss[i] = tuple(e["wss_bytes"])
         for e in doc["ceilings"]["compute"]:
             key = ("compute", e["precision"], bool(e["fma"]))
-            label = f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak"
-            row = rows.setdefault(key, Row("compute", key, label, "GFLOP/s", [None] * n, [None] * n))
+            integer = e.get("unit") == "GIOP/s" or e["precision"] in ("int32", "int64")
+            label = (f"{e['precision']} multiply-add peak" if integer
+                     else f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak")
+            unit = "GIOP/s" if integer else "GFLOP/s"
+            row = rows.setdefault(key, Row("compute", key, label, unit, [None] * n, [None] * n))
             row.values[i] = float(e["gflops_per_s"])
     # Memory by precision, access, then level order within the first file that has it; compute last.
     level_rank = {}

@@ -402,11 +402,13 @@ def _compute_panel(ax, points, doc, rates) -> None:
         ax.axhline(e["gflops_per_s"], color=color, linewidth=0.8, alpha=0.5,
                    linestyle="-" if e["fma"] else (0, (5, 3)))
         if e.get("flops_per_element"):
-            ax.annotate(f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak {_fmt_rate(e['gflops_per_s'])}",
+            integer = e.get("unit") == "GIOP/s" or e["precision"] in ("int32", "int64")
+            text = "multiply-add peak" if integer else ("FMA peak" if e["fma"] else "no-FMA peak")
+            ax.annotate(f"{e['precision']} {text} {_fmt_rate(e['gflops_per_s'])}{' GIOP/s' if integer else ''}",
                         (e["flops_per_element"], e["gflops_per_s"]), textcoords="offset points",
                         xytext=(-6, 6 if e["fma"] else -12), ha="right", fontsize=7, color=color)
     ax.set_xlabel("FLOPs per element")
     ax.set_ylabel("GFLOP/s (best over working sets)")
-    ax.set_title("compute: GFLOP/s vs FLOPs per element", fontsize=10)
+    ax.set_title("compute: GFLOP/s (integers: GIOP/s) vs FLOPs per element", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3, which="both")

@@ -139,9 +139,32 @@ def _memory_sections(entries: list[dict]) -> list[str]:
     return lines
 
 
+def _is_int_entry(e: dict) -> bool:
+    """An integer-operation roof (schema 1.3): its gflops_per_s is GIOP/s."""
+    return e.get("unit") == "GIOP/s" or e.get("precision") in ("int32", "int64")
+
+
+def _unit(e: dict) -> str:
+    return "GIOP/s" if _is_int_entry(e) else "GFLOP/s"
+
+
 def _compute_section(entries: list[dict]) -> list[str]:
     if not entries:
         return ["Compute: none measured"]
+    ints = [e for e in entries if _is_int_entry(e)]
+    entries = [e for e in entries if not _is_int_entry(e)]
+    lines = _float_compute_section(entries) if entries else []
+    if ints:
+        rows = [[str(e.get("precision", _MISSING)), format_rate(e.get("gflops_per_s")), _format_spread(e.get("spread")),
+                 _format_count(e.get("flops_per_element")), _format_bytes(e.get("wss_bytes")),
+                 _format_flag(e.get("noisy"))] for e in ints]
+        lines += ([""] if lines else []) + ["Integer compute (multiply-add, wrapping; a multiply and an add are 2 ops)"]
+        lines += _table(["precision", "GIOP/s", "spread", "ops/element", "working set", "noisy"], rows,
+                        [False, True, True, True, False, False])
+    return lines
+
+
+def _float_compute_section(entries: list[dict]) -> list[str]:
     rows = [
         [
             str(e.get("precision", _MISSING)),
@@ -167,6 +190,8 @@ def _memory_name(e: dict) -> str:
 
 
 def _compute_name(e: dict) -> str:
+    if _is_int_entry(e):
+        return f"{e.get('precision', _MISSING)} multiply-add peak"
     return f"{e.get('precision', _MISSING)} {'FMA' if e.get('fma') else 'no-FMA'} peak"
 
 
@@ -182,7 +207,7 @@ def _scaling_section(scaling: Any) -> list[str]:
         for e in ceilings.get("memory", []):
             rows.setdefault((0, _memory_name(e), "GB/s"), [None] * len(counts))[k] = e.get("gbytes_per_s")
         for e in ceilings.get("compute", []):
-            rows.setdefault((1, _compute_name(e), "GFLOP/s"), [None] * len(counts))[k] = e.get("gflops_per_s")
+            rows.setdefault((1, _compute_name(e), _unit(e)), [None] * len(counts))[k] = e.get("gflops_per_s")
     first, last = counts[0].get("threads_per_rank"), counts[-1].get("threads_per_rank")
     headers = ["ceiling", "unit"] + [f"{c.get('threads_per_rank', _MISSING)} thr" for c in counts]
     headers.append(f"{last}/{first}")
@@ -224,7 +249,7 @@ def _rated_section(doc: dict) -> list[str]:
     those are matched to the ceilings here as they always were.
     """
     ceilings = doc.get("ceilings", {})
-    entries = [("GFLOP/s", "gflops_per_s", _compute_name(e), e) for e in ceilings.get("compute", [])]
+    entries = [(_unit(e), "gflops_per_s", _compute_name(e), e) for e in ceilings.get("compute", [])]
     entries += [("GB/s", "gbytes_per_s", _memory_name(e), e) for e in ceilings.get("memory", [])]
     if not any(isinstance(e.get("rated"), dict) for *_, e in entries):
         return _legacy_rated_section(doc)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ert.errors import ErtError
 
-PRECISIONS = ("fp64", "fp32", "fp16")
+PRECISIONS = ("fp64", "fp32", "fp16", "int32", "int64")
 ACCESS_NAMES = {"rw": "read+write", "ro": "read-only"}
 _CACHE_LEVEL_RE = re.compile(r"^L(\d+)[a-z]?$")
 # What an application profile calls the memory behind the last cache.
@@ -102,10 +102,16 @@ def memory_roofs(doc: dict, *, precision: str = "fp64", access: str = "rw") -> t
 
 
 def compute_roofs(doc: dict) -> list[ComputeRoof]:
-    """Every compute ceiling: by precision (fp64 first), FMA before no-FMA."""
+    """Every floating-point compute ceiling: by precision (fp64 first), FMA before no-FMA.
+
+    Integer roofs (schema 1.3, ``unit: GIOP/s``) are left out: a FLOP
+    roofline, its exports and its profiles are in FLOPs; ``ert show`` and
+    ``ert compare`` list the integer roofs.
+    """
     roofs = [ComputeRoof(precision=e["precision"], fma=bool(e["fma"]), gflops_per_s=float(e["gflops_per_s"]),
                          flops_per_element=e.get("flops_per_element"))
-             for e in doc.get("ceilings", {}).get("compute", [])]
+             for e in doc.get("ceilings", {}).get("compute", [])
+             if e.get("unit") != "GIOP/s" and e.get("precision") not in ("int32", "int64")]
     rank = {p: i for i, p in enumerate(PRECISIONS)}
     roofs.sort(key=lambda r: (rank.get(r.precision, 9), not r.fma))
     return roofs

@@ -63,13 +63,18 @@ def working_sets(*, min_bytes: int, max_bytes: int, growth: float, granule_bytes
 def kernel_specs(config: RunConfig) -> list[KernelSpec]:
     """Every kernel variant the config asks for, bandwidth-bound ones first."""
     specs: list[KernelSpec] = []
+    from ert.spec import is_integer
+
     for precision in config.precisions:
+        integer = is_integer(precision)  # no load-only kernel, no fused multiply-add
         for access in config.access:
+            if access == "ro" and integer:
+                continue
             if access == "ro":
                 specs.append(KernelSpec(precision, 1, False, "ro"))
                 continue
             for flops in config.flops_per_element:
-                modes = [False] if flops == 1 else config.fma_modes()
+                modes = [False] if flops == 1 or integer else config.fma_modes()
                 for fma in modes:
                     specs.append(KernelSpec(precision, flops, fma, "rw"))
     return sorted(set(specs), key=lambda s: (s.access != "rw", s.flops_per_element, s.precision != "fp64", not s.fma))
