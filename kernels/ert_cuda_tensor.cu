@@ -1,0 +1,149 @@
+// The tensor-core compute kernel (issue 16): warp-level mma.sync in inline PTX.
+// Host logic: ert/backends/cuda_tensor.py.  NOT yet wired into ert-run's sweep,
+// and never run on a GPU (compiled to PTX/cubin by the tests only).
+//
+// Specialised by compile-time defines, each with a default (the file compiles with none):
+//
+//   ERT_MMA_TYPE   1 FP16 -> FP32   mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32     sm_80+   default 1
+//                  2 BF16 -> FP32   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32   sm_80+
+//                  3 TF32 -> FP32   mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32    sm_80+
+//                  4 FP64 -> FP64   mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64       sm_80+ (DMMA)
+//                  5 FP8 e4m3 -> FP32  mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32  sm_89+
+//   ERT_MMA_ITERS  MMAs per warp per trial, fully unrolled (a multiple of ERT_MMA_SETS)  default 64
+//   ERT_MMA_SETS   independent accumulator sets, used round-robin: consecutive MMAs
+//                  never depend on each other, so the tensor pipe stays busy     default 8
+//   ERT_NAME_SUFFIX  renames the kernel (the tests batch many variants in one file)
+//
+// FLOPs per MMA, 2*M*N*K (a multiply-add counted as 2), per warp:
+//   m16n8k16 (FP16, BF16):  2*16*8*16 = 4096
+//   m16n8k8  (TF32):        2*16*8*8  = 2048
+//   m8n8k4   (FP64):        2*8*8*4   =  512
+//   m16n8k32 (FP8 e4m3):    2*16*8*32 = 8192
+// One launch does warps x ntrials x ERT_MMA_ITERS MMAs.
+//
+// Data: every A element is the value whose bits are a_bits, every B element
+// +b on even trials and -b on odd ones (the sign bit of each packed element
+// flipped); the accumulators start at small integers (set, register, lane).
+// With a = 1 and b = 1/2 (the host's choice) each MMA adds +-K/2 to every
+// accumulator element, exactly in FP32 or FP64, so after T trials each holds
+// its start value + (T odd ? ERT_MMA_ITERS / ERT_MMA_SETS * K / 2 : 0): the
+// host replays it (ert.backends.cuda_tensor.replay) and an off-by-one in the
+// trial count, or MMAs not done, shows.
+//
+// Nothing is dead: every accumulator of every lane is stored at the end (a
+// stronger guard than a never-taken store), each set's MMAs form a dependent
+// chain (D = A*B + D), and the operands come from kernel arguments, so the
+// compiler can neither fold nor drop an MMA.  The trial loop is not unrolled
+// (#pragma unroll 1); the MMA loop is, so the PTX holds ERT_MMA_ITERS mma.sync
+// per trial.
+
+#ifndef ERT_MMA_TYPE
+#define ERT_MMA_TYPE 1
+#endif
+#ifndef ERT_MMA_ITERS
+#define ERT_MMA_ITERS 64
+#endif
+#ifndef ERT_MMA_SETS
+#define ERT_MMA_SETS 8
+#endif
+#ifndef ERT_NAME_SUFFIX
+#define ERT_NAME_SUFFIX
+#endif
+#define ERT_MMA_CAT2(a, b) a##b
+#define ERT_MMA_CAT(a, b) ERT_MMA_CAT2(a, b)
+#define ERT_MMA_NAME(base) ERT_MMA_CAT(base, ERT_NAME_SUFFIX)
+
+#if ERT_MMA_SETS < 1 || ERT_MMA_ITERS < ERT_MMA_SETS || ERT_MMA_ITERS % ERT_MMA_SETS != 0
+#error "ERT_MMA_ITERS must be a positive multiple of ERT_MMA_SETS"
+#endif
+
+// The architecture guard: mma.sync of these shapes needs sm_80 (FP8: sm_89).
+#if defined(__CUDA_ARCH__)
+#if __CUDA_ARCH__ < 800
+#error "the tensor-core kernel needs sm_80 or newer"
+#endif
+#if ERT_MMA_TYPE == 5 && __CUDA_ARCH__ < 890
+#error "FP8 (e4m3) mma.sync needs sm_89 or newer"
+#endif
+#endif
+
+#if ERT_MMA_TYPE >= 1 && ERT_MMA_TYPE <= 3 || ERT_MMA_TYPE == 5
+// A: 4 x .b32, B: 2 x .b32, C/D: 4 x .f32 per thread for every FP32-accumulating shape here.
+typedef float acc_t;
+#define ERT_ACC 4
+#if ERT_MMA_TYPE == 1
+#define ERT_MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#define ERT_SIGN 0x80008000u
+#elif ERT_MMA_TYPE == 2
+#define ERT_MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#define ERT_SIGN 0x80008000u
+#elif ERT_MMA_TYPE == 3
+#define ERT_MMA_OP "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+#define ERT_SIGN 0x80000000u
+#else
+#define ERT_MMA_OP "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+#define ERT_SIGN 0x80808080u
+#endif
+typedef unsigned int word_t;
+__device__ __forceinline__ void ert_mma(float *d, const word_t *a, const word_t *b) {
+    asm(ERT_MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#define ERT_A_REGS 4
+#define ERT_B_REGS 2
+__device__ __forceinline__ word_t ert_word(unsigned long long bits) { return (word_t)bits; }
+__device__ __forceinline__ word_t ert_negate(word_t w) { return w ^ ERT_SIGN; }
+#elif ERT_MMA_TYPE == 4
+// A: 1 x .f64, B: 1 x .f64, C/D: 2 x .f64 per thread.
+typedef double acc_t;
+#define ERT_ACC 2
+#define ERT_A_REGS 1
+#define ERT_B_REGS 1
+typedef double word_t;
+__device__ __forceinline__ void ert_mma(double *d, const word_t *a, const word_t *b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+        : "+d"(d[0]), "+d"(d[1]) : "d"(a[0]), "d"(b[0]));
+}
+__device__ __forceinline__ word_t ert_word(unsigned long long bits) { return __longlong_as_double((long long)bits); }
+__device__ __forceinline__ word_t ert_negate(word_t w) { return -w; }
+#else
+#error "ERT_MMA_TYPE must be 1 (FP16), 2 (BF16), 3 (TF32), 4 (FP64) or 5 (FP8 e4m3)"
+#endif
+
+// out: ERT_MMA_SETS * ERT_ACC accumulators per thread, thread-major
+// (out[(global thread) * SETS * ACC + set * ACC + register]).
+extern "C" __global__ void ERT_MMA_NAME(ert_mma)(acc_t *out, long long ntrials,
+                                                  unsigned long long a_bits, unsigned long long b_bits)
+{
+    const int lane = threadIdx.x & 31;
+    const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    word_t a[ERT_A_REGS], bpos[ERT_B_REGS], bneg[ERT_B_REGS];
+#pragma unroll
+    for (int i = 0; i < ERT_A_REGS; ++i) a[i] = ert_word(a_bits);
+#pragma unroll
+    for (int i = 0; i < ERT_B_REGS; ++i) {
+        bpos[i] = ert_word(b_bits);
+        bneg[i] = ert_negate(bpos[i]);
+    }
+    acc_t acc[ERT_MMA_SETS][ERT_ACC];
+#pragma unroll
+    for (int s = 0; s < ERT_MMA_SETS; ++s)
+#pragma unroll
+        for (int r = 0; r < ERT_ACC; ++r) acc[s][r] = (acc_t)(s * ERT_ACC + r + lane);
+
+#pragma unroll 1
+    for (long long t = 0; t < ntrials; ++t) {
+        word_t b[ERT_B_REGS];
+#pragma unroll
+        for (int i = 0; i < ERT_B_REGS; ++i) b[i] = (t & 1) ? bneg[i] : bpos[i];
+#pragma unroll
+        for (int i = 0; i < ERT_MMA_ITERS; ++i) ert_mma(acc[i % ERT_MMA_SETS], a, b);
+    }
+
+    acc_t *mine = out + thread * (ERT_MMA_SETS * ERT_ACC);
+#pragma unroll
+    for (int s = 0; s < ERT_MMA_SETS; ++s)
+#pragma unroll
+        for (int r = 0; r < ERT_ACC; ++r) mine[s * ERT_ACC + r] = acc[s][r];
+}
