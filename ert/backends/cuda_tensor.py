@@ -1,0 +1,217 @@
+"""Host logic of the tensor-core kernel (kernels/ert_cuda_tensor.cu), testable without a GPU.
+
+Shapes, FLOP accounting, the replay of what the kernel leaves in every
+accumulator, and rated dense tensor peaks.  Not yet wired into ert-run's
+sweep or the ceilings; never run on a GPU.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ert.backends.cuda_host import DeviceInfo
+
+KERNEL_FILE = "ert_cuda_tensor.cu"
+KERNEL_NAME = "ert_mma"
+DEFAULT_ITERS = 64
+DEFAULT_SETS = 8
+# The operand values every A and B element holds (B's sign flips every trial):
+# each MMA adds +-K * A_VALUE * B_VALUE = +-K/2 to every accumulator element,
+# exact in FP32 and FP64 for any trial count.
+A_VALUE = 1.0
+B_VALUE = 0.5
+
+
+@dataclass(frozen=True)
+class MmaShape:
+    """One mma.sync shape: C/D (M x N, acc) += A (M x K, input) * B (K x N, input), per warp."""
+
+    name: str            # the precision's name in ert: fp16, bf16, tf32, fp64, fp8
+    type_code: int       # ERT_MMA_TYPE
+    m: int
+    n: int
+    k: int
+    input_type: str      # PTX type of A and B
+    acc_type: str        # PTX type of C and D
+    min_cc: tuple[int, int]
+    acc_per_thread: int  # accumulator registers per thread (M*N/32)
+
+    @property
+    def flops_per_mma(self) -> int:
+        """2*M*N*K: a multiply-add counted as 2 FLOPs."""
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def ptx(self) -> str:
+        """The instruction as it appears in the PTX."""
+        return (f"mma.sync.aligned.m{self.m}n{self.n}k{self.k}.row.col."
+                f"{self.acc_type}.{self.input_type}.{self.input_type}.{self.acc_type}")
+
+    @property
+    def acc_dtype(self):
+        return np.float64 if self.acc_type == "f64" else np.float32
+
+    def supported(self, compute_capability: tuple[int, int]) -> bool:
+        return tuple(compute_capability) >= self.min_cc
+
+
+SHAPES = {s.name: s for s in (
+    MmaShape("fp16", 1, 16, 8, 16, "f16", "f32", (8, 0), 4),
+    MmaShape("bf16", 2, 16, 8, 16, "bf16", "f32", (8, 0), 4),
+    MmaShape("tf32", 3, 16, 8, 8, "tf32", "f32", (8, 0), 4),
+    MmaShape("fp64", 4, 8, 8, 4, "f64", "f64", (8, 0), 2),
+    MmaShape("fp8", 5, 16, 8, 32, "e4m3", "f32", (8, 9), 4),
+)}
+
+
+def shapes_for(compute_capability: tuple[int, int]) -> list[MmaShape]:
+    """The shapes a GPU of this compute capability runs."""
+    return [s for s in SHAPES.values() if s.supported(compute_capability)]
+
+
+def _check_iters(iters: int, sets: int) -> None:
+    if sets < 1 or iters < sets or iters % sets:
+        raise ValueError(f"ERT_MMA_ITERS ({iters}) must be a positive multiple of ERT_MMA_SETS ({sets})")
+
+
+def compile_defines(shape: MmaShape, *, iters: int = DEFAULT_ITERS, sets: int = DEFAULT_SETS) -> tuple[str, ...]:
+    """The -D options that specialise kernels/ert_cuda_tensor.cu for one shape."""
+    _check_iters(iters, sets)
+    return (f"-DERT_MMA_TYPE={shape.type_code}", f"-DERT_MMA_ITERS={iters}", f"-DERT_MMA_SETS={sets}")
+
+
+# ----------------------------------------------------------------------------- FLOP accounting
+def warps_of(blocks: int, threads_per_block: int) -> int:
+    if threads_per_block % 32:
+        raise ValueError(f"threads per block must be a multiple of 32 (whole warps), not {threads_per_block}")
+    return blocks * threads_per_block // 32
+
+
+def flops_per_launch(shape: MmaShape, *, blocks: int, threads_per_block: int, trials: int,
+                     iters: int = DEFAULT_ITERS) -> int:
+    """warps x iterations x trials x 2MNK: what one launch of ert_mma computes."""
+    return warps_of(blocks, threads_per_block) * iters * trials * shape.flops_per_mma
+
+
+# ----------------------------------------------------------------------------- operands and replay
+def _e4m3(value: float) -> int:
+    """The FP8 e4m3 bits of a power of two in its normal range (bias 7, 3 mantissa bits)."""
+    mantissa, exponent = np.frexp(abs(value))  # value = mantissa * 2**exponent, mantissa in [0.5, 1)
+    if mantissa != 0.5 or not -6 <= exponent - 1 <= 8:
+        raise ValueError(f"{value} is not a power of two e4m3 holds exactly as a normal number")
+    return (0x80 if value < 0 else 0) | ((exponent - 1 + 7) << 3)
+
+
+def element_bits(shape: MmaShape, value: float) -> int:
+    """The bit pattern of one element of the input type."""
+    if shape.input_type == "f16":
+        return int(np.array(value, np.float16).view(np.uint16))
+    f32 = struct.unpack("<I", struct.pack("<f", value))[0]
+    if shape.input_type == "bf16":
+        if f32 & 0xFFFF:
+            raise ValueError(f"{value} is not exact in BF16")
+        return f32 >> 16
+    if shape.input_type == "tf32":
+        if f32 & 0x1FFF:
+            raise ValueError(f"{value} is not exact in TF32")
+        return f32
+    if shape.input_type == "f64":
+        return struct.unpack("<Q", struct.pack("<d", value))[0]
+    if shape.input_type == "e4m3":
+        return _e4m3(value)
+    raise ValueError(shape.input_type)
+
+
+def operand_word(shape: MmaShape, value: float) -> int:
+    """The kernel argument (a_bits or b_bits): every element of a 32-bit register (or the f64) = value."""
+    bits = element_bits(shape, value)
+    width = {"f16": 16, "bf16": 16, "tf32": 32, "f64": 64, "e4m3": 8}[shape.input_type]
+    if width == 64:
+        return bits
+    word = 0
+    for i in range(32 // width):
+        word |= bits << (i * width)
+    return word
+
+
+def replay(shape: MmaShape, *, threads: int, trials: int, iters: int = DEFAULT_ITERS, sets: int = DEFAULT_SETS,
+           a: float = A_VALUE, b: float = B_VALUE) -> np.ndarray:
+    """What ert_mma leaves in out[]: threads x sets x accumulators, in the accumulator type.
+
+    Each accumulator starts at set * ACC + register + lane; trial t adds
+    iters/sets MMAs of +-K*a*b (B negated on odd trials) to every element of
+    every set, so even trials and odd ones cancel and only an odd total
+    leaves iters/sets * K * a * b.  Computed in float64 and exact (checked) in
+    the accumulator type for the small integers and powers of two used.
+    """
+    _check_iters(iters, sets)
+    if threads % 32:
+        raise ValueError(f"threads must be whole warps, not {threads}")
+    acc = shape.acc_per_thread
+    lane = np.arange(threads) % 32
+    start = (np.arange(sets)[:, None] * acc + np.arange(acc)[None, :])[None, :, :] + lane[:, None, None]
+    per_trial = iters // sets * shape.k * a * b
+    values = start + (trials % 2) * per_trial
+    out = values.astype(shape.acc_dtype)
+    if not np.array_equal(out.astype(np.float64), values):
+        raise ValueError("the replayed values are not exact in the accumulator type")
+    return out
+
+
+# ----------------------------------------------------------------------------- rated dense tensor peaks
+# Dense (not sparse) tensor-core FLOPs per cycle per SM, a multiply-add
+# counted as 2, from NVIDIA's published figures:
+#   A100 SXM4 (108 SMs, 1410 MHz; A100 whitepaper, datasheet): FP16 and BF16
+#     312 TFLOP/s = 108 x 1.41 GHz x 2048; TF32 156 = x 1024; FP64 19.5 = x 128.
+#   H100 SXM5 (132 SMs; H100 whitepaper, datasheet): FP16 and BF16 989.4 TFLOP/s
+#     = 132 x 1.83 GHz x 4096; TF32 494.7 = x 2048; FP8 1978.9 = x 8192; FP64
+#     66.9 = 132 x 1.98 GHz x 256.  NVIDIA quotes the FP16/BF16/TF32/FP8 figures
+#     at 1830 MHz and FP64 at the 1980 MHz boost clock; at the device's maximum
+#     clock (1980 MHz) the same per-SM rates give 8 % more than the datasheet's
+#     FP16/TF32/FP8 figures.
+# sm_80 is A100 only here (GA10x at sm_86 has a quarter of its FP16 rate per SM).
+TENSOR_FLOPS_PER_CYCLE_PER_SM = {
+    (8, 0): {"fp16": 2048, "bf16": 2048, "tf32": 1024, "fp64": 128},
+    (9, 0): {"fp16": 4096, "bf16": 4096, "tf32": 2048, "fp64": 256, "fp8": 8192},
+}
+# Why an architecture has no rated tensor figure.
+UNRATED_WHY = {
+    (8, 9): "Ada (L4, L40, L40S) tensor rates differ by product and by accumulator type (FP32 accumulate runs at "
+            "half the FP16-accumulate rate on some): not recorded",
+    (10, 0): "B200's dense figures differ between NVIDIA's datasheets (board power) and the clock they assume is "
+             "not published: not recorded",
+}
+# Architectures whose full tensor rate is reached with mma.sync; on sm_90 and
+# sm_100 the full rate needs wgmma / tcgen05 (asynchronous, shared-memory
+# operands), which this kernel does not use.
+MMA_SYNC_FULL_RATE = {(8, 0), (8, 6), (8, 7), (8, 9)}
+
+
+def rated_tensor_peaks(info: DeviceInfo) -> list[dict]:
+    """Rated dense tensor peaks for every shape the GPU runs, each with its derivation (None and why where unknown)."""
+    mhz = info.sm_clock_khz / 1000
+    rates = TENSOR_FLOPS_PER_CYCLE_PER_SM.get(info.compute_capability)
+    out = []
+    for shape in shapes_for(info.compute_capability):
+        entry = {"precision": shape.name, "shape": f"m{shape.m}n{shape.n}k{shape.k}",
+                 "accumulate": shape.acc_type, "gflops_per_s": None}
+        if rates is None or shape.name not in rates:
+            entry["derivation"] = UNRATED_WHY.get(
+                info.compute_capability, f"no per-SM tensor rate recorded for {info.arch} {shape.name}")
+        elif not mhz:
+            entry["derivation"] = "SM clock unknown"
+        else:
+            per_sm = rates[shape.name]
+            entry["gflops_per_s"] = round(info.sm_count * mhz * 1e6 * per_sm / 1e9, 1)
+            entry["derivation"] = (f"{info.sm_count} SMs x {mhz:.0f} MHz x {per_sm} dense {shape.name.upper()} "
+                                   f"tensor FLOP/cycle/SM ({info.arch}, a multiply-add counted as 2)")
+        out.append(entry)
+    return out
+
+
+def default_launch(info: DeviceInfo, *, threads_per_block: int = 256, blocks_per_sm: int = 4) -> tuple[int, int]:
+    """(blocks, threads per block): 4 blocks of 8 warps per SM, 8 accumulator chains per warp."""
+    return info.sm_count * blocks_per_sm, threads_per_block

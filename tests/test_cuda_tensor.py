@@ -1,0 +1,303 @@
+"""The tensor-core kernel (kernels/ert_cuda_tensor.cu) and its host logic (ert/backends/cuda_tensor.py).
+
+Host logic runs here; the `nvcc` tests compile every variant to PTX (never
+executed); the `gpu` tests are written to run unchanged on a GPU and are
+skipped here.  Not yet wired into ert-run's sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ert.backends import cuda as cuda_mod
+from ert.backends import cuda_tensor as tc
+from ert.backends.cuda_host import DeviceInfo
+
+KERNEL = Path(__file__).resolve().parents[1] / "kernels" / tc.KERNEL_FILE
+NVCC = shutil.which("nvcc")
+
+
+def needs_nvcc(f):
+    """Marked `nvcc`: compiled with the machine's nvcc, never executed; skipped where nvcc is not on PATH."""
+    f = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA 13) is not on PATH: cannot compile the CUDA kernels")(f)
+    return pytest.mark.nvcc(f)
+
+_GPU_OK, _GPU_REASON, _ = cuda_mod.probe()
+
+
+def needs_gpu(f):
+    """Marked `gpu`: needs an NVIDIA GPU (never run on one yet); skipped with the reason where none is present."""
+    f = pytest.mark.skipif(not _GPU_OK, reason=f"needs an NVIDIA GPU; the cuda backend says: {_GPU_REASON}")(f)
+    return pytest.mark.gpu(f)
+
+
+
+def _info(cc, sms, mhz) -> DeviceInfo:
+    return DeviceInfo(name="test", compute_capability=cc, sm_count=sms, sm_clock_khz=mhz * 1000,
+                      memory_clock_khz=0, memory_bus_bits=0, l2_bytes=0, total_memory_bytes=0, max_threads_per_sm=2048)
+
+
+A100 = _info((8, 0), 108, 1410)
+H100 = _info((9, 0), 132, 1980)
+H100_TENSOR_CLOCK = _info((9, 0), 132, 1830)  # the clock NVIDIA's FP16/BF16/TF32/FP8 H100 figures assume
+
+
+# ----------------------------------------------------------------------------- host logic
+def test_shapes_table():
+    assert {s: (v.m, v.n, v.k) for s, v in tc.SHAPES.items()} == {
+        "fp16": (16, 8, 16), "bf16": (16, 8, 16), "tf32": (16, 8, 8), "fp64": (8, 8, 4), "fp8": (16, 8, 32)}
+    assert {s: v.flops_per_mma for s, v in tc.SHAPES.items()} == {
+        "fp16": 4096, "bf16": 4096, "tf32": 2048, "fp64": 512, "fp8": 8192}
+    for shape in tc.SHAPES.values():
+        assert shape.acc_per_thread == shape.m * shape.n // 32
+    assert tc.SHAPES["fp16"].ptx == "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+    assert tc.SHAPES["fp64"].ptx == "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64"
+    assert [s.name for s in tc.shapes_for((8, 0))] == ["fp16", "bf16", "tf32", "fp64"]
+    assert [s.name for s in tc.shapes_for((8, 9))][-1] == "fp8"
+    assert len(tc.shapes_for((9, 0))) == len(tc.shapes_for((10, 0))) == 5
+    assert tc.shapes_for((7, 5)) == []
+
+
+def test_flop_accounting():
+    fp16 = tc.SHAPES["fp16"]
+    # 2 blocks x 256 threads = 16 warps, 64 MMAs x 10 trials each, 4096 FLOPs per MMA.
+    assert tc.flops_per_launch(fp16, blocks=2, threads_per_block=256, trials=10) == 16 * 64 * 10 * 4096
+    assert tc.flops_per_launch(tc.SHAPES["fp64"], blocks=1, threads_per_block=32, trials=1, iters=8) == 8 * 512
+    with pytest.raises(ValueError):
+        tc.warps_of(1, 48)
+    assert tc.compile_defines(fp16) == ("-DERT_MMA_TYPE=1", "-DERT_MMA_ITERS=64", "-DERT_MMA_SETS=8")
+    with pytest.raises(ValueError):
+        tc.compile_defines(fp16, iters=12, sets=8)
+
+
+def test_operand_bits():
+    words = {name: (tc.operand_word(s, tc.A_VALUE), tc.operand_word(s, tc.B_VALUE)) for name, s in tc.SHAPES.items()}
+    assert words == {"fp16": (0x3C003C00, 0x38003800), "bf16": (0x3F803F80, 0x3F003F00),
+                     "tf32": (0x3F800000, 0x3F000000), "fp64": (0x3FF0000000000000, 0x3FE0000000000000),
+                     "fp8": (0x38383838, 0x30303030)}
+    assert tc.element_bits(tc.SHAPES["fp8"], -0.5) == 0xB0  # the sign the kernel flips on odd trials
+    with pytest.raises(ValueError):
+        tc.element_bits(tc.SHAPES["fp8"], 0.3)
+    with pytest.raises(ValueError):
+        tc.element_bits(tc.SHAPES["bf16"], 1.0 + 2 ** -10)
+
+
+def _emulate(shape: tc.MmaShape, *, trials: int, iters: int, sets: int) -> np.ndarray:
+    """One warp's accumulators by doing every MMA as a matrix product in the accumulator type (one lane's view:
+    every element of D is alike, so lane l's register r of set s holds the element its start value says)."""
+    acc_t = shape.acc_dtype
+    a = np.full((shape.m, shape.k), tc.A_VALUE, acc_t)
+    b = np.full((shape.k, shape.n), tc.B_VALUE, acc_t)
+    lanes = np.arange(32)
+    d = np.zeros((32, sets, shape.acc_per_thread), acc_t)
+    d[:] = (np.arange(sets)[:, None] * shape.acc_per_thread + np.arange(shape.acc_per_thread)[None, :])[None] \
+        + lanes[:, None, None]
+    for t in range(trials):
+        sign = acc_t(-1 if t % 2 else 1)
+        product = (a @ (sign * b)).astype(acc_t)[0, 0]  # every element of A*B is K*a*b
+        for i in range(iters):
+            d[:, i % sets, :] = (d[:, i % sets, :] + product).astype(acc_t)
+    return d
+
+
+@pytest.mark.parametrize("name", list(tc.SHAPES))
+def test_replay_matches_an_emulation_bit_exactly(name):
+    shape = tc.SHAPES[name]
+    for trials in (0, 1, 2, 3, 6, 7):
+        for iters, sets in ((8, 4), (16, 8), (64, 8)):
+            got = tc.replay(shape, threads=64, trials=trials, iters=iters, sets=sets)
+            assert got.dtype == shape.acc_dtype and got.shape == (64, sets, shape.acc_per_thread)
+            want = _emulate(shape, trials=trials, iters=iters, sets=sets)
+            assert np.array_equal(got[:32], want) and np.array_equal(got[32:], want), (trials, iters, sets)
+    # Exact for any trial count: even and odd trials cancel.
+    assert np.array_equal(tc.replay(shape, threads=32, trials=10 ** 9), tc.replay(shape, threads=32, trials=0))
+    odd = tc.replay(shape, threads=32, trials=10 ** 9 + 1)
+    assert odd[0, 0, 0] == 64 // 8 * shape.k * 0.5
+
+
+def test_rated_a100_h100_match_nvidia_dense_figures():
+    """NVIDIA's dense tensor TFLOP/s (A100 and H100 whitepapers/datasheets), within 1 %."""
+    def rated(info):
+        return {r["precision"]: r["gflops_per_s"] / 1000 for r in tc.rated_tensor_peaks(info)}
+    a100 = rated(A100)
+    for precision, tflops in {"fp16": 312, "bf16": 312, "tf32": 156, "fp64": 19.5}.items():
+        assert a100[precision] == pytest.approx(tflops, rel=0.01), precision
+    h100 = rated(H100)
+    assert h100["fp64"] == pytest.approx(66.9, rel=0.01)
+    # NVIDIA quotes H100's FP16/BF16/TF32/FP8 figures at 1830 MHz, not the 1980 MHz maximum clock.
+    h100_tensor = rated(H100_TENSOR_CLOCK)
+    for precision, tflops in {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp8": 1978.9}.items():
+        assert h100_tensor[precision] == pytest.approx(tflops, rel=0.01), precision
+    assert h100["fp16"] == pytest.approx(989.4 * 1980 / 1830, rel=0.001)
+    assert all("SMs x" in r["derivation"] for r in tc.rated_tensor_peaks(H100))
+
+
+def test_unrated_architectures_say_why():
+    for cc, words in (((8, 9), "Ada"), ((10, 0), "B200"), ((8, 6), "no per-SM tensor rate")):
+        rows = tc.rated_tensor_peaks(_info(cc, 100, 1500))
+        assert rows and all(r["gflops_per_s"] is None and words in r["derivation"] for r in rows), rows
+    no_clock = tc.rated_tensor_peaks(_info((8, 0), 108, 0))
+    assert all(r["gflops_per_s"] is None and r["derivation"] == "SM clock unknown" for r in no_clock)
+
+
+# ----------------------------------------------------------------------------- nvcc: PTX of every variant
+ARCHS = ("sm_80", "sm_89", "sm_90", "sm_100")
+ITER_SETS = ((64, 8), (16, 4), (8, 8))
+
+
+def _variants(arch: str) -> list[tuple[tc.MmaShape, int, int]]:
+    cc = (int(arch[3:-1]), int(arch[-1]))
+    shapes = tc.shapes_for(cc) if arch != "sm_89" else [tc.SHAPES["fp8"]]
+    return [(shape, iters, sets) for shape in shapes for iters, sets in ITER_SETS]
+
+
+def _batch(variants) -> str:
+    lines = []
+    for i, (shape, iters, sets) in enumerate(variants):
+        lines.append("#undef ERT_MMA_TYPE\n#undef ERT_MMA_ITERS\n#undef ERT_MMA_SETS\n#undef ERT_NAME_SUFFIX\n"
+                     "#undef ERT_MMA_OP\n#undef ERT_SIGN\n#undef ERT_ACC\n#undef ERT_A_REGS\n#undef ERT_B_REGS")
+        lines += [f"#define {d[2:].replace('=', ' ')}" for d in tc.compile_defines(shape, iters=iters, sets=sets)]
+        lines.append(f"#define ERT_NAME_SUFFIX _v{i}")
+        lines.append(f"namespace v{i} {{\n#include \"{KERNEL}\"\n}}")
+    return "\n".join(lines) + "\n"
+
+
+def _nvcc(args, source: Path, out: Path):
+    proc = subprocess.run([NVCC, "-std=c++17", *args, str(source), "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    return proc.returncode, (out.read_text() if proc.returncode == 0 and out.suffix == ".ptx" else ""), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def ptx():
+    """{arch: (rc, ptx, stderr)}: every variant for an arch in one batch, the batches in parallel."""
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {}
+        for arch in ARCHS:
+            source = Path(tmp) / f"{arch}.cu"
+            source.write_text(_batch(_variants(arch)))
+            futures[arch] = pool.submit(_nvcc, ("-ptx", f"-arch={arch}"), source, Path(tmp) / f"{arch}.ptx")
+        return {arch: f.result() for arch, f in futures.items()}
+
+
+def _entry(text: str, name: str) -> str:
+    start = text.index(f".entry {name}(")
+    following = text.find(".entry ", start + 1)
+    return text[start:following if following > 0 else len(text)]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_variant_holds_its_mmas(ptx, arch):
+    rc, text, err = ptx[arch]
+    assert rc == 0, err[-2000:]
+    assert f".target {arch}" in text
+    for i, (shape, iters, sets) in enumerate(_variants(arch)):
+        body = _entry(text, f"ert_mma_v{i}")
+        mmas = re.findall(r"\bmma\.sync\.aligned\.\S+", body)
+        # ERT_MMA_ITERS MMAs of the shape per trial: the trial loop is one loop, the MMAs unrolled in it.
+        assert mmas == [shape.ptx] * iters, (shape.name, iters, sets, sorted(set(mmas)), len(mmas))
+        assert len(re.findall(r"^\$L__BB\d+_\d+:", body, re.M)) <= 4  # no unrolled copies of the trial loop
+        stores = re.findall(r"\bst\.global\.(f32|f64)\b", body)
+        assert len(stores) == sets * shape.acc_per_thread  # every accumulator stored: nothing dead
+        assert set(stores) == {shape.acc_type}
+
+
+@needs_nvcc
+def test_no_spills_on_sm_90(tmp_path):
+    variants = _variants("sm_90")
+    source = tmp_path / "all.cu"
+    source.write_text(_batch(variants))
+    proc = subprocess.run([NVCC, "-cubin", "-std=c++17", "-arch=sm_90", "-Xptxas", "-v", str(source),
+                           "-o", str(tmp_path / "all.cubin")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen, name = {}, None
+    for line in proc.stderr.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            name = m.group(1)
+        elif (m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)) and name:
+            seen[name] = int(m.group(1)) + int(m.group(2))
+    assert len(seen) == len(variants)
+    assert all(spill == 0 for spill in seen.values()), seen
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch, defines", [("sm_75", ()), ("sm_80", ("-DERT_MMA_TYPE=5",)),
+                                           ("sm_90", ("-DERT_MMA_TYPE=6",)),
+                                           ("sm_90", ("-DERT_MMA_ITERS=12", "-DERT_MMA_SETS=8"))])
+def test_bad_arch_or_defines_are_refused(tmp_path, arch, defines):
+    rc, _, err = _nvcc(("-ptx", f"-arch={arch}", *defines), KERNEL, tmp_path / "x.ptx")
+    assert rc != 0 and "error" in err
+
+
+@needs_nvcc
+def test_compiles_with_no_defines(tmp_path):
+    rc, text, err = _nvcc(("-ptx", "-arch=sm_80"), KERNEL, tmp_path / "x.ptx")
+    assert rc == 0, err
+    assert len(re.findall(r"\bmma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32\b", text)) == tc.DEFAULT_ITERS
+
+
+# ----------------------------------------------------------------------------- on a GPU (never run yet)
+def _gpu():
+    import cupy
+    device = cuda_mod.CupyDevice(0)
+    source = resources.files("ert.kernels").joinpath(tc.KERNEL_FILE).read_text()
+    return cupy, device.info, source
+
+
+def _run(cupy, source, shape, *, blocks, threads, trials):
+    module = cupy.RawModule(code=source, options=tc.compile_defines(shape) + ("--std=c++17",))
+    kernel = module.get_function(tc.KERNEL_NAME)
+    out = cupy.zeros(blocks * threads * tc.DEFAULT_SETS * shape.acc_per_thread, dtype=shape.acc_dtype)
+    args = (out, np.int64(trials), np.uint64(tc.operand_word(shape, tc.A_VALUE)),
+            np.uint64(tc.operand_word(shape, tc.B_VALUE)))
+    kernel((blocks,), (threads,), args)  # warm-up and compile
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    kernel((blocks,), (threads,), args)
+    stop.record()
+    stop.synchronize()
+    seconds = cupy.cuda.get_elapsed_time(start, stop) / 1e3
+    return out.get().reshape(blocks * threads, tc.DEFAULT_SETS, shape.acc_per_thread), seconds
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(tc.SHAPES))
+def test_gpu_kernel_leaves_the_replayed_values(name):
+    cupy, info, source = _gpu()
+    shape = tc.SHAPES[name]
+    if not shape.supported(info.compute_capability):
+        pytest.skip(f"{name} needs sm_{shape.min_cc[0]}{shape.min_cc[1]}; this GPU is {info.arch}")
+    for trials in (1, 2, 5):
+        got, _ = _run(cupy, source, shape, blocks=2, threads=128, trials=trials)
+        assert np.array_equal(got, tc.replay(shape, threads=256, trials=trials)), (name, trials)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(tc.SHAPES))
+def test_gpu_reaches_the_rated_tensor_peak(name):
+    cupy, info, source = _gpu()
+    shape = tc.SHAPES[name]
+    if not shape.supported(info.compute_capability):
+        pytest.skip(f"{name} needs sm_{shape.min_cc[0]}{shape.min_cc[1]}; this GPU is {info.arch}")
+    rated = {r["precision"]: r for r in tc.rated_tensor_peaks(info)}[name]
+    if rated["gflops_per_s"] is None:
+        pytest.skip(f"no rated figure: {rated['derivation']}")
+    blocks, threads = tc.default_launch(info)
+    trials = 2000
+    got, seconds = _run(cupy, source, shape, blocks=blocks, threads=threads, trials=trials)
+    assert np.array_equal(got, tc.replay(shape, threads=blocks * threads, trials=trials))
+    gflops = tc.flops_per_launch(shape, blocks=blocks, threads_per_block=threads, trials=trials) / seconds / 1e9
+    # mma.sync reaches the full rate on sm_8x; sm_90 / sm_100 need wgmma / tcgen05 for it (not used here).
+    floor = 0.8 if info.compute_capability in tc.MMA_SYNC_FULL_RATE else 0.4
+    assert gflops >= floor * rated["gflops_per_s"], (name, gflops, rated)
