@@ -53,30 +53,22 @@ from numba import njit, prange, types
 from numba.core import cgutils, errors
 from numba.extending import intrinsic
 
-# The host side of these kernels: the starting values (the replay is ert.backends.check.replay_rw).
-from ert.backends.check import initial_values  # noqa: F401
-
 # fp32 lane sums of the 1/16-multiples init_blocks writes stay exact below 2**20;
 # flushing a lane into the float64 total every 2**19 adds keeps every sum exact.
 FP32_EXACT_ADDS = 1 << 19
 
 
 @njit(parallel=True, cache=True)
-def init_blocks(buf, nthreads, n):
-    """Fill each thread's block from that thread, so first touch places its pages."""
+def init_blocks(buf, nthreads, n, values16):
+    """Element i of each thread's block gets values16[i % 16], written by that thread (first touch places its pages).
+
+    ``values16``: ert.backends.check.initial_values / initial_int_values, the
+    starting values every replay assumes.
+    """
     for t in prange(nthreads):
         blk = buf[t * n:(t + 1) * n]
         for i in range(blk.size):
-            blk[i] = 0.5 + (i % 16) * 0.0625
-
-
-@njit(parallel=True, cache=True)
-def init_int_blocks(buf, nthreads, n):
-    """init_blocks for the integer precisions: element i gets 3 + 1000003 * (i % 16) (check.initial_int_values)."""
-    for t in prange(nthreads):
-        blk = buf[t * n:(t + 1) * n]
-        for i in range(blk.size):
-            blk[i] = 3 + (i % 16) * 1000003
+            blk[i] = values16[i % 16]
 
 
 @njit(parallel=True, cache=True)

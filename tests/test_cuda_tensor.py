@@ -271,13 +271,19 @@ def _run(cupy, source, shape, *, blocks, threads, trials):
     return out.get().reshape(blocks * threads, tc.DEFAULT_SETS, shape.acc_per_thread), seconds
 
 
-@needs_gpu
-@pytest.mark.parametrize("name", list(tc.SHAPES))
-def test_gpu_kernel_leaves_the_replayed_values(name):
+def _gpu_shape(name: str):
+    """(cupy, device info, kernel source, shape), skipping where this GPU lacks the shape's instructions."""
     cupy, info, source = _gpu()
     shape = tc.SHAPES[name]
     if not shape.supported(info.compute_capability):
         pytest.skip(f"{name} needs sm_{shape.min_cc[0]}{shape.min_cc[1]}; this GPU is {info.arch}")
+    return cupy, info, source, shape
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(tc.SHAPES))
+def test_gpu_kernel_leaves_the_replayed_values(name):
+    cupy, info, source, shape = _gpu_shape(name)
     for trials in (1, 2, 5):
         got, _ = _run(cupy, source, shape, blocks=2, threads=128, trials=trials)
         assert np.array_equal(got, tc.replay(shape, threads=256, trials=trials)), (name, trials)
@@ -286,10 +292,7 @@ def test_gpu_kernel_leaves_the_replayed_values(name):
 @needs_gpu
 @pytest.mark.parametrize("name", list(tc.SHAPES))
 def test_gpu_reaches_the_rated_tensor_peak(name):
-    cupy, info, source = _gpu()
-    shape = tc.SHAPES[name]
-    if not shape.supported(info.compute_capability):
-        pytest.skip(f"{name} needs sm_{shape.min_cc[0]}{shape.min_cc[1]}; this GPU is {info.arch}")
+    cupy, info, source, shape = _gpu_shape(name)
     rated = {r["precision"]: r for r in tc.rated_tensor_peaks(info)}[name]
     if rated["gflops_per_s"] is None:
         pytest.skip(f"no rated figure: {rated['derivation']}")

@@ -14,6 +14,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from ert.backends import check
 from ert.backends import numba_cpu as backend_mod
 from ert.backends.numba_cpu import A, ALIGN_BYTES, C, NumbaCpuBackend, _aligned_empty
 from ert.backends.check import fma_exact, replay_rw
@@ -159,7 +160,7 @@ def _exact_replay(dtype, fma_ops, trials, fused):
         return Fraction(float(dtype(float(x)))) if dtype is np.float32 else Fraction(float(x))
 
     a, c = Fraction(A), Fraction(C)
-    xs = [Fraction(float(v)) for v in kernels.initial_values(dtype)]
+    xs = [Fraction(float(v)) for v in check.initial_values(dtype)]
     for tr in range(trials):
         ct = c if tr % 2 == 0 else -c
         for _ in range(fma_ops):
@@ -180,7 +181,7 @@ def test_fma_kernel_fuses_and_no_fma_kernel_does_not(precision):
     results = {}
     for name, fused_kernel in (("fma", True), ("nofma", False)):
         buf = np.empty(THREADS * n, dtype)
-        kernels.init_blocks(buf, THREADS, n)
+        kernels.init_blocks(buf, THREADS, n, check.initial_values(dtype))
         kernels.make_rw_madd(width, fused_kernel)(buf, THREADS, n, trials, 0, ops, dtype(A), dtype(C))
         results[name] = buf.reshape(-1, 16)
     np.testing.assert_array_equal(results["nofma"], np.tile(separate, (results["nofma"].shape[0], 1)),
@@ -428,9 +429,9 @@ def test_configure_numba_env_keeps_a_user_setting(monkeypatch):
 
 def test_initial_values_are_what_init_blocks_writes():
     buf = np.empty(2 * 64, np.float64)
-    kernels.init_blocks(buf, 2, 64)
-    np.testing.assert_array_equal(buf, np.tile(kernels.initial_values(np.float64), 8))
-    assert len(set(kernels.initial_values(np.float64).tolist())) == 16
+    kernels.init_blocks(buf, 2, 64, check.initial_values(np.float64))
+    np.testing.assert_array_equal(buf, np.tile(check.initial_values(np.float64), 8))
+    assert len(set(check.initial_values(np.float64).tolist())) == 16
 
 
 # --------------------------------------------------------------------------- alignment

@@ -255,17 +255,26 @@ def build(raw: RawData) -> dict:
     memory_name = meta.get("backend_info", {}).get("memory_name", meta.get("memory_name", "DRAM"))
     groups = by_thread_count(points)
     ranks = int(meta["ranks"])
+    own = int(meta["threads_per_rank"])
+    # Points above their rated ceiling are invalid (work was removed): checked
+    # once per thread count, against that count's rated values, before anything uses them.
+    checked: dict[int, tuple[list[dict], list[str], dict | None]] = {}
+    for count, recs in groups.items():
+        rated = scaled_rated(meta, threads_per_rank=count or own)
+        valid_recs, rated_warnings = invalidate_above_rated(recs, rated)
+        checked[count] = (valid_recs, rated_warnings, rated)
     per_count = {}
     if len(groups) > 1:
         # A thread-scaling run: ceilings per thread count; the top level is the run's own count.
-        for count, recs in groups.items():
+        for count, (recs, rated_warnings, rated) in checked.items():
             per_count[count] = _ceilings_of(recs, caches, workers=count * ranks, memory_name=memory_name,
-                                            rated=scaled_rated(meta, threads_per_rank=count))
-        own = int(meta["threads_per_rank"])
+                                            rated=rated, rated_warnings=rated_warnings)
         memory, compute, warnings = copy.deepcopy(per_count.get(own, per_count[max(per_count)]))
     else:
-        memory, compute, warnings = _ceilings_of(points, caches, workers=workers, memory_name=memory_name,
-                                                 rated=scaled_rated(meta, threads_per_rank=int(meta["threads_per_rank"])))
+        recs, rated_warnings, rated = next(iter(checked.values()), ([], [], scaled_rated(meta, threads_per_rank=own)))
+        memory, compute, warnings = _ceilings_of(recs, caches, workers=workers, memory_name=memory_name,
+                                                 rated=rated, rated_warnings=rated_warnings)
+    points = [rec for recs, _, _ in checked.values() for rec in recs]
     warnings += attach_sustained(memory, compute, raw.sustained)
     # Runs made before the backends' warnings went through rank_warnings kept
     # rank 0's in backend_info.caveats (an OpenCL driver on a CPU, say).
@@ -275,8 +284,6 @@ def build(raw: RawData) -> dict:
     warnings += [str(w) for w in meta.get("rank_warnings", [])]
 
     planned, complete = planned_points(header, raw.ends, len(points))
-    points = invalidate_above_rated(points, scaled_rated(meta, threads_per_rank=int(meta["threads_per_rank"])))[0] \
-        if len(groups) <= 1 else points
     invalid = [r for r in points if not r["valid"]]
     noisy = [r for r in points if r["noisy"]]
     if invalid:
@@ -304,15 +311,16 @@ def build(raw: RawData) -> dict:
     return doc
 
 
-def _ceilings_of(points: list[dict], caches, *, workers: int,
-                 memory_name: str, rated: dict | None = None) -> tuple[list[dict], list[dict], list[str]]:
+def _ceilings_of(points: list[dict], caches, *, workers: int, memory_name: str, rated: dict | None = None,
+                 rated_warnings: list[str] = ()) -> tuple[list[dict], list[dict], list[str]]:
     """(memory, compute, warnings) of one set of records measured by ``workers`` threads over every rank.
 
-    Points above their rated ceiling are dropped first (work was removed);
-    every ceiling then carries its rated value and ratio (ert.analysis.rated).
+    ``points`` have been checked against ``rated`` already (invalidate_above_rated,
+    whose warnings come in ``rated_warnings``); every ceiling then carries its
+    rated value and ratio (ert.analysis.rated).
     """
-    checked, rated_warnings = invalidate_above_rated(points, rated)
-    used = best_launches(checked)
+    rated_warnings = list(rated_warnings)
+    used = best_launches(points)
     memory, warnings = memory_ceilings(used, caches, workers=workers, memory_name=memory_name)
     compute, compute_warnings = compute_ceilings(used)
     rated_warnings += attach_rated(memory, compute, rated)

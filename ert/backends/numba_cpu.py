@@ -9,8 +9,8 @@ import sys
 import time
 
 from ert.backends import grow_buffer
-from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, replay_rw, ro_errors, ro_tolerance, rw_tolerance,
-                                verdict)
+from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, initial_int_values, initial_values, replay_rw,
+                                ro_errors, ro_tolerance, rw_tolerance, verdict)
 from ert.spec import KernelSpec, is_integer
 
 NAME = "numba-cpu"
@@ -18,6 +18,21 @@ ALIGN_BYTES = 64
 # Timed runs per thread per clock chain; each thread's fastest counts (see measure_clock).
 CLOCK_SAMPLES = 50
 DTYPES = {"fp64": "float64", "fp32": "float32", "int32": "int32", "int64": "int64"}  # the precisions this backend runs
+
+def _host_features() -> str:
+    """LLVM's feature string for this host ("" for a host it cannot read)."""
+    try:
+        import llvmlite.binding as llvm
+
+        return llvm.get_host_cpu_features().flatten()
+    except Exception:  # an unknown host: let Numba choose
+        return ""
+
+
+def _with_512_bit_vectors(features: str) -> str | None:
+    """The host features with 512-bit vectors preferred, where the CPU has AVX-512; None elsewhere."""
+    return features + ",-prefer-256-bit" if "+avx512f" in features else None
+
 
 def configure_numba_env(threads: int | None = None) -> dict:
     """Set Numba's environment before it compiles anything; return what was decided.
@@ -36,14 +51,9 @@ def configure_numba_env(threads: int | None = None) -> dict:
     """
     decided = {}
     if "NUMBA_CPU_FEATURES" not in os.environ:
-        try:
-            import llvmlite.binding as llvm
-
-            features = llvm.get_host_cpu_features().flatten()
-        except Exception:  # an unknown host: let Numba choose
-            features = ""
-        if "+avx512f" in features:
-            os.environ["NUMBA_CPU_FEATURES"] = features + ",-prefer-256-bit"
+        features = _with_512_bit_vectors(_host_features())
+        if features:
+            os.environ["NUMBA_CPU_FEATURES"] = features
             decided["cpu_features"] = "host,-prefer-256-bit"
     # Pin each thread to its own core (Numba's OpenMP layer honours these), so a
     # thread's block stays in its core's private caches between calls.  Values
@@ -115,11 +125,8 @@ class Geometry:
     @classmethod
     def of_host(cls) -> "Geometry":
         """The geometry configure_numba_env() gives this host (llvmlite only, no numba import)."""
-        import llvmlite.binding as llvm
-
-        features = os.environ.get("NUMBA_CPU_FEATURES") or llvm.get_host_cpu_features().flatten()
-        if "+avx512f" in features and "prefer-256-bit" not in features:
-            features += ",-prefer-256-bit"
+        host = _host_features()
+        features = os.environ.get("NUMBA_CPU_FEATURES") or _with_512_bit_vectors(host) or host
         return cls(*vector_isa(features))
 
     def widths(self, spec: KernelSpec) -> dict[int, int]:
@@ -372,8 +379,7 @@ class NumbaCpuBackend:
         buf = self._buf[:need].view(dtype)
         self._spec, self._n, self._trials_done = spec, elements_per_thread, 0
         self._view = buf
-        init = self._k.init_int_blocks if is_integer(spec.precision) else self._k.init_blocks
-        init(buf, self.threads, elements_per_thread)
+        self._k.init_blocks(buf, self.threads, elements_per_thread, self._initial16(spec, dtype))
         self._ro_out = self._np.zeros(self.threads, dtype=self._np.float64)
         self._fn = self._kernel(spec, self._width)
         # Compile or load from cache now, never inside a timed region.  The
@@ -383,6 +389,11 @@ class NumbaCpuBackend:
         if spec.access == "rw" and spec.flops_per_element > 1 and bool(fused) != spec.fma:
             raise RuntimeError(f"{spec.key}: the loaded kernel was built with fma={bool(fused)}; "
                                f"clear Numba's cache (__pycache__ beside kernels/numba_cpu.py)")
+
+    @staticmethod
+    def _initial16(spec: KernelSpec, dtype):
+        """The 16 starting values init_blocks writes, from the module every replay reads them from."""
+        return initial_int_values(spec.precision) if is_integer(spec.precision) else initial_values(dtype)
 
     def _flush_subblocks(self) -> int:
         """Sub-blocks the load-only accumulators take in before they are reduced (keeps every FP32 sum exact)."""
@@ -411,7 +422,7 @@ class NumbaCpuBackend:
         spec, buf, n, trials = self._spec, self._view, self._n, self._trials_done
         if spec.access == "ro":
             # init_blocks repeats 16 values; n is a whole number of granules, so of 16s.
-            expected = float(self._k.initial_values(np.float64).sum()) * (n // 16) * trials
+            expected = float(initial_values(np.float64).sum()) * (n // 16) * trials
             sums = self._ro_out.astype(np.float64)
             err, t = ro_errors(sums, np.full(sums.size, expected))
             return verdict(error=err, tolerance=ro_tolerance(spec), what=f"load-only sum of thread {t}",
