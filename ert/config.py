@@ -145,6 +145,14 @@ class RunConfig(_Strict):
         None, description="thread scaling: sweep once per thread count (ascending; the last is `threads`)")
     sustain_seconds: Optional[float] = Field(
         None, gt=0, le=86400, description="after the sweep, hold the FP64 peak and DRAM points this long each")
+    int_ops: list[Literal["madd", "add"]] = Field(
+        default_factory=lambda: ["madd"], min_length=1,
+        description="integer compute kernels (int32/int64): madd (multiply-add, 2 ops) and/or add "
+                    "(dependent adds in registers, 1 op each; schema 1.4)")
+    mixes: list[Literal["fma+add", "int+float"]] = Field(
+        default_factory=list, description="measured mixes (schema 1.4): fma+add (FMAs beside independent FP adds, "
+                                          "1:1) per FP precision; int+float (int32 madd beside fp32 FMA, int64 "
+                                          "beside fp64) per FP precision")
     opencl: OpenCLOptions = Field(default_factory=OpenCLOptions)
     cuda: CudaOptions = Field(default_factory=CudaOptions)
 
@@ -158,7 +166,7 @@ class RunConfig(_Strict):
             raise ValueError("values repeat")
         return sorted(values)
 
-    @field_validator("precisions", "access")
+    @field_validator("precisions", "access", "int_ops", "mixes")
     @classmethod
     def _unique(cls, values: list[str]) -> list[str]:
         if len(set(values)) != len(values):
@@ -216,6 +224,19 @@ class RunConfig(_Strict):
                              f"(its multiply-add is a multiply and an add): use fma: off or both")
         if ints and self.access == ["ro"]:
             raise ValueError(f"{ints[0]} has no load-only kernel: add rw to access")
+        return self
+
+    @model_validator(mode="after")
+    def _mixes_need(self):
+        if self.mixes:
+            if not [p for p in self.precisions if p in ("fp64", "fp32")]:
+                raise ValueError(f"mixes ({', '.join(self.mixes)}) run beside fp64 or fp32: add one to precisions")
+            if self.fma == "off":
+                raise ValueError("mixes interleave FMAs: they need fma: on or both")
+            if "rw" not in self.access:
+                raise ValueError("mixes are read+write kernels: add rw to access")
+            if not [f for f in self.flops_per_element if f >= 2]:
+                raise ValueError("mixes need a flops_per_element of 2 or more")
         return self
 
     def fma_modes(self) -> list[bool]:

@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
-from ert.analysis.rated import attach_rated, invalidate_above_rated, scaled_rated
+from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
 from ert.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
@@ -178,13 +178,14 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
         spec = rec["spec"]
         if not rec["valid"] or spec["access"] != "rw" or spec["flops_per_element"] < 2:
             continue
-        key = (spec["precision"], spec["fma"])
+        key = (spec["precision"], spec["fma"], spec.get("op", "madd"), spec.get("mix", ""))
         gflops = rates(rec).gflops_per_s
         if key not in best or gflops > best[key][0]:
             best[key] = (gflops, rec)
     ceilings, warnings = [], []
-    for (precision, fma) in sorted(best, key=lambda k: (PRECISION_ORDER.get(k[0], 9), not k[1])):
-        gflops, rec = best[(precision, fma)]
+    for key in sorted(best, key=lambda k: (bool(k[3]), PRECISION_ORDER.get(k[0], 9), not k[1], k[2], k[3])):
+        precision, fma, op, mix = key
+        gflops, rec = best[key]
         ceilings.append({
             "precision": precision,
             "fma": fma,
@@ -199,9 +200,19 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
             # Schema 1.3: an integer roof's gflops_per_s holds GIOP/s (integer operations, a
             # multiply and an add being 2); giops_per_s and unit say so for readers that know.
             ceilings[-1].update(giops_per_s=ceilings[-1]["gflops_per_s"], unit="GIOP/s")
+            # Schema 1.4: which integer kernel (multiply-add, or the add-only roof).
+            ceilings[-1]["op"] = op
+        if mix:
+            # Schema 1.4: a measured mix; its rate counts every operation of both halves.
+            ceilings[-1].update(mix=mix, mix_ratio=MIX_RATIO[mix], unit=ops_unit(precision, mix))
         if rec["noisy"]:
-            warnings.append(f"{precision} {'FMA' if fma else 'no-FMA'} peak comes from a noisy point ({rec['id']})")
+            warnings.append(f"{compute_name(ceilings[-1])} peak comes from a noisy point ({rec['id']})")
     return ceilings, warnings
+
+
+# What each mix interleaves, in instructions (ert.spec.MIXES).
+MIX_RATIO = {"fma+add": "1 FMA : 1 add", "int32+fp32": "1 int32 multiply-add : 1 fp32 FMA",
+             "int64+fp64": "1 int64 multiply-add : 1 fp64 FMA"}
 
 
 def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
@@ -211,13 +222,13 @@ def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
         by_flops: dict[int, float] = {}
         for r in points:
             s = r["spec"]
-            if r["valid"] and s["access"] == "rw" and s["precision"] == c["precision"] and s["fma"] == c["fma"]:
+            if (r["valid"] and s["access"] == "rw" and s["precision"] == c["precision"] and s["fma"] == c["fma"]
+                    and s.get("op", "madd") == c.get("op", "madd") and s.get("mix", "") == c.get("mix", "")):
                 fpe = s["flops_per_element"]
                 by_flops[fpe] = max(by_flops.get(fpe, 0.0), rates(r).gflops_per_s)
         counts = sorted(by_flops)
         if len(counts) >= 2 and c["flops_per_element"] == counts[-1] and by_flops[counts[-1]] > 1.05 * by_flops[counts[-2]]:
-            kind = "multiply-add" if is_integer(c["precision"]) else ("FMA" if c["fma"] else "no-FMA")
-            warnings.append(f"{c['precision']} {kind} {ops_unit(c['precision'])} still rose >5 % at the "
+            warnings.append(f"{compute_name(c)} {ops_unit(c['precision'], c.get('mix'))} still rose >5 % at the "
                             f"largest FLOPs per element swept ({counts[-1]}); the peak may be higher")
     return warnings
 

@@ -47,10 +47,13 @@ def _rows(docs: list[dict]) -> list[Row]:
             row.wss[i] = tuple(e["wss_bytes"])
         for e in doc["ceilings"]["compute"]:
             key = ("compute", e["precision"], bool(e["fma"]))
+            # Schema 1.4: the integer add roof and the measured mixes are rows of their own.
+            key += ((e["mix"],) if e.get("mix") else (("add",) if e.get("op") == "add" else ()))
             integer = e.get("unit") == "GIOP/s" or e["precision"] in ("int32", "int64")
-            label = (f"{e['precision']} multiply-add peak" if integer
+            label = (f"{e['precision']} {e['mix']} mix peak" if e.get("mix")
+                     else f"{e['precision']} {'add' if e.get('op') == 'add' else 'multiply-add'} peak" if integer
                      else f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak")
-            unit = "GIOP/s" if integer else "GFLOP/s"
+            unit = e.get("unit") or ("GIOP/s" if integer else "GFLOP/s")
             row = rows.setdefault(key, Row("compute", key, label, unit, [None] * n, [None] * n))
             row.values[i] = float(e["gflops_per_s"])
     # Memory by precision, access, then level order within the first file that has it; compute last.

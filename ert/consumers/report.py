@@ -145,22 +145,32 @@ def _is_int_entry(e: dict) -> bool:
 
 
 def _unit(e: dict) -> str:
+    if e.get("unit") == "GOP/s":
+        return "GOP/s"
     return "GIOP/s" if _is_int_entry(e) else "GFLOP/s"
 
 
 def _compute_section(entries: list[dict]) -> list[str]:
     if not entries:
         return ["Compute: none measured"]
-    ints = [e for e in entries if _is_int_entry(e)]
-    entries = [e for e in entries if not _is_int_entry(e)]
+    mixes = [e for e in entries if e.get("mix")]
+    ints = [e for e in entries if _is_int_entry(e) and not e.get("mix")]
+    entries = [e for e in entries if not _is_int_entry(e) and not e.get("mix")]
     lines = _float_compute_section(entries) if entries else []
     if ints:
-        rows = [[str(e.get("precision", _MISSING)), format_rate(e.get("gflops_per_s")), _format_spread(e.get("spread")),
+        rows = [[f"{e.get('precision', _MISSING)} {'add' if e.get('op') == 'add' else 'multiply-add'}", format_rate(e.get("gflops_per_s")), _format_spread(e.get("spread")),
                  _format_count(e.get("flops_per_element")), _format_bytes(e.get("wss_bytes")),
                  _format_flag(e.get("noisy"))] for e in ints]
-        lines += ([""] if lines else []) + ["Integer compute (multiply-add, wrapping; a multiply and an add are 2 ops)"]
-        lines += _table(["precision", "GIOP/s", "spread", "ops/element", "working set", "noisy"], rows,
+        lines += ([""] if lines else []) + ["Integer compute (wrapping; a multiply and an add are 2 ops, an add 1)"]
+        lines += _table(["kernel", "GIOP/s", "spread", "ops/element", "working set", "noisy"], rows,
                         [False, True, True, True, False, False])
+    if mixes:
+        rows = [[f"{e.get('precision', _MISSING)} {e.get('mix')}", str(e.get("mix_ratio", _MISSING)),
+                 format_rate(e.get("gflops_per_s")), _unit(e), _format_spread(e.get("spread")),
+                 _format_bytes(e.get("wss_bytes")), _format_flag(e.get("noisy"))] for e in mixes]
+        lines += ([""] if lines else []) + ["Measured mixes (every operation of both halves counted)"]
+        lines += _table(["mix", "ratio", "rate", "unit", "spread", "working set", "noisy"], rows,
+                        [False, False, True, False, True, False, False])
     return lines
 
 
@@ -190,8 +200,10 @@ def _memory_name(e: dict) -> str:
 
 
 def _compute_name(e: dict) -> str:
+    if e.get("mix"):
+        return f"{e.get('precision', _MISSING)} {e['mix']} mix peak"
     if _is_int_entry(e):
-        return f"{e.get('precision', _MISSING)} multiply-add peak"
+        return f"{e.get('precision', _MISSING)} {'add' if e.get('op') == 'add' else 'multiply-add'} peak"
     return f"{e.get('precision', _MISSING)} {'FMA' if e.get('fma') else 'no-FMA'} peak"
 
 

@@ -106,12 +106,14 @@ def compute_roofs(doc: dict) -> list[ComputeRoof]:
 
     Integer roofs (schema 1.3, ``unit: GIOP/s``) are left out: a FLOP
     roofline, its exports and its profiles are in FLOPs; ``ert show`` and
-    ``ert compare`` list the integer roofs.
+    ``ert compare`` list the integer roofs.  Measured mixes (schema 1.4,
+    ``mix``) are left out too: none of them is "the FP64 FMA roof".
     """
     roofs = [ComputeRoof(precision=e["precision"], fma=bool(e["fma"]), gflops_per_s=float(e["gflops_per_s"]),
                          flops_per_element=e.get("flops_per_element"))
              for e in doc.get("ceilings", {}).get("compute", [])
-             if e.get("unit") != "GIOP/s" and e.get("precision") not in ("int32", "int64")]
+             if e.get("unit") != "GIOP/s" and e.get("precision") not in ("int32", "int64")
+             and not e.get("mix")]  # schema 1.4 mixes are not the FMA / no-FMA roof of their precision
     rank = {p: i for i, p in enumerate(PRECISIONS)}
     roofs.sort(key=lambda r: (rank.get(r.precision, 9), not r.fma))
     return roofs
