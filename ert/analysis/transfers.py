@@ -121,6 +121,11 @@ def transfer_ceilings(transfers: list[dict], meta: dict) -> tuple[list[dict], li
     if invalid:
         warnings.append(f"{len(invalid)} transfer record(s) failed their data check and were not used, "
                         f"e.g. {invalid[0]['id']}: {invalid[0].get('check', '')}")
+    override = (meta.get("network") or {}).get("node_override")
+    if override and any(kind_of(r) == "network" for r in transfers):
+        warnings.append(f"TEST ONLY: node identity was overridden (ERT_TEST_NODE_ID={override!r}); the "
+                        f"'inter-node' and injection levels ran between ranks of one host, through shared "
+                        f"memory, not through a NIC")
     rank = {name: i for i, name in enumerate(LEVEL_ORDER)}
     entries = []
     for (level, variant) in sorted(groups, key=lambda k: (rank.get(k[0], len(rank)), k[0], k[1])):
