@@ -154,6 +154,11 @@ def run_transfers(*, cfg, run_dir: Path, backend, comm, progress=None) -> bool:
     """Measure the link and network levels the config asks for; True if interrupted."""
     want_links = "links" in cfg.levels and hasattr(backend, "transfer_levels")
     want_network = "network" in cfg.levels and comm.size > 1
+    if progress and comm.rank == 0:
+        if "network" in cfg.levels and comm.size == 1:
+            progress.say("network: not measured (one rank; run under mpiexec with 2 or more ranks)")
+        if "links" in cfg.levels and not hasattr(backend, "transfer_levels"):
+            progress.say(f"links: not measured ({cfg.backend} has no host<->device link: the host is the host)")
     if not (want_links or want_network):
         return False
     raw_path = run_dir / RAW_NAME
