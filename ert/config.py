@@ -133,7 +133,7 @@ class TransferOptions(_Strict):
     """Transfer-size sweep of the link, peer and network levels (`levels: [links, network]`)."""
 
     min_bytes: int = Field(8, gt=0, description="smallest transfer (message), bytes: its time is the latency")
-    max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="largest host<->device (and peer) copy, bytes")
+    max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="largest host<->device (and peer) copy, bytes")
     network_max_bytes: int = Field(4 * 1024 * 1024, gt=0, description="largest MPI message, bytes")
     growth: float = Field(4.0, gt=1.0, le=64.0, description="factor between consecutive sizes")
     min_seconds: float = Field(0.002, gt=0, le=10, description="each timed sample lasts at least this")

@@ -133,6 +133,9 @@ def _transfer_section(entries: list[dict]) -> list[str]:
     lines = ["Links and network (plateau of the largest transfers; latency at the smallest)"]
     lines += _table(["level", "kind", "variant", "GB/s", "spread", "latency us", "sizes", "points", "of rated",
                      "pairs"], rows, [False, False, False, True, True, True, False, True, True, False])
+    # Notes (what carried the bytes, the rated value's derivation, a peer matrix), each text once with the
+    # levels it applies to.
+    grouped: dict[str, list[str]] = {}
     for e in entries:
         notes = [str(e[k]) for k in ("transport",) if e.get(k)]
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
@@ -148,8 +151,10 @@ def _transfer_section(entries: list[dict]) -> list[str]:
                               for i, row in enumerate(grid) for j, v in enumerate(row)
                               if isinstance(v, (int, float)))
             notes.append(f"pairs GB/s: {cells}")
-        if notes:
-            lines.append(f"  {e.get('level')} {e.get('variant', '')}: " + "; ".join(notes))
+        for note in notes:
+            grouped.setdefault(note, []).append(f"{e.get('level')} {e.get('variant', '')}".strip())
+    for note, names in grouped.items():
+        lines.append(f"  {', '.join(names)}: {note}")
     return lines
 
 
