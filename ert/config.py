@@ -126,6 +126,38 @@ class CudaOptions(_Strict):
         return values
 
 
+LEVEL_GROUPS = ("memory", "links", "network")
+
+
+class TransferOptions(_Strict):
+    """Transfer-size sweep of the link, peer and network levels (`levels: [links, network]`)."""
+
+    min_bytes: int = Field(8, gt=0, description="smallest transfer (message), bytes: its time is the latency")
+    max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="largest host<->device (and peer) copy, bytes")
+    network_max_bytes: int = Field(4 * 1024 * 1024, gt=0, description="largest MPI message, bytes")
+    growth: float = Field(4.0, gt=1.0, le=64.0, description="factor between consecutive sizes")
+    min_seconds: float = Field(0.002, gt=0, le=10, description="each timed sample lasts at least this")
+    samples: int = Field(3, ge=1, le=100, description="timed samples per size (min, median and max are kept)")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        for key in ("max_bytes", "network_max_bytes"):
+            if getattr(self, key) < self.min_bytes:
+                raise ValueError(f"{key} ({getattr(self, key)}) is smaller than min_bytes ({self.min_bytes})")
+        return self
+
+    def sizes(self, max_bytes: int) -> list[int]:
+        """min_bytes, then x growth (rounded) up to and including max_bytes."""
+        out, size = [], float(self.min_bytes)
+        while round(size) <= max_bytes:
+            if not out or round(size) != out[-1]:
+                out.append(int(round(size)))
+            size *= self.growth
+        if out[-1] != max_bytes:
+            out.append(max_bytes)
+        return out
+
+
 class RunConfig(_Strict):
     """One sweep: the cartesian product of working sets, FLOPs per element, precisions, FMA and access."""
 
@@ -153,6 +185,11 @@ class RunConfig(_Strict):
         default_factory=list, description="measured mixes (schema 1.4): fma+add (FMAs beside independent FP adds, "
                                           "1:1) per FP precision; int+float (int32 madd beside fp32 FMA, int64 "
                                           "beside fp64) per FP precision")
+    levels: list[Literal["memory", "links", "network"]] = Field(
+        default_factory=lambda: list(LEVEL_GROUPS), min_length=1,
+        description="what to measure: memory (the sweep: caches, DRAM, compute peaks), links (host<->device "
+                    "copies and peer GPUs, device backends only), network (MPI, more than one rank only)")
+    transfer: TransferOptions = Field(default_factory=TransferOptions)
     opencl: OpenCLOptions = Field(default_factory=OpenCLOptions)
     cuda: CudaOptions = Field(default_factory=CudaOptions)
 
@@ -166,7 +203,7 @@ class RunConfig(_Strict):
             raise ValueError("values repeat")
         return sorted(values)
 
-    @field_validator("precisions", "access", "int_ops", "mixes")
+    @field_validator("precisions", "access", "int_ops", "mixes", "levels")
     @classmethod
     def _unique(cls, values: list[str]) -> list[str]:
         if len(set(values)) != len(values):

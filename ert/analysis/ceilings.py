@@ -9,6 +9,7 @@ from collections import defaultdict
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
+from ert.analysis.transfers import transfer_ceilings
 from ert.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.hwinfo import CacheInfo
@@ -287,6 +288,10 @@ def build(raw: RawData) -> dict:
                                                  rated=rated, rated_warnings=rated_warnings)
     points = [rec for recs, _, _ in checked.values() for rec in recs]
     warnings += attach_sustained(memory, compute, raw.sustained)
+    # Schema 1.6: links, peers and the network, each (level, variant) a memory entry with a `kind`.
+    transfer_entries, transfer_warnings = transfer_ceilings(raw.transfers, meta)
+    memory += transfer_entries
+    warnings += transfer_warnings
     # Runs made before the backends' warnings went through rank_warnings kept
     # rank 0's in backend_info.caveats (an OpenCL driver on a CPU, say).
     warnings += [str(c) for c in meta.get("backend_info", {}).get("caveats", [])]
@@ -308,6 +313,9 @@ def build(raw: RawData) -> dict:
                         f"finish it with `ert-run --resume RUN_DIR`")
     meta["wall_seconds"] = round(sum(e.get("wall_seconds", 0.0) for e in raw.ends), 3)
     meta["points"] = {"planned": planned, "measured": len(points), "noisy": len(noisy), "invalid": len(invalid)}
+    if raw.transfers:
+        meta["transfers"] = {"measured": len(raw.transfers),
+                             "invalid": sum(1 for r in raw.transfers if not r.get("valid"))}
     if points:
         meta["median_point_spread"] = round(statistics.median(r["spread"] for r in points), 4)
     doc = {

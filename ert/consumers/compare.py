@@ -40,6 +40,18 @@ def _rows(docs: list[dict]) -> list[Row]:
     n = len(docs)
     for i, doc in enumerate(docs):
         for e in doc["ceilings"]["memory"]:
+            if e.get("kind") is not None:
+                # Links, peers, the network (schema 1.6): paired by level and variant across machines.
+                key = ("transfer", e["level"], str(e.get("variant", "")))
+                label = f"{e['level']} {e.get('variant', '')}".strip()
+                row = rows.setdefault(key, Row("transfer", key, label, "GB/s", [None] * n, [None] * n))
+                row.values[i] = float(e["gbytes_per_s"])
+                if isinstance(e.get("latency_us"), (int, float)):
+                    lat_key = ("transfer-latency", e["level"], str(e.get("variant", "")))
+                    lat = rows.setdefault(lat_key, Row("transfer-latency", lat_key, f"{label} latency", "us",
+                                                       [None] * n, [None] * n))
+                    lat.values[i] = float(e["latency_us"])
+                continue
             key = ("memory",) + _memory_key(e)
             label = f"{e['level']} {roofs_mod.basis_label(e.get('precision'), e.get('access'))}"
             row = rows.setdefault(key, Row("memory", key, label, "GB/s", [None] * n, [None] * n))
@@ -63,7 +75,12 @@ def _rows(docs: list[dict]) -> list[Row]:
             level_rank.setdefault(e["level"], len(level_rank))
     prec = {p: i for i, p in enumerate(roofs_mod.PRECISIONS)}
 
+    transfer_rank = {"link-h2d": 0, "link-d2h": 1, "link-bidir": 2, "peer-d2d": 3, "net-intra-node": 4,
+                     "net-inter-node": 5, "net-injection": 6}
+
     def order(row: Row):
+        if row.kind in ("transfer", "transfer-latency"):
+            return (2, transfer_rank.get(row.key[1], 9), row.key[1], row.key[2], row.kind)
         if row.kind == "memory":
             _, p, a, level = row.key
             return (0, prec.get(p, 9), a != "rw", level_rank.get(level, 99))  # ERT's read+write first
@@ -76,7 +93,7 @@ def mismatches(docs: list[dict], labels: list[str], rows: list[Row]) -> list[str
     """Everything that could not be paired, and pairs that may not be like for like."""
     notes = []
     for row in rows:
-        if not row.paired:
+        if not row.paired and row.kind != "transfer-latency":  # its GB/s row says it already
             have = [labels[i] for i, v in enumerate(row.values) if v is not None]
             lack = [labels[i] for i, v in enumerate(row.values) if v is None]
             notes.append(f"{row.label}: only in {', '.join(have)} (missing in {', '.join(lack)}); "
@@ -153,7 +170,7 @@ def plot_comparison(docs: list[dict], labels: list[str], out_path) -> None:
     from ert.consumers.plot import _pyplot, save_figure
 
     plt = _pyplot()
-    rows = [r for r in _rows(docs) if r.paired]
+    rows = [r for r in _rows(docs) if r.paired and r.kind != "transfer-latency"]  # bars: higher is better
     if not rows:
         from ert.errors import ErtError
 

@@ -88,12 +88,14 @@ def plot_roofline(doc: dict, out_path, *, kernels=None, precision: str = "fp64",
     fig, ax = _log_axes(plt, box)
     _draw_memory_roofs(ax, plt.get_cmap("autumn"), r, box)
     _label_memory_roofs(ax, r.mem, box)
+    _draw_transfer_roofs(ax, plt.get_cmap("winter"), r, box)
     _draw_compute_roofs(ax, r, box)
     _label_compute_roofs(ax, _compute_labels(r.comp), r.fastest, box)
     _draw_ridges(ax, r)
     _draw_kernels(ax, profiles)
     fig.suptitle(f"Roofline: {roofs_mod.machine_label(doc)}", fontsize=12)
-    ax.set_title(f"memory roofs: {r.basis} bandwidth per level; compute roofs: FMA solid, no-FMA dashed",
+    links = "; link/peer/network roofs: blue, dash-dotted" if r.transfers else ""
+    ax.set_title(f"memory roofs: {r.basis} bandwidth per level; compute roofs: FMA solid, no-FMA dashed{links}",
                  fontsize=9, color="dimgray")
     save_figure(fig, out_path)
 
@@ -109,6 +111,7 @@ class _Roofs:
     top: float  # the highest compute roof, GFLOP/s
     fastest: float  # the highest memory roof, GB/s
     ridges: list[float]  # where each memory roof meets the ridge roof, FLOP/byte
+    transfers: list = ()  # link, peer and network roofs (schema 1.6): FLOP per byte that crosses them
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,8 @@ def _roofline_roofs(doc: dict, *, precision: str, access: str) -> _Roofs:
     ridge_roof = roofs_mod.fma_roof(doc, precision) or max(comp, key=lambda r: r.gflops_per_s)
     return _Roofs(mem=mem, basis=basis, comp=comp, ridge_roof=ridge_roof, top=max(r.gflops_per_s for r in comp),
                   fastest=max(r.gbytes_per_s for r in mem),
-                  ridges=[ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem])
+                  ridges=[ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem],
+                  transfers=roofs_mod.transfer_roofs(doc))
 
 
 def _roofline_box(r: _Roofs, profiles) -> _Box:
@@ -139,7 +143,8 @@ def _roofline_box(r: _Roofs, profiles) -> _Box:
     app_y = [p.results[0].gflops_per_s for p in profiles]
     xmin = _decade_below(min([min(r.ridges) / 30] + [x / 3 for x in app_x]))
     xmax = _decade_above(max([max(r.ridges) * 30] + [x * 3 for x in app_x]))
-    ymin = _decade_below(min([min(m.gbytes_per_s for m in r.mem) * xmin * 2] + [y / 3 for y in app_y]))
+    lowest = min([m.gbytes_per_s for m in r.mem] + [t.gbytes_per_s for t in r.transfers])
+    ymin = _decade_below(min([lowest * xmin * 2] + [y / 3 for y in app_y]))
     ymax = max([r.top * 3] + [y * 3 for y in app_y])
     return _Box(xmin, xmax, ymin, ymax)
 
@@ -166,6 +171,23 @@ def _draw_memory_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
         color = cmap(0.75 * i / max(len(r.mem) - 1, 1))
         ax.plot([box.xmin, x_end], [roof.gbytes_per_s * box.xmin, r.top], color=color, linewidth=2,
                 solid_capstyle="butt")
+
+
+def _draw_transfer_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
+    """Links, peers and the network (schema 1.6): slanted like memory roofs -- the bound is FLOPs per byte that
+    crosses the link times its bandwidth -- but dash-dotted, in blues, each labelled at its right end."""
+    for i, roof in enumerate(sorted(r.transfers, key=lambda t: -t.gbytes_per_s)):
+        x_end = min(box.xmax, r.top / roof.gbytes_per_s)
+        color = cmap(0.85 * i / max(len(r.transfers) - 1, 1))
+        ax.plot([box.xmin, x_end], [roof.gbytes_per_s * box.xmin, roof.gbytes_per_s * x_end], color=color,
+                linewidth=1.6, linestyle="-.", solid_capstyle="butt")
+        x_label = x_end / (3.0 * (1.6 ** (i % 4)))
+        if roof.gbytes_per_s * x_label > box.ymin:
+            angle = _slope_angle(ax, box.xmin, roof.gbytes_per_s * box.xmin, box.xmax, roof.gbytes_per_s * box.xmax)
+            ax.annotate(f"{roof.name} {_fmt_rate(roof.gbytes_per_s)} GB/s", (x_label, roof.gbytes_per_s * x_label),
+                        xytext=(4, -4), textcoords="offset points", rotation=angle, rotation_mode="anchor",
+                        fontsize=8, color=color, ha="left", va="top",
+                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.2})
 
 
 def _near_roofs(mem: list, ratio: float) -> list[list]:

@@ -11,7 +11,10 @@ PRECISIONS = ("fp64", "fp32", "fp16", "int32", "int64")
 ACCESS_NAMES = {"rw": "read+write", "ro": "read-only"}
 _CACHE_LEVEL_RE = re.compile(r"^L(\d+)[a-z]?$")
 # What an application profile calls the memory behind the last cache.
-MEMORY_ALIASES = ("DRAM", "HBM", "MEM", "MEMORY", "SYSMEM", "GDDR")
+MEMORY_ALIASES = ("DRAM", "HBM", "MEM", "MEMORY", "GDDR")
+# Bytes a GPU kernel moved to or from host memory (Nsight Compute's sysmem aperture) go over the host link.
+SYSTEM_MEMORY_ALIASES = ("SYSMEM", "SYSTEM", "HOST")
+TRANSFER_KINDS = ("link", "peer", "network")
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,41 @@ def basis_label(precision: str | None, access: str | None) -> str:
 
 
 def _memory_entries(doc: dict) -> list[dict]:
-    return list(doc.get("ceilings", {}).get("memory", []))
+    """Memory levels only: link, peer and network levels (schema 1.6, with a ``kind``) are not memory roofs."""
+    return [e for e in doc.get("ceilings", {}).get("memory", []) if e.get("kind") is None]
+
+
+@dataclass(frozen=True)
+class TransferRoof:
+    """A link, peer or network level (schema 1.6): a bandwidth roof for bytes that cross it."""
+
+    level: str
+    kind: str
+    variant: str
+    gbytes_per_s: float
+    latency_us: float | None
+    spread: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.level} {self.variant}".strip()
+
+
+def transfer_roofs(doc: dict, kinds: tuple[str, ...] = TRANSFER_KINDS) -> list[TransferRoof]:
+    """Every link, peer and network level of a ceilings document, in document order."""
+    out = []
+    for e in doc.get("ceilings", {}).get("memory", []):
+        if e.get("kind") in kinds:
+            out.append(TransferRoof(level=e["level"], kind=e["kind"], variant=str(e.get("variant", "")),
+                                    gbytes_per_s=float(e["gbytes_per_s"]), latency_us=e.get("latency_us"),
+                                    spread=float(e.get("spread", 0.0))))
+    return out
+
+
+def system_memory_roof(doc: dict) -> TransferRoof | None:
+    """The roof of a kernel's system-memory bytes: the fastest host-to-device link level (link-h2d)."""
+    links = [r for r in transfer_roofs(doc, ("link",)) if r.level == "link-h2d"]
+    return max(links, key=lambda r: r.gbytes_per_s) if links else None
 
 
 def memory_bases(doc: dict) -> list[tuple[str | None, str | None]]:
