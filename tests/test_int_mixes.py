@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from ert.ceilings_io import SCHEMA_VERSION
 from ert.backends import cpu_rated
 from ert.backends.check import mix_expected_bits, replay_mix, replay_rw_int, replay_rw_int_stepwise
 from ert.ceilings_io import load_ceilings
@@ -128,7 +129,7 @@ def test_mix_and_add_run_end_to_end(tmp_path):
     proc = run_cmd("ert-run", cfg, "--out", tmp_path / "run", "-q", timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = load_ceilings(tmp_path / "run" / "ceilings.json")
-    assert doc["schema_version"] == "1.4"
+    assert doc["schema_version"] == SCHEMA_VERSION
     compute = doc["ceilings"]["compute"]
     mixes = {e["mix"]: e for e in compute if e.get("mix")}
     assert set(mixes) == {"fma+add", "int32+fp32"} and mixes["int32+fp32"]["unit"] == "GOP/s"
