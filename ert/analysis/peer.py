@@ -33,11 +33,8 @@ def peer_matrix(records: list[dict], *, variant: str | None = None) -> dict | No
     ``peer_access`` says which it was.  ``bytes`` is the size each cell was
     measured at.  None without any peer record.
     """
-    best: dict[tuple[int, int], dict] = {}
-    for pair, r in largest_per_pair(records, variant=variant).items():
-        best[pair] = r
+    best = largest_per_pair(records, variant=variant) if variant is not None else {}
     if variant is None:
-        best = {}
         for v in sorted({r.get("variant") for r in _peer_records(records, None)}):
             for pair, r in largest_per_pair(records, variant=v).items():
                 if pair not in best or record_rate_gbytes_per_s(r) > record_rate_gbytes_per_s(best[pair]):

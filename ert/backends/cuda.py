@@ -430,6 +430,8 @@ class CudaBackend:
         rated = cuda_links.link_rated_of(name=info.name, nvml_link=cuda_links.read_nvml_link(info.pci_bus_id),
                                          pci_bus_id=info.pci_bus_id)
         topology = getattr(self, "_topology", None)
+        if topology is None and self.local_rank == 0:  # asked before the measurement: read it now
+            topology = cuda_links.visible_topology()
         if topology is not None:
             rated["peer-d2d"] = cuda_links.peer_rated(topology, host_rated=rated["link-h2d"])
         return rated

@@ -230,6 +230,21 @@ def read_topology(runtime, *, bus_ids: list[str], nvml: list[dict]) -> PeerTopol
                         nvlink_version=max(versions) if versions else 0)
 
 
+def visible_topology() -> PeerTopology | None:
+    """The PeerTopology of the GPUs this process sees (CUDA runtime and NVML); None under two GPUs or without CUDA."""
+    try:
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        count = runtime.getDeviceCount()
+        if count < 2:
+            return None
+        bus_ids = [runtime.deviceGetPCIBusId(d) for d in range(count)]
+    except Exception:  # no CUDA here: no peers
+        return None
+    return read_topology(runtime, bus_ids=bus_ids, nvml=[read_nvml_link(b) for b in bus_ids])
+
+
 # ----------------------------------------------------------------------------- on a GPU
 class CupyLinks:
     """Buffers, streams and events for the link and peer levels of this rank's GPU (and its peers). Needs a GPU."""
@@ -256,11 +271,8 @@ class CupyLinks:
         self.peer_buffers: dict[int, tuple] = {}
         self.topology = None
         if peers and self.runtime.getDeviceCount() >= 2:
-            count = self.runtime.getDeviceCount()
-            bus_ids = [self.runtime.deviceGetPCIBusId(d) for d in range(count)]
-            self.topology = read_topology(self.runtime, bus_ids=bus_ids,
-                                          nvml=[read_nvml_link(b) for b in bus_ids])
-            for d in range(count):
+            self.topology = visible_topology()
+            for d in self.topology.devices:
                 with cupy.cuda.Device(d):
                     src = cupy.empty(max_bytes, dtype=cupy.uint8)
                     src.set(self.source)
