@@ -95,6 +95,7 @@ class OpenCLBackend:
         self._cpu_reference: dict | None = None
         # One reference per node (rank 0 of it): ranks measuring at once would slow each other.
         self._want_reference = self.options.cpu_reference and local_rank == 0
+        self._link_reference: dict | None = None  # numpy's host copy rate, for a CPU device's link levels
 
     def unsupported_reason(self, precision: str) -> str:
         """Why this device cannot run ``precision`` (the driver skips those points, or refuses the run)."""
@@ -353,6 +354,49 @@ class OpenCLBackend:
                 getattr(self, attr).release()
                 setattr(self, attr, None)
         self.queue.finish()
+
+    # -- link levels (issue 15) ------------------------------------------------------
+    def transfer_levels(self, sizes: list[int], *, min_seconds: float, repeats: int, emit,
+                        skip=frozenset(), noise_threshold: float = 0.10) -> int:
+        """Measure link-h2d, link-d2h and link-bidir (variants ``copy`` and ``mapped``) at every size.
+
+        ``repeats`` timed samples per size (the config's timing.repeats), each of
+        as many transfers as last ``min_seconds``; ``emit`` gets each record as
+        it is measured, smallest size first; ids in ``skip`` are not measured.
+        Returns the number of records emitted.  See ert.backends.opencl_links.
+        """
+        from ert.backends import links, opencl_links
+
+        sizes = sorted({int(s) for s in sizes})
+        if not sizes:
+            return 0
+        todo = [s for s in sizes
+                if any(links.record_id(level, variant, s) not in skip
+                       for level in ("link-h2d", "link-d2h", "link-bidir") for variant in ("copy", "mapped"))]
+        self._link_max_bytes = max(sizes)
+        if not todo:
+            return 0
+        if max(todo) > self.info["max_alloc_bytes"]:
+            raise ErtError(f"a {max(todo)} byte transfer exceeds the largest buffer OpenCL device "
+                           f"{self.info['device']!r} allocates ({self.info['max_alloc_bytes']} bytes)",
+                           key="links.max_bytes")
+        sweep = opencl_links.OpenCLLinks(cl=self._cl, context=self.context, device=self.device,
+                                         max_bytes=max(todo))
+        try:
+            return links.measure_transfers(sweep.transfers(), todo, min_seconds=min_seconds, samples=repeats,
+                                           emit=emit, skip=skip, noise_threshold=noise_threshold)
+        finally:
+            sweep.close()
+
+    def link_rated(self) -> dict[str, dict]:
+        """level -> {"gbytes_per_s": value or None, "derivation": text}: PCIe from sysfs on a GPU; on a CPU
+        device no rated value, with this host's numpy memory copy rate beside it (``reference``)."""
+        from ert.backends import links, opencl_links
+
+        if self.kind == "cpu" and self._link_reference is None:
+            size = min(getattr(self, "_link_max_bytes", 0) or (64 << 20), 256 << 20)
+            self._link_reference = links.host_copy_reference(size)
+        return opencl_links.link_rated(self.device, reference=self._link_reference)
 
     # -- metadata -------------------------------------------------------------------
     def describe(self) -> dict:
