@@ -1,4 +1,4 @@
-"""CUDA link and peer levels (ert/backends/cuda_links.py, ert/analysis/peer.py): host logic here, GPU tests marked.
+"""CUDA link and peer levels (ert/backends/cuda_links.py, ert/analysis/transfers.py): host logic here, GPU tests marked.
 
 The host logic runs on emulated topologies (there are not two GPUs here):
 which ordered pairs and peer-access states are measured, NVLink counts from
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from ert.analysis import peer
+from ert.analysis import transfers
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_links as cl
 from ert.backends import links
@@ -126,18 +126,20 @@ def test_peer_matrix_and_best_pair_from_records():
             records.append(_rec(a, b, n, n * 10 / (gbps * scale * 1e9)))
         records.append(_rec(a, b, 64 * mib, 64 * mib * 10 / 20e9, on=False))
     records.append({**_rec(2, 1, 64 * mib, 1.0), "valid": False})
-    m = peer.peer_matrix(records, variant="p2p")
+    valid = [r for r in records if r["valid"]]  # the analysis drops invalid records before pairing
+    chosen, m = transfers.best_pair([r for r in valid if r["variant"] == "p2p"])
     assert m["devices"] == [0, 1, 2]
     assert m["gbytes_per_s"][0][1] == pytest.approx(400, rel=1e-3) and m["gbytes_per_s"][2][0] == pytest.approx(52)
     assert m["gbytes_per_s"][0][0] is None and m["gbytes_per_s"][2][1] is None  # the diagonal; an invalid record
-    assert m["peer_access"][0][1] is True and m["bytes"][1][2] == 64 * mib
-    staged = peer.peer_matrix(records, variant="staged")
-    assert staged["gbytes_per_s"][1][0] == pytest.approx(20) and staged["peer_access"][1][0] is False
-    mixed = peer.peer_matrix(records)
-    assert mixed["gbytes_per_s"][0][1] == pytest.approx(400, rel=1e-3) and mixed["peer_access"][0][1] is True
-    pair, chosen = peer.best_pair(records, variant="p2p")
-    assert pair == [0, 1] and [r["bytes"] for r in chosen] == [mib, 64 * mib]
-    assert peer.best_pair(records, variant="nothing") is None and peer.peer_matrix([]) is None
+    assert m["peer_access"][0][1] is True
+    assert {tuple(r["pair"]) for r in chosen} == {(0, 1)} and sorted(r["bytes"] for r in chosen) == [mib, 64 * mib]
+    _, staged = transfers.best_pair([r for r in valid if r["variant"] == "staged"])
+    assert staged["gbytes_per_s"][1][0] == pytest.approx(20, rel=1e-3) and staged["peer_access"][1][0] is False
+    # The whole path: records to the peer-d2d ceiling entries, one per variant, matrix attached.
+    entries, _ = transfers.transfer_ceilings(records, {})
+    by_variant = {e["variant"]: e for e in entries}
+    assert by_variant["p2p"]["level"] == "peer-d2d" and by_variant["p2p"]["gbytes_per_s"] == pytest.approx(400, rel=1e-2)
+    assert by_variant["p2p"]["matrix"]["gbytes_per_s"][1][0] == pytest.approx(380, rel=1e-3)
 
 
 def test_the_cuda_link_code_imports_and_its_host_logic_runs_without_a_gpu():
