@@ -145,6 +145,9 @@ class RunConfig(_Strict):
         None, description="thread scaling: sweep once per thread count (ascending; the last is `threads`)")
     sustain_seconds: Optional[float] = Field(
         None, gt=0, le=86400, description="after the sweep, hold the FP64 peak and DRAM points this long each")
+    tensor: list[Literal["fp16", "bf16", "tf32", "fp64", "fp8"]] = Field(
+        default_factory=list, description="tensor-core roofs (cuda backend, sm_80+; fp8 sm_89+): warp-level mma.sync "
+                                          "of these input types (fp16/bf16/tf32/fp8 accumulate in FP32, fp64 in FP64)")
     opencl: OpenCLOptions = Field(default_factory=OpenCLOptions)
     cuda: CudaOptions = Field(default_factory=CudaOptions)
 
@@ -158,7 +161,7 @@ class RunConfig(_Strict):
             raise ValueError("values repeat")
         return sorted(values)
 
-    @field_validator("precisions", "access")
+    @field_validator("precisions", "access", "tensor")
     @classmethod
     def _unique(cls, values: list[str]) -> list[str]:
         if len(set(values)) != len(values):
@@ -216,6 +219,13 @@ class RunConfig(_Strict):
                              f"(its multiply-add is a multiply and an add): use fma: off or both")
         if ints and self.access == ["ro"]:
             raise ValueError(f"{ints[0]} has no load-only kernel: add rw to access")
+        return self
+
+    @model_validator(mode="after")
+    def _tensor_backend(self):
+        if self.tensor and self.backend not in ("auto", "cuda"):
+            raise ValueError(f"tensor roofs are measured by the cuda backend only, not {self.backend} "
+                             f"(remove tensor, or use backend: cuda)")
         return self
 
     def fma_modes(self) -> list[bool]:

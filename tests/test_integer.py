@@ -202,7 +202,7 @@ def test_tiny_integer_run_writes_giops_ceilings(tmp_path):
     proc = run_cmd("ert-run", cfg, "--out", out, timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = load_ceilings(out / "ceilings.json")
-    assert doc["schema_version"] == "1.3"
+    assert doc["schema_version"] == "1.5"
     compute = {c["precision"]: c for c in doc["ceilings"]["compute"]}
     assert set(compute) == {"int32", "int64"}
     for c in compute.values():

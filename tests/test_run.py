@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 def test_ceilings_json_validates(tiny_run):
     doc = load_ceilings(tiny_run / "ceilings.json")
-    assert doc["schema_version"] == "1.3"
+    assert doc["schema_version"] == "1.5"
     assert doc["raw"] == "raw.jsonl"
 
 

@@ -47,7 +47,7 @@ def scaling_run(tmp_path_factory):
 def test_ceilings_per_thread_count_validate_and_the_top_level_is_the_largest(scaling_run):
     out, _ = scaling_run
     doc = load_ceilings(out / "ceilings.json")
-    assert doc["schema_version"] == "1.3"
+    assert doc["schema_version"] == "1.5"
     counts = doc["scaling"]["by_threads"]
     assert [c["threads_per_rank"] for c in counts] == [1, 2]
     assert doc["metadata"]["threads_per_rank"] == 2
