@@ -123,3 +123,22 @@ def test_nothing_picks_a_tensor_integer_or_mix_entry_as_the_fp_roof():
     without_fp16["ceilings"]["compute"] = [c for c in doc["ceilings"]["compute"]
                                            if not (c.get("pipe") == "tensor" and c["precision"] == "fp16")]
     assert roofs_mod.tensor_roof(without_fp16, "fp16").precision == "bf16"  # same rate per NVIDIA
+
+
+def test_ert_plot_draws_the_extra_roofs_grouped_with_a_legend(tmp_path):
+    doc = a100_doc()
+    # Five tensor roofs: only the EXTRA_PER_GROUP (3) fastest are drawn.
+    for precision, value in (("tf32", 145000.0), ("fp8", 100.0)):
+        doc["ceilings"]["compute"].append(_compute(precision, value, pipe="tensor", unit="GFLOP/s"))
+    ceilings = tmp_path / "ceilings.json"
+    ceilings.write_text(json.dumps(doc))
+    out = tmp_path / "roofline.svg"
+    proc = run_cmd("ert", "plot", ceilings, "--app", _ncu_csv(tmp_path / "gemm.csv"), "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    svg = out.read_text()
+    for text in ("more compute roofs", "tensor cores (GFLOP/s)", "integer multiply-add (GIOP/s)",
+                 "FP16 tensor (m16n8k16, f32 accumulate) 290,000 GFLOP/s", "INT32 multiply-add 19,500 GIOP/s",
+                 "TF32 tensor 145,000 GFLOP/s", "FP64 FMA 9,700 GFLOP/s", "tensor-fp16"):
+        assert text in svg, text
+    assert "BF16 tensor (m16n8k16, f32 accumulate) 288,000" in svg
+    assert "FP8 tensor" not in svg and "FP64 tensor" not in svg  # the 4th and 5th tensor roofs
