@@ -142,3 +142,50 @@ def test_ert_plot_draws_the_extra_roofs_grouped_with_a_legend(tmp_path):
         assert text in svg, text
     assert "BF16 tensor (m16n8k16, f32 accumulate) 288,000" in svg
     assert "FP8 tensor" not in svg and "FP64 tensor" not in svg  # the 4th and 5th tensor roofs
+
+
+def test_compare_pairs_by_pipe_and_labels_units(tmp_path):
+    from ert.consumers.compare import _rows as compare_rows
+
+    a, b = a100_doc(), a100_doc()
+    b["ceilings"]["compute"] = [c for c in b["ceilings"]["compute"] if c.get("pipe") != "tensor"
+                                or c["precision"] == "fp16"]
+    rows = {r.label: r for r in compare_rows([a, b])}
+    # The vector FP16 FMA roof and the FP16 tensor roof are separate rows, never paired with each other.
+    assert rows["fp16 FMA peak"].values == [78000.0, 78000.0]
+    tensor = rows["fp16 tensor m16n8k16, f32 accumulate peak"]
+    assert tensor.values == [290000.0, 290000.0] and tensor.unit == "GFLOP/s"
+    assert rows["fp64 tensor m8n8k4, f64 accumulate peak"].values == [19000.0, None]
+    assert rows["int32 multiply-add peak"].unit == "GIOP/s"
+    for name, doc in (("a", a), ("b", b)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    proc = run_cmd("ert", "compare", tmp_path / "a.json", tmp_path / "b.json")
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("fp16 tensor"))
+    assert "GFLOP/s" in line and "290,000" in line.replace("290000", "290,000")
+    assert "fp64 tensor m8n8k4, f64 accumulate peak: only in A" in proc.stdout
+
+
+def test_export_carries_tensor_and_integer_roofs_and_reads_back(tmp_path):
+    ceilings = tmp_path / "ceilings.json"
+    ceilings.write_text(json.dumps(a100_doc()))
+    out = tmp_path / "roofline.json"
+    proc = run_cmd("ert", "export", ceilings, "--format", "ert", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    ert = json.loads(out.read_text())["empirical"]["gflops"]
+    assert ert["data"][:2] == [["FP64 GFLOPs", 9700.0], ["FP16 GFLOPs", 78000.0]]
+    assert ["FP16 Tensor GFLOPs", 290000.0] in ert["data"] and ["BF16 Tensor GFLOPs", 288000.0] in ert["data"]
+    assert ert["metadata"]["TENSOR"]["FP64 Tensor GFLOPs"]["mma_shape"] == "m8n8k4"
+    assert ert["metadata"]["INTEGER_GIOPS"] == {"INT32": 19500.0}
+    assert not any("INT" in row[0] for row in ert["data"])  # integer operations are not FLOPs
+    # Read back (ert show reads ERT's roofline.json): tensor rows stay tensor roofs, FP16 FMA stays 78000.
+    proc = run_cmd("ert", "show", out)
+    assert proc.returncode == 0, proc.stderr
+    from ert.ceilings_io import load_ceilings
+
+    back = load_ceilings(out)
+    assert roofs_mod.fma_roof(back, "fp16").gflops_per_s == 78000.0
+    assert roofs_mod.tensor_roof(back, "fp64").entry["accumulate"] == "f64"
+    csv_text = run_cmd("ert", "export", ceilings, "--format", "csv").stdout
+    assert "compute,INT32 multiply-add,,int32,,false,19500.0,GIOP/s" in csv_text
+    assert 'compute,"FP16 tensor (m16n8k16, f32 accumulate)",,fp16,,true,290000.0,GFLOP/s' in csv_text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from ert.consumers import roofs as roofs_mod
@@ -46,11 +47,22 @@ def _rows(docs: list[dict]) -> list[Row]:
             row.values[i] = float(e["gbytes_per_s"])
             row.wss[i] = tuple(e["wss_bytes"])
         for e in doc["ceilings"]["compute"]:
-            key = ("compute", e["precision"], bool(e["fma"]))
+            # Paired by precision, FMA, pipe (vector or tensor, schema 1.5) and mix: a tensor or mix
+            # roof is never set beside a vector one.
+            pipe, mix = e.get("pipe", "vector"), e.get("mix")
+            mix_name = None if not mix else (mix if isinstance(mix, str) else json.dumps(mix, sort_keys=True))
+            key = ("compute", e["precision"], bool(e["fma"])) + ((pipe, mix_name) if pipe != "vector" or mix else ())
             integer = e.get("unit") == "GIOP/s" or e["precision"] in ("int32", "int64")
-            label = (f"{e['precision']} multiply-add peak" if integer
-                     else f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak")
-            unit = "GIOP/s" if integer else "GFLOP/s"
+            if pipe == "tensor":
+                shape = f" {e['mma_shape']}" if e.get("mma_shape") else ""
+                acc = f", {e['accumulate']} accumulate" if e.get("accumulate") else ""
+                label = f"{e['precision']} tensor{shape}{acc} peak"
+            elif mix:
+                label = f"{e['precision']} mix {mix_name} peak"
+            else:
+                label = (f"{e['precision']} multiply-add peak" if integer
+                         else f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak")
+            unit = str(e.get("unit") or ("GIOP/s" if integer else "GFLOP/s"))
             row = rows.setdefault(key, Row("compute", key, label, unit, [None] * n, [None] * n))
             row.values[i] = float(e["gflops_per_s"])
     # Memory by precision, access, then level order within the first file that has it; compute last.
@@ -64,7 +76,8 @@ def _rows(docs: list[dict]) -> list[Row]:
         if row.kind == "memory":
             _, p, a, level = row.key
             return (0, prec.get(p, 9), a != "rw", level_rank.get(level, 99))  # ERT's read+write first
-        return (1, prec.get(row.key[1], 9), not row.key[2], 0)
+        extra = row.key[3:]  # (pipe, mix) of tensor and mix roofs: after the vector roofs
+        return (1, bool(extra), str(extra), prec.get(row.key[1], 9), not row.key[2])
 
     return sorted(rows.values(), key=order)
 
