@@ -189,3 +189,17 @@ def test_export_carries_tensor_and_integer_roofs_and_reads_back(tmp_path):
     csv_text = run_cmd("ert", "export", ceilings, "--format", "csv").stdout
     assert "compute,INT32 multiply-add,,int32,,false,19500.0,GIOP/s" in csv_text
     assert 'compute,"FP16 tensor (m16n8k16, f32 accumulate)",,fp16,,true,290000.0,GFLOP/s' in csv_text
+
+
+def test_ert_show_lists_tensor_roofs_in_their_own_table(tmp_path):
+    ceilings = tmp_path / "ceilings.json"
+    ceilings.write_text(json.dumps(a100_doc()))
+    proc = run_cmd("ert", "show", ceilings)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = lines.index("Tensor-core compute (warp-level MMA; a multiply-add is 2 FLOPs)")
+    assert lines[start + 1].split() == ["precision", "input", "accumulate", "shape", "GFLOP/s", "spread",
+                                        "FLOPs/MMA", "noisy"]
+    assert lines[start + 2].split()[:7] == ["fp16", "f16", "f32", "m16n8k16", "290000", "1.0%", "4096"]
+    vector = lines[lines.index("Compute") + 1: start]
+    assert not any("290000" in line for line in vector)  # tensor roofs are not in the vector table
