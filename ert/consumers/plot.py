@@ -430,8 +430,8 @@ def _compute_panel(ax, points, doc, rates) -> None:
     series: dict[tuple[str, bool], dict[int, float]] = {}
     for r in points:
         spec = r["spec"]
-        if spec["access"] != "rw":
-            continue
+        if spec["access"] != "rw" or spec.get("pipe", "vector") != "vector":
+            continue  # tensor points (one MMA shape each) are not a FLOPs-per-element sweep
         fpe = spec["flops_per_element"]
         # 1 FLOP/element is one add, the start of both the FMA and the no-FMA series.
         for fma in ([True, False] if fpe == 1 else [bool(spec["fma"])]):
@@ -445,6 +445,8 @@ def _compute_panel(ax, points, doc, rates) -> None:
         ax.plot(xs, [best[x] for x in xs], marker="o" if fma else "s", color=color,
                 linestyle="-" if fma else "--", label=f"{p} {'FMA' if fma else 'no-FMA'}")
     for e in doc["ceilings"]["compute"]:
+        if e.get("pipe", "vector") != "vector":
+            continue  # tensor roofs: on the roofline (ert plot), not on this sweep
         color = PRECISION_COLORS.get(e["precision"], "black")
         ax.axhline(e["gflops_per_s"], color=color, linewidth=0.8, alpha=0.5,
                    linestyle="-" if e["fma"] else (0, (5, 3)))

@@ -89,7 +89,8 @@ def hold_targets(raw) -> list[HoldTarget]:
     picks: list[tuple[str, str]] = []
     compute = doc["ceilings"]["compute"]
     if compute:
-        best = next((c for c in compute if c["precision"] == "fp64" and c["fma"]), compute[0])
+        vector = [c for c in compute if c.get("pipe", "vector") == "vector"] or compute  # not a tensor roof
+        best = next((c for c in vector if c["precision"] == "fp64" and c["fma"]), vector[0])
         picks.append(("compute", best["evidence"]["point_id"]))
     memory = [m for m in doc["ceilings"]["memory"] if m.get("evidence", {}).get("point_ids")]
     if memory:
