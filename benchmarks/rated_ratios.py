@@ -49,6 +49,10 @@ def one_round(config: str | None, out: Path, threads: str) -> tuple[dict, float]
 
 def _name(kind: str, e: dict) -> str:
     if kind == "compute":
+        if e.get("mix"):  # schema 1.4: configs/mixes-cpu.yaml
+            return f"{e['precision']} {e['mix']} mix peak"
+        if e.get("unit") == "GIOP/s":  # schema 1.3/1.4 integer roofs: configs/integer-cpu.yaml
+            return f"{e['precision']} {'add' if e.get('op') == 'add' else 'multiply-add'} peak"
         return f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak"
     return f"{e.get('precision', '')} {e.get('access', '')} {e['level']}"
 

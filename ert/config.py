@@ -126,6 +126,38 @@ class CudaOptions(_Strict):
         return values
 
 
+LEVEL_GROUPS = ("memory", "links", "network")
+
+
+class TransferOptions(_Strict):
+    """Transfer-size sweep of the link, peer and network levels (`levels: [links, network]`)."""
+
+    min_bytes: int = Field(8, gt=0, description="smallest transfer (message), bytes: its time is the latency")
+    max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="largest host<->device (and peer) copy, bytes")
+    network_max_bytes: int = Field(4 * 1024 * 1024, gt=0, description="largest MPI message, bytes")
+    growth: float = Field(4.0, gt=1.0, le=64.0, description="factor between consecutive sizes")
+    min_seconds: float = Field(0.002, gt=0, le=10, description="each timed sample lasts at least this")
+    samples: int = Field(3, ge=1, le=100, description="timed samples per size (min, median and max are kept)")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        for key in ("max_bytes", "network_max_bytes"):
+            if getattr(self, key) < self.min_bytes:
+                raise ValueError(f"{key} ({getattr(self, key)}) is smaller than min_bytes ({self.min_bytes})")
+        return self
+
+    def sizes(self, max_bytes: int) -> list[int]:
+        """min_bytes, then x growth (rounded) up to and including max_bytes."""
+        out, size = [], float(self.min_bytes)
+        while round(size) <= max_bytes:
+            if not out or round(size) != out[-1]:
+                out.append(int(round(size)))
+            size *= self.growth
+        if out[-1] != max_bytes:
+            out.append(max_bytes)
+        return out
+
+
 class RunConfig(_Strict):
     """One sweep: the cartesian product of working sets, FLOPs per element, precisions, FMA and access."""
 
@@ -145,6 +177,19 @@ class RunConfig(_Strict):
         None, description="thread scaling: sweep once per thread count (ascending; the last is `threads`)")
     sustain_seconds: Optional[float] = Field(
         None, gt=0, le=86400, description="after the sweep, hold the FP64 peak and DRAM points this long each")
+    int_ops: list[Literal["madd", "add"]] = Field(
+        default_factory=lambda: ["madd"], min_length=1,
+        description="integer compute kernels (int32/int64): madd (multiply-add, 2 ops) and/or add "
+                    "(dependent adds in registers, 1 op each; schema 1.4)")
+    mixes: list[Literal["fma+add", "int+float"]] = Field(
+        default_factory=list, description="measured mixes (schema 1.4): fma+add (FMAs beside independent FP adds, "
+                                          "1:1) per FP precision; int+float (int32 madd beside fp32 FMA, int64 "
+                                          "beside fp64) per FP precision")
+    levels: list[Literal["memory", "links", "network"]] = Field(
+        default_factory=lambda: list(LEVEL_GROUPS), min_length=1,
+        description="what to measure: memory (the sweep: caches, DRAM, compute peaks), links (host<->device "
+                    "copies and peer GPUs, device backends only), network (MPI, more than one rank only)")
+    transfer: TransferOptions = Field(default_factory=TransferOptions)
     tensor: list[Literal["fp16", "bf16", "tf32", "fp64", "fp8"]] = Field(
         default_factory=list, description="tensor-core roofs (cuda backend, sm_80+; fp8 sm_89+): warp-level mma.sync "
                                           "of these input types (fp16/bf16/tf32/fp8 accumulate in FP32, fp64 in FP64)")
@@ -161,7 +206,7 @@ class RunConfig(_Strict):
             raise ValueError("values repeat")
         return sorted(values)
 
-    @field_validator("precisions", "access", "tensor")
+    @field_validator("precisions", "access", "int_ops", "mixes", "levels", "tensor")
     @classmethod
     def _unique(cls, values: list[str]) -> list[str]:
         if len(set(values)) != len(values):
@@ -219,6 +264,19 @@ class RunConfig(_Strict):
                              f"(its multiply-add is a multiply and an add): use fma: off or both")
         if ints and self.access == ["ro"]:
             raise ValueError(f"{ints[0]} has no load-only kernel: add rw to access")
+        return self
+
+    @model_validator(mode="after")
+    def _mixes_need(self):
+        if self.mixes:
+            if not [p for p in self.precisions if p in ("fp64", "fp32")]:
+                raise ValueError(f"mixes ({', '.join(self.mixes)}) run beside fp64 or fp32: add one to precisions")
+            if self.fma == "off":
+                raise ValueError("mixes interleave FMAs: they need fma: on or both")
+            if "rw" not in self.access:
+                raise ValueError("mixes are read+write kernels: add rw to access")
+            if not [f for f in self.flops_per_element if f >= 2]:
+                raise ValueError("mixes need a flops_per_element of 2 or more")
         return self
 
     @model_validator(mode="after")

@@ -80,6 +80,7 @@ class RawData:
     points: list[dict]
     ends: list[dict] = field(default_factory=list)
     sustained: list[dict] = field(default_factory=list)  # "sustain" records: peak points held for seconds
+    transfers: list[dict] = field(default_factory=list)  # "transfer" records (links, peers, network), latest per id
 
 
 def read_raw(path: str | Path) -> RawData:
@@ -101,6 +102,7 @@ def read_raw(path: str | Path) -> RawData:
     points = []
     ends = []
     sustained = []
+    transfers: dict[str, dict] = {}
     for number, text, is_last in lines:
         try:
             rec = json.loads(text)
@@ -122,6 +124,11 @@ def read_raw(path: str | Path) -> RawData:
             ends.append(rec)
         elif rec["type"] == "sustain":
             sustained.append(rec)
+        elif rec["type"] == "transfer":
+            for key in ("id", "level", "bytes", "moved_bytes", "repeats", "seconds", "valid"):
+                if key not in rec:
+                    raise ErtError(f"transfer record lacks '{key}'", path=path, key=f"line {number}")
+            transfers[rec["id"]] = rec  # a size measured again (a resume) keeps its last record
     if header is None:
         raise ErtError("no header record: not an ert raw file", path=path)
     if str(header.get("raw_version", "")).split(".")[0] != RAW_VERSION.split(".")[0]:
@@ -131,4 +138,4 @@ def read_raw(path: str | Path) -> RawData:
     latest = {}
     for rec in points:
         latest[rec["id"]] = rec
-    return RawData(path, header, list(latest.values()), ends, sustained)
+    return RawData(path, header, list(latest.values()), ends, sustained, list(transfers.values()))

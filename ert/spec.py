@@ -46,9 +46,33 @@ def is_integer(precision: str) -> bool:
     return precision in INTEGER
 
 
-def ops_unit(precision: str) -> str:
-    """The unit of a compute rate of this precision: GIOP/s for integers, GFLOP/s otherwise."""
+def ops_unit(precision: str, mix: str | None = None) -> str:
+    """The unit of a compute rate: GIOP/s for integers, GOP/s for an integer+float mix, GFLOP/s otherwise."""
+    if mix and mix.startswith("int"):
+        return "GOP/s"
     return "GIOP/s" if is_integer(precision) else "GFLOP/s"
+
+
+# The compute kernel's operation (schema 1.4).  "madd": multiply-adds (FMA, or
+# a separate multiply and add); "add": flops_per_element dependent adds per
+# element per trial, in registers (the integer add-only roof).
+OPS = ("madd", "add")
+# Measured mixes (schema 1.4): each sub-block of a compute kernel is split in
+# two halves of independent register chains that run interleaved.
+#   fma+add      first half: F/2 FMAs per element; second half: F/2 plain adds
+#                (the FP add pipes beside the FMA pipes, AMD Zen): 3F/4 FLOPs
+#                per element on average, instructions 1 FMA : 1 add.
+#   int32+fp32,  first half: F/2 FMAs (the float precision); second half: F/2
+#   int64+fp64   integer multiply-adds on the same bits read as integers:
+#                F operations per element (F/2 x 2 each), 1 madd : 1 FMA.
+MIXES = ("fma+add", "int32+fp32", "int64+fp64")
+MIX_FLOAT = {"int32+fp32": "fp32", "int64+fp64": "fp64"}
+MIX_INT = {"int32+fp32": "int32", "int64+fp64": "int64"}
+
+
+def mix_key(mix: str) -> str:
+    """The mix's name inside a kernel key (no '+')."""
+    return mix.replace("+", "_")
 
 # Access patterns.  "rw": every element is loaded once and stored once per trial
 # (the ERT kernel).  "ro": every element is loaded once per trial and summed
@@ -71,6 +95,8 @@ class KernelSpec:
     flops_per_element: int
     fma: bool
     access: str = "rw"
+    op: str = "madd"
+    mix: str = ""  # "" for none (a str, so specs stay orderable)
     # "tensor": one element is one warp-level MMA (flops_per_element = 2MNK of its
     # shape), done in registers: it moves no bytes and has no working set to sweep.
     pipe: str = "vector"
@@ -81,7 +107,7 @@ class KernelSpec:
         if self.pipe == "tensor":
             if self.precision not in TENSOR_PRECISIONS:
                 raise ValueError(f"unknown tensor precision {self.precision!r}")
-            if not self.fma or self.access != "rw" or self.flops_per_element < 2 \
+            if not self.fma or self.access != "rw" or self.flops_per_element < 2 or self.op != "madd" or self.mix \
                     or self.flops_per_element & (self.flops_per_element - 1):
                 raise ValueError("a tensor kernel is a fused multiply-accumulate of a power-of-two FLOPs per MMA")
             return
@@ -98,6 +124,20 @@ class KernelSpec:
             raise ValueError("the load-only pattern does exactly one add per element")
         if is_integer(self.precision) and self.fma:
             raise ValueError(f"{self.precision} has no fused multiply-add: its multiply-add is a multiply and an add")
+        if self.op not in OPS:
+            raise ValueError(f"unknown op {self.op!r}")
+        if self.op == "add" and (self.flops_per_element < 2 or self.fma or self.access != "rw"
+                                 or not is_integer(self.precision) or self.mix):
+            raise ValueError("op 'add' is the integer add-only compute kernel: an integer precision, "
+                             "rw, no FMA, at least 2 adds per element")
+        if self.mix:
+            if self.mix not in MIXES:
+                raise ValueError(f"unknown mix {self.mix!r}")
+            float_part = MIX_FLOAT.get(self.mix)
+            if (self.flops_per_element < 2 or not self.fma or self.access != "rw"
+                    or self.precision not in (float_part and (float_part,) or ("fp64", "fp32"))):
+                raise ValueError(f"mix {self.mix!r} runs on {float_part or 'fp64 or fp32'} with FMA, rw, "
+                                 f"at least 2 FLOPs per element")
 
     @property
     def tensor(self) -> bool:
@@ -116,30 +156,52 @@ class KernelSpec:
 
     @property
     def fma_ops_per_element(self) -> int:
-        """Multiply-add pairs per element per trial (0 for a single add)."""
-        return 0 if self.flops_per_element == 1 else self.flops_per_element // 2
+        """Multiply-add pairs per element per trial (0 for a single add, and for the add-only kernel).
+
+        For a mix: the multiply-adds (or adds) of each chain per element per trial, F/2.
+        """
+        return 0 if self.flops_per_element == 1 or self.op == "add" else self.flops_per_element // 2
+
+    @property
+    def add_ops_per_element(self) -> int:
+        """Dependent adds per element per trial of the add-only compute kernel (op 'add'), else 0."""
+        return self.flops_per_element if self.op == "add" else 0
+
+    @property
+    def ops_per_element(self) -> float:
+        """Operations counted per element per trial (FLOPs, integer ops, or both for a mix).
+
+        ``flops_per_element`` except for the fma+add mix, whose add half does
+        F/2 adds of one FLOP: 3F/4 on average.
+        """
+        if self.mix == "fma+add":
+            return self.flops_per_element * 3 / 4
+        return float(self.flops_per_element)
 
     @property
     def arithmetic_intensity(self) -> float:
         """FLOPs per byte of this kernel (infinite for a tensor MMA, which works in registers)."""
         if not self.bytes_per_element:
             return float("inf")
-        return self.flops_per_element / self.bytes_per_element
+        return self.ops_per_element / self.bytes_per_element
 
     @property
     def key(self) -> str:
-        """A short stable name, e.g. ``fp64-fma-rw-f8``, ``fp16-tensor-mma-f4096``."""
+        """A short stable name, e.g. ``fp64-fma-rw-f8``, ``int32-add-rw-f32``, ``fp32-mix_int32_fp32-rw-f64``,
+        ``fp16-tensor-mma-f4096``."""
         if self.tensor:
             return f"{self.precision}-tensor-mma-f{self.flops_per_element}"
-        kind = "fma" if self.fma else ("add" if self.flops_per_element == 1 else
+        if self.mix:
+            return f"{self.precision}-mix_{mix_key(self.mix)}-{self.access}-f{self.flops_per_element}"
+        kind = "fma" if self.fma else ("add" if self.flops_per_element == 1 or self.op == "add" else
                                        ("madd" if is_integer(self.precision) else "nofma"))
         return f"{self.precision}-{kind}-{self.access}-f{self.flops_per_element}"
 
     def bytes_moved(self, *, elements: int, trials: int) -> int:
         return elements * trials * self.bytes_per_element
 
-    def flops_done(self, *, elements: int, trials: int) -> int:
-        return elements * trials * self.flops_per_element
+    def flops_done(self, *, elements: int, trials: int) -> float:
+        return elements * trials * self.ops_per_element
 
     def gbytes_per_s(self, *, elements: int, trials: int, seconds: float) -> float:
         return self.bytes_moved(elements=elements, trials=trials) / seconds / 1e9
@@ -153,6 +215,9 @@ class KernelSpec:
             "flops_per_element": self.flops_per_element,
             "fma": self.fma,
             "access": self.access,
+            # Written only where they are not the defaults: raw files of plain kernels are unchanged.
+            **({"op": self.op} if self.op != "madd" else {}),
+            **({"mix": self.mix} if self.mix else {}),
         }
         if self.tensor:  # vector records stay as they were
             out["pipe"] = self.pipe
@@ -165,6 +230,8 @@ class KernelSpec:
             flops_per_element=int(data["flops_per_element"]),
             fma=bool(data["fma"]),
             access=data.get("access", "rw"),
+            op=data.get("op", "madd"),
+            mix=data.get("mix") or "",
             pipe=data.get("pipe", "vector"),
         )
 

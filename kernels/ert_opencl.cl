@@ -33,7 +33,23 @@
 
 #pragma OPENCL FP_CONTRACT OFF
 
-#if ERT_BITS == 64
+#ifndef ERT_INT
+#define ERT_INT 0
+#endif
+#ifndef ERT_ADD_OPS
+#define ERT_ADD_OPS 0
+#endif
+// Integer kernels (schema 1.3/1.4; -DERT_INT=1 with ERT_BITS 32 or 64): T is int or long, the
+// multiply-add is x*a + c (OpenCL C integers wrap modulo 2^bits; PoCL/clang emit mul + add, a GPU's
+// compiler mad / IMAD), and ERT_ADD_OPS == K (with ERT_FMA_OPS == 0) is the add-only roof:
+// K x (b = b + c_t), each kept by an empty asm statement where the compiler is clang-based.
+#if ERT_INT && ERT_BITS == 64
+#define ERT_T long
+#elif ERT_INT && ERT_BITS == 32
+#define ERT_T int
+#elif ERT_INT
+#error "integer kernels are 32 or 64 bits"
+#elif ERT_BITS == 64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #define ERT_T double
 #elif ERT_BITS == 32
@@ -73,7 +89,9 @@ typedef ERT_CAT(ERT_T, ERT_VW) TV;
 #define HSUM(x) (HSUM8((x).lo) + HSUM8((x).hi))
 #endif
 
-#if ERT_FMA && ERT_FMA_BUILTIN
+#if ERT_INT
+#define MADD(x, a, c) ((x) * (a) + (c))
+#elif ERT_FMA && ERT_FMA_BUILTIN
 // Some drivers (PoCL 3.0 from PyPI) call fma() out of line, which spills every
 // vector register around each call; clang's __builtin_fma is the LLVM fma
 // intrinsic, one fused instruction, applied here lane by lane.  The backend
@@ -105,8 +123,20 @@ typedef ERT_CAT(ERT_T, ERT_VW) TV;
 #define MADD(x, a, c) ((x) * (a) + (c))
 #endif
 
+// An empty asm statement the value passes through: the compiler can no longer fold a chain of adds
+// of one value into a multiply (integer adds reassociate).  clang only (ERT_ASM_BARRIER).
+#if ERT_ASM_BARRIER
+#define OPAQUE(x) __asm__("" : "+v"(x))
+#else
+#define OPAQUE(x)
+#endif
+
 // One step of the read-modify-write kernel on ERT_CHAINS vectors held in v[].
-#if ERT_FMA_OPS == 0
+#if ERT_ADD_OPS
+#define RW_WORK(v, a, ct)                                  \
+    for (int k = 0; k < ERT_ADD_OPS; ++k)                  \
+        _Pragma("unroll") for (int u = 0; u < ERT_CHAINS; ++u) { v[u] = v[u] + (ct); OPAQUE(v[u]); }
+#elif ERT_FMA_OPS == 0
 #define RW_WORK(v, a, ct)                                  \
     _Pragma("unroll") for (int u = 0; u < ERT_CHAINS; ++u) v[u] = v[u] + (ct);
 #else
@@ -134,18 +164,29 @@ typedef ERT_CAT(ERT_T, ERT_VW) TV;
 
 // Fill the array with 0.5 + (i % 16) / 16 (16 distinct values, exact in every
 // precision), one element per work-item step.
+// Integers: 3 + 1000003 (i % 16) (ert.backends.check.initial_int_values).
 __kernel void ert_init(__global T* restrict buf, const ulong n_elements)
 {
     const ulong G = get_global_size(0);
     for (ulong i = get_global_id(0); i < n_elements; i += G)
+#if ERT_INT
+        buf[i] = (T)(3 + 1000003 * (long)(i % 16));
+#else
         buf[i] = (T)(0.5f + (float)(i % 16) * 0.0625f);
+#endif
 }
+
+#if ERT_INT
+typedef long ERT_SCALAR_ARG;  // a and c arrive as 64-bit integers, converted (wrapping) to T
+#else
+typedef float ERT_SCALAR_ARG;
+#endif
 
 // n_vectors is a multiple of ERT_CHAINS (the backend's granule).  With the
 // interleaved layout, vectors past the last whole round are a tail that each
 // work-item walks with stride G, one vector at a time.
 __kernel void ert_rw(__global TV* restrict buf, const ulong n_vectors, const ulong trials,
-                     const ulong trial_offset, const float a_in, const float c_in)
+                     const ulong trial_offset, const ERT_SCALAR_ARG a_in, const ERT_SCALAR_ARG c_in)
 {
     const ulong gid = get_global_id(0), G = get_global_size(0);
     const T a = (T)a_in, c = (T)c_in;
@@ -164,7 +205,9 @@ __kernel void ert_rw(__global TV* restrict buf, const ulong n_vectors, const ulo
         for (ulong j = g_hi * ERT_CHAINS * G + gid; j < n_vectors; j += G) {
             TV v[1];
             v[0] = buf[j];
-#if ERT_FMA_OPS == 0
+#if ERT_ADD_OPS
+            for (int k = 0; k < ERT_ADD_OPS; ++k) v[0] = v[0] + ct;
+#elif ERT_FMA_OPS == 0
             v[0] = v[0] + ct;
 #else
             for (int k = 0; k < ERT_FMA_OPS; ++k) v[0] = MADD(v[0], a, ct);

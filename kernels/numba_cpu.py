@@ -7,6 +7,10 @@ Per element per trial (contract shared with ert.spec.KernelSpec):
 * ``rw_nofma``  (flops_per_element = 2K): K x (b = b*a; b = b + c_t) rounded separately,
                                           2K FLOPs, load + store
 * ``ro_sum``    (flops_per_element = 1):  acc = acc + b           1 FLOP,  load only
+* ``rw_iadd``   (integer, op "add", flops_per_element = K): K x (b = b + c_t) in registers, K ops
+* ``rw_mix``    (schema 1.4 mixes, flops_per_element = F): each sub-block's first half does F/2
+                FMAs per element, its second half F/2 adds (fma+add) or F/2 integer
+                multiply-adds on the same bits (int+float), the two interleaved
 
 The integer precisions (int32, int64) run ``rw_add`` and ``rw_madd`` unfused
 on ``<W x i32>`` / ``<W x i64>`` vectors: LLVM ``add`` and ``mul`` with no
@@ -189,6 +193,102 @@ def sub_add(typingctx, arr, i0, c, width_lit):
     return types.void(arr, i0, c, width_lit), codegen
 
 
+def _opaque(builder, vec):
+    """``vec`` passed through an empty inline-assembly statement: no instruction, but LLVM no longer knows its value.
+
+    An integer add chain ``x + c + c + ...`` is a reduction LLVM may rewrite
+    as ``x + K*c`` (integer addition reassociates); passing the state through
+    this barrier after every add keeps each add a real instruction.  One
+    register-sized vector per statement ("v": any SSE/AVX/AVX-512 register;
+    "w": an Arm SIMD register).
+    """
+    constraint = {"x86_64": "=v,0", "amd64": "=v,0", "aarch64": "=w,0", "arm64": "=w,0"}.get(_MACHINE)
+    if constraint is None:
+        return vec
+    asm = ir.InlineAsm(ir.FunctionType(vec.type, [vec.type]), "", constraint, side_effect=False)
+    return builder.call(asm, [vec])
+
+
+@intrinsic
+def sub_iadd(typingctx, arr, i0, k_ops, c, width_lit, lanes_lit):
+    """``sub_iadd(arr, i0, k_ops, c, W, lanes)``: K dependent integer adds on ``arr[i0:i0+W]`` held in registers.
+
+    W / lanes independent register chains (one ``<lanes x iN>`` each); every
+    add is kept by ``_opaque`` (see there), so the loop is K x W / lanes
+    vpaddd/vpaddq and nothing else.
+    """
+    width, lanes = _literal(width_lit), _literal(lanes_lit)
+
+    def codegen(context, builder, sig, args):
+        arrty = sig.args[0]
+        scal = context.get_value_type(arrty.dtype)
+        vecty = ir.VectorType(scal, lanes)
+        align = arrty.dtype.bitwidth // 8
+        vc = _splat(builder, context.cast(builder, args[3], sig.args[3], arrty.dtype), vecty)
+        ptrs, states = [], []
+        for start in range(0, width, lanes):
+            index = builder.add(args[1], ir.Constant(args[1].type, start))
+            ptr = _vector_ptr(context, builder, arrty, args[0], index, vecty)
+            state = cgutils.alloca_once(builder, vecty)
+            builder.store(builder.load(ptr, align=align), state)
+            ptrs.append(ptr)
+            states.append(state)
+        with cgutils.for_range(builder, args[2]):
+            for state in states:
+                builder.store(_opaque(builder, builder.add(builder.load(state), vc)), state)
+        for ptr, state in zip(ptrs, states):
+            builder.store(builder.load(state), ptr, align=align)
+        return context.get_dummy_value()
+
+    return types.void(arr, i0, k_ops, c, width_lit, lanes_lit), codegen
+
+
+@intrinsic
+def sub_mix(typingctx, arr, i0, k_ops, a, c, ai, ci, width_lit, kind_lit):
+    """``sub_mix(arr, i0, K, a, c, ai, ci, W, kind)``: two halves of ``arr[i0:i0+W]``, K steps each, interleaved.
+
+    First half: K FMAs ``x = fma(x, a, c)``.  Second half, kind 0 (fma+add):
+    K adds ``y = y + c`` (no flags: never reassociated); kind 1 (int+float):
+    the same bits read as integers, K multiply-adds ``y = y*ai + ci`` wrapping
+    modulo 2**bits.  Both halves live in registers through the K steps.
+    """
+    width, kind = _literal(width_lit), _literal(kind_lit)
+    half = width // 2
+
+    def codegen(context, builder, sig, args):
+        arrty = sig.args[0]
+        fty = context.get_value_type(arrty.dtype)
+        vecty = ir.VectorType(fty, half)
+        ity = ir.VectorType(ir.IntType(arrty.dtype.bitwidth), half)
+        align = arrty.dtype.bitwidth // 8
+        p0 = _vector_ptr(context, builder, arrty, args[0], args[1], vecty)
+        p1 = _vector_ptr(context, builder, arrty, args[0], builder.add(args[1], ir.Constant(args[1].type, half)),
+                         vecty)
+        va = _splat(builder, context.cast(builder, args[3], sig.args[3], arrty.dtype), vecty)
+        vc = _splat(builder, context.cast(builder, args[4], sig.args[4], arrty.dtype), vecty)
+        int_nb = types.int64 if arrty.dtype.bitwidth == 64 else types.int32
+        vai = _splat(builder, context.cast(builder, args[5], sig.args[5], int_nb), ity)
+        vci = _splat(builder, context.cast(builder, args[6], sig.args[6], int_nb), ity)
+        x = cgutils.alloca_once(builder, vecty)
+        y = cgutils.alloca_once(builder, vecty if kind == 0 else ity)
+        builder.store(builder.load(p0, align=align), x)
+        second = builder.load(p1, align=align)
+        builder.store(second if kind == 0 else builder.bitcast(second, ity), y)
+        fma = _fma_decl(builder.module, vecty)
+        with cgutils.for_range(builder, args[2]):
+            builder.store(builder.call(fma, [builder.load(x), va, vc]), x)
+            if kind == 0:
+                builder.store(builder.fadd(builder.load(y), vc), y)
+            else:
+                builder.store(builder.add(builder.mul(builder.load(y), vai), vci), y)
+        builder.store(builder.load(x), p0, align=align)
+        out = builder.load(y)
+        builder.store(out if kind == 0 else builder.bitcast(out, vecty), p1, align=align)
+        return context.get_dummy_value()
+
+    return types.void(arr, i0, k_ops, a, c, ai, ci, width_lit, kind_lit), codegen
+
+
 @intrinsic
 def block_sum(typingctx, arr, trials, flush, width_lit):
     """``block_sum(arr, trials, flush, W) -> float64``: ``trials`` sums of ``arr``.
@@ -278,6 +378,38 @@ def make_rw_add(width: int):
         return 0
 
     return rw_add
+
+
+def make_rw_iadd(width: int, lanes: int):
+    """The integer add-only compute kernel: K dependent adds per element per trial, ``width / lanes`` chains."""
+    @njit(parallel=True, cache=True)
+    def rw_iadd(buf, nthreads, n, trials, trial_offset, k_ops, c):
+        for t in prange(nthreads):
+            blk = buf[t * n:(t + 1) * n]
+            for tr in range(trials):
+                ct = c if (tr + trial_offset) % 2 == 0 else -c
+                for i0 in range(0, n, width):
+                    sub_iadd(blk, i0, k_ops, ct, width, lanes)
+        return 0
+
+    return rw_iadd
+
+
+def make_rw_mix(width: int, kind: int):
+    """A measured mix (kind 0: fma+add, 1: int+float) over sub-blocks of ``width`` elements, halves interleaved."""
+    @njit(parallel=True, cache=True)
+    def rw_mix(buf, nthreads, n, trials, trial_offset, k_ops, a, c, ai, ci):
+        for t in prange(nthreads):
+            blk = buf[t * n:(t + 1) * n]
+            for tr in range(trials):
+                even = (tr + trial_offset) % 2 == 0
+                ct = c if even else -c
+                cti = ci if even else -ci
+                for i0 in range(0, n, width):
+                    sub_mix(blk, i0, k_ops, a, ct, ai, cti, width, kind)
+        return kind
+
+    return rw_mix
 
 
 def make_ro_sum(width: int):

@@ -499,7 +499,7 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     doc = build(raw)
     ceilings_io.write_ceilings(doc, tmp_path / "ceilings.json")  # validated against the schema on write
     doc = ceilings_io.load_ceilings(tmp_path / "ceilings.json")
-    assert doc["schema_version"] == "1.5" and doc["ceilings"]["memory"] == []
+    assert doc["schema_version"] == ceilings_io.SCHEMA_VERSION and doc["ceilings"]["memory"] == []
     tensor = {c["precision"]: c for c in doc["ceilings"]["compute"]}
     assert list(tensor) == ["fp64", "fp16", "bf16", "tf32", "fp8"]  # PRECISION_ORDER, then unknown ones
     fp16 = tensor["fp16"]

@@ -12,6 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from ert.ceilings_io import SCHEMA_VERSION
 from ert.backends import cpu_rated
 from ert.backends.check import replay_rw, replay_rw_int, replay_rw_int_stepwise
 from ert.ceilings_io import load_ceilings
@@ -202,7 +203,7 @@ def test_tiny_integer_run_writes_giops_ceilings(tmp_path):
     proc = run_cmd("ert-run", cfg, "--out", out, timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = load_ceilings(out / "ceilings.json")
-    assert doc["schema_version"] == "1.5"
+    assert doc["schema_version"] == SCHEMA_VERSION
     compute = {c["precision"]: c for c in doc["ceilings"]["compute"]}
     assert set(compute) == {"int32", "int64"}
     for c in compute.values():

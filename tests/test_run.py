@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ert.ceilings_io import SCHEMA_VERSION
 from ert.ceilings_io import load_ceilings
 from ert.config import load
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 def test_ceilings_json_validates(tiny_run):
     doc = load_ceilings(tiny_run / "ceilings.json")
-    assert doc["schema_version"] == "1.5"
+    assert doc["schema_version"] == SCHEMA_VERSION
     assert doc["raw"] == "raw.jsonl"
 
 

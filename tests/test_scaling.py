@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from ert.ceilings_io import SCHEMA_VERSION
 from ert.measure.adaptive import AdaptivePlanner
 from ert.ceilings_io import load_ceilings, validate
 from ert.cli.run import _thread_counts
@@ -47,7 +48,7 @@ def scaling_run(tmp_path_factory):
 def test_ceilings_per_thread_count_validate_and_the_top_level_is_the_largest(scaling_run):
     out, _ = scaling_run
     doc = load_ceilings(out / "ceilings.json")
-    assert doc["schema_version"] == "1.5"
+    assert doc["schema_version"] == SCHEMA_VERSION
     counts = doc["scaling"]["by_threads"]
     assert [c["threads_per_rank"] for c in counts] == [1, 2]
     assert doc["metadata"]["threads_per_rank"] == 2

@@ -109,7 +109,7 @@ def test_flops_per_tensor_instruction_by_architecture(tmp_path, cc, per, words):
 
 def test_nothing_picks_a_tensor_integer_or_mix_entry_as_the_fp_roof():
     doc = a100_doc()
-    doc["ceilings"]["compute"].insert(0, _compute("fp64", 99999.0, mix="fma+add"))  # another helper's mix entry
+    doc["ceilings"]["compute"].insert(0, _compute("fp64", 99999.0, mix="fma+add", mix_ratio="1 FMA : 1 add"))
     # Tensor FP64 (19000) and the mix (99999) are faster than the vector FP64 FMA roof: neither may be taken.
     assert roofs_mod.fma_roof(doc, "fp64").gflops_per_s == 9700.0
     assert roofs_mod.fma_roof(doc, "fp16").gflops_per_s == 78000.0
@@ -136,7 +136,7 @@ def test_ert_plot_draws_the_extra_roofs_grouped_with_a_legend(tmp_path):
     proc = run_cmd("ert", "plot", ceilings, "--app", _ncu_csv(tmp_path / "gemm.csv"), "-o", out)
     assert proc.returncode == 0, proc.stderr
     svg = out.read_text()
-    for text in ("more compute roofs", "tensor cores (GFLOP/s)", "integer multiply-add (GIOP/s)",
+    for text in ("more compute roofs", "tensor cores (GFLOP/s)", "integer (GIOP/s)",
                  "FP16 tensor (m16n8k16, f32 accumulate) 290,000 GFLOP/s", "INT32 multiply-add 19,500 GIOP/s",
                  "TF32 tensor 145,000 GFLOP/s", "FP64 FMA 9,700 GFLOP/s", "tensor-fp16"):
         assert text in svg, text

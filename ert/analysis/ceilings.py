@@ -7,8 +7,9 @@ import statistics
 from collections import defaultdict
 
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
-from ert.analysis.rated import attach_rated, invalidate_above_rated, scaled_rated
+from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
+from ert.analysis.transfers import transfer_ceilings
 from ert.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.hwinfo import CacheInfo
@@ -183,13 +184,14 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
         spec = rec["spec"]
         if not rec["valid"] or spec["access"] != "rw" or spec["flops_per_element"] < 2:
             continue
-        key = (spec["precision"], spec["fma"], spec.get("pipe", "vector"))
+        key = (spec["precision"], spec["fma"], spec.get("op", "madd"), spec.get("mix", ""), spec.get("pipe", "vector"))
         gflops = rates(rec).gflops_per_s
         if key not in best or gflops > best[key][0]:
             best[key] = (gflops, rec)
     ceilings, warnings = [], []
-    for key in sorted(best, key=lambda k: (k[2] != "vector", PRECISION_ORDER.get(k[0], 9), not k[1])):
-        precision, fma, pipe = key
+    for key in sorted(best, key=lambda k: (k[4] != "vector", bool(k[3]), PRECISION_ORDER.get(k[0], 9), not k[1],
+                                           k[2], k[3])):
+        precision, fma, op, mix, pipe = key
         gflops, rec = best[key]
         ceilings.append({
             "precision": precision,
@@ -205,6 +207,11 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
             # Schema 1.3: an integer roof's gflops_per_s holds GIOP/s (integer operations, a
             # multiply and an add being 2); giops_per_s and unit say so for readers that know.
             ceilings[-1].update(giops_per_s=ceilings[-1]["gflops_per_s"], unit="GIOP/s")
+            # Schema 1.4: which integer kernel (multiply-add, or the add-only roof).
+            ceilings[-1]["op"] = op
+        if mix:
+            # Schema 1.4: a measured mix; its rate counts every operation of both halves.
+            ceilings[-1].update(mix=mix, mix_ratio=MIX_RATIO[mix], unit=ops_unit(precision, mix))
         if pipe == "tensor":
             # Schema 1.5: a tensor-core roof.  flops_per_element is the FLOPs of one warp-level MMA.
             input_type, acc = TENSOR_TYPES[precision]
@@ -221,9 +228,13 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
             if clock:
                 ceilings[-1]["sm_clock_mhz"] = {"min": clock["min"], "max": clock["max"]}
         if rec["noisy"]:
-            what = "tensor" if pipe == "tensor" else ("FMA" if fma else "no-FMA")
-            warnings.append(f"{precision} {what} peak comes from a noisy point ({rec['id']})")
+            warnings.append(f"{compute_name(ceilings[-1])} peak comes from a noisy point ({rec['id']})")
     return ceilings, warnings
+
+
+# What each mix interleaves, in instructions (ert.spec.MIXES).
+MIX_RATIO = {"fma+add": "1 FMA : 1 add", "int32+fp32": "1 int32 multiply-add : 1 fp32 FMA",
+             "int64+fp64": "1 int64 multiply-add : 1 fp64 FMA"}
 
 
 def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
@@ -235,14 +246,14 @@ def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
         by_flops: dict[int, float] = {}
         for r in points:
             s = r["spec"]
-            if r["valid"] and s["access"] == "rw" and s["precision"] == c["precision"] and s["fma"] == c["fma"] \
-                    and s.get("pipe", "vector") == "vector":
+            if (r["valid"] and s["access"] == "rw" and s["precision"] == c["precision"] and s["fma"] == c["fma"]
+                    and s.get("op", "madd") == c.get("op", "madd") and s.get("mix", "") == c.get("mix", "")
+                    and s.get("pipe", "vector") == "vector"):
                 fpe = s["flops_per_element"]
                 by_flops[fpe] = max(by_flops.get(fpe, 0.0), rates(r).gflops_per_s)
         counts = sorted(by_flops)
         if len(counts) >= 2 and c["flops_per_element"] == counts[-1] and by_flops[counts[-1]] > 1.05 * by_flops[counts[-2]]:
-            kind = "multiply-add" if is_integer(c["precision"]) else ("FMA" if c["fma"] else "no-FMA")
-            warnings.append(f"{c['precision']} {kind} {ops_unit(c['precision'])} still rose >5 % at the "
+            warnings.append(f"{compute_name(c)} {ops_unit(c['precision'], c.get('mix'))} still rose >5 % at the "
                             f"largest FLOPs per element swept ({counts[-1]}); the peak may be higher")
     return warnings
 
@@ -304,6 +315,10 @@ def build(raw: RawData) -> dict:
                                                  rated=rated, rated_warnings=rated_warnings)
     points = [rec for recs, _, _ in checked.values() for rec in recs]
     warnings += attach_sustained(memory, compute, raw.sustained)
+    # Schema 1.6: links, peers and the network, each (level, variant) a memory entry with a `kind`.
+    transfer_entries, transfer_warnings = transfer_ceilings(raw.transfers, meta)
+    memory += transfer_entries
+    warnings += transfer_warnings
     # Runs made before the backends' warnings went through rank_warnings kept
     # rank 0's in backend_info.caveats (an OpenCL driver on a CPU, say).
     warnings += [str(c) for c in meta.get("backend_info", {}).get("caveats", [])]
@@ -325,6 +340,9 @@ def build(raw: RawData) -> dict:
                         f"finish it with `ert-run --resume RUN_DIR`")
     meta["wall_seconds"] = round(sum(e.get("wall_seconds", 0.0) for e in raw.ends), 3)
     meta["points"] = {"planned": planned, "measured": len(points), "noisy": len(noisy), "invalid": len(invalid)}
+    if raw.transfers:
+        meta["transfers"] = {"measured": len(raw.transfers),
+                             "invalid": sum(1 for r in raw.transfers if not r.get("valid"))}
     if points:
         meta["median_point_spread"] = round(statistics.median(r["spread"] for r in points), 4)
     doc = {

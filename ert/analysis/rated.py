@@ -50,7 +50,7 @@ def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
     out = {"compute": {}, "memory": {}}
     for entry in rated.get("compute", []):
         value = entry.get("gflops_per_s")
-        out["compute"][(entry.get("precision"), bool(entry.get("fma")))] = {
+        out["compute"][compute_key(entry)] = {
             "gflops_per_s": round(value * factor, 1) if value else None,
             "derivation": _rescaled(entry, factor, note)}
     # Tensor-core peaks (schema 1.5): one GPU per rank, keyed by the MMA's input type.
@@ -75,13 +75,29 @@ def _rescaled(entry: dict, factor: float, note: str) -> str:
     return f"{text}; scaled x {factor:g}{note}"
 
 
-def _compute_name(entry: dict) -> str:
-    """``fp64 FMA``, ``fp32 no-FMA``, ``int32 multiply-add``, ``fp16 tensor``."""
+def compute_name(entry: dict) -> str:
+    """``fp64 FMA``, ``fp32 no-FMA``, ``int32 multiply-add``, ``int64 add``, ``fp64 fma+add mix``, ``fp16 tensor``."""
     if entry.get("pipe") == "tensor":
         return f"{entry['precision']} tensor"
+    if entry.get("mix"):
+        return f"{entry['precision']} {entry['mix']} mix"
     if is_integer(entry["precision"]):
-        return f"{entry['precision']} multiply-add"
+        return f"{entry['precision']} {'add' if entry.get('op') == 'add' else 'multiply-add'}"
     return f"{entry['precision']} {'FMA' if entry['fma'] else 'no-FMA'}"
+
+
+_compute_name = compute_name
+
+
+def compute_key(entry: dict) -> tuple:
+    """The rated table's key of a compute ceiling or kernel spec: (precision, FMA) for FMA/no-FMA and the
+    integer multiply-add (as before schema 1.4), with the op or the mix appended for the others."""
+    key = (entry.get("precision"), bool(entry.get("fma")))
+    if entry.get("mix"):
+        return key + ("mix", entry["mix"])
+    if entry.get("op", "madd") != "madd":
+        return key + ("op", entry["op"])
+    return key
 
 
 def _memory_rated(rated: dict, level: str, access: str | None) -> dict | None:
@@ -105,9 +121,9 @@ def invalidate_above_rated(points: list[dict], rated: dict | None) -> tuple[list
         if spec.get("pipe", "vector") == "tensor":
             compute = rated.get("tensor", {}).get(spec["precision"])
         else:
-            compute = rated["compute"].get((spec["precision"], bool(spec["fma"])))
+            compute = rated["compute"].get(compute_key(spec))
         if spec["flops_per_element"] > 1 and compute and compute["gflops_per_s"]:
-            limit, what, measured = compute["gflops_per_s"], f"{_compute_name(spec)} {ops_unit(spec['precision'])}", gflops
+            limit, what, measured = compute["gflops_per_s"], f"{compute_name(spec)} {ops_unit(spec['precision'], spec.get('mix'))}", gflops
         l1 = _memory_rated(rated, "L1", spec["access"])
         if limit is None or not (measured > ABOVE_RATED * limit):
             if l1 and l1["gbytes_per_s"] and gbs > ABOVE_RATED * l1["gbytes_per_s"]:
@@ -130,9 +146,9 @@ def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) ->
         if c.get("pipe") == "tensor":
             r = tensor_rated(c, (rated or {}).get("tensor", {}).get(c["precision"]))
         else:
-            r = (rated or {"compute": {}})["compute"].get((c["precision"], bool(c["fma"])))
+            r = (rated or {"compute": {}})["compute"].get(compute_key(c))
         name = f"{_compute_name(c)} peak"
-        warnings += _attach(c, r, "gflops_per_s", name, ops_unit(c["precision"]), warn=True)
+        warnings += _attach(c, r, "gflops_per_s", name, ops_unit(c["precision"], c.get("mix")), warn=True)
     for m in memory:
         r = _memory_rated(rated, m["level"], m.get("access")) if rated else None
         access = {"rw": "read+write", "ro": "read-only"}.get(m.get("access"), m.get("access") or "")

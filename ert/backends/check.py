@@ -84,7 +84,7 @@ def _affine_power(p: int, q: int, n: int, mask: int) -> tuple[int, int]:
     return rp, rq
 
 
-def replay_rw_int(spec: KernelSpec, *, trials: int) -> np.ndarray:
+def replay_rw_int(spec: KernelSpec, *, trials: int, x0: np.ndarray | None = None) -> np.ndarray:
     """The 16 values an integer read+write kernel leaves after ``trials`` trials: exact, in O(log trials).
 
     One trial is the affine map x -> P x + Q_t modulo 2**bits (P = A**K,
@@ -95,13 +95,16 @@ def replay_rw_int(spec: KernelSpec, *, trials: int) -> np.ndarray:
     bits = INT_BITS[spec.precision]
     mask = (1 << bits) - 1
     k_ops = spec.fma_ops_per_element
-    p, q = (1, C_INT) if k_ops == 0 else _affine_power(A_INT, C_INT, k_ops, mask)
+    if spec.add_ops_per_element:  # K adds of c_t: x -> x + K c_t
+        p, q = 1, (spec.add_ops_per_element * C_INT) & mask
+    else:
+        p, q = (1, C_INT) if k_ops == 0 else _affine_power(A_INT, C_INT, k_ops, mask)
     pair = ((p * p) & mask, ((p - 1) * q) & mask)  # even trial (+q) then odd (-q)
     big_p, big_q = _affine_power(*pair, trials // 2, mask)
     if trials % 2:
         big_p, big_q = (p * big_p) & mask, (p * big_q + q) & mask
-    x0 = initial_int_values(spec.precision).astype(np.int64).tolist()
-    out = [((big_p * (v & mask) + big_q) & mask) for v in x0]
+    start = initial_int_values(spec.precision) if x0 is None else np.asarray(x0).view(INT_DTYPE[spec.precision])
+    out = [((big_p * (v & mask) + big_q) & mask) for v in start.astype(np.int64).tolist()]
     unsigned = np.array(out, dtype=np.uint64 if bits == 64 else np.uint32)
     return unsigned.view(INT_DTYPE[spec.precision])
 
@@ -114,7 +117,10 @@ def replay_rw_int_stepwise(spec: KernelSpec, *, trials: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         for t in range(trials):
             ct = c if t % 2 == 0 else udt(0) - c
-            if spec.fma_ops_per_element == 0:
+            if spec.add_ops_per_element:
+                for _ in range(spec.add_ops_per_element):
+                    x = x + ct
+            elif spec.fma_ops_per_element == 0:
                 x = x + ct
             else:
                 for _ in range(spec.fma_ops_per_element):
@@ -170,6 +176,41 @@ def replay_rw(spec: KernelSpec, *, trials: int) -> np.ndarray:
                 x = (x + ct).astype(dtype)
         t += 1
     return x
+
+
+def replay_mix(spec: KernelSpec, *, trials: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first half's 16 values, second half's 16 values) of a mix kernel after ``trials`` trials (ert.spec.MIXES).
+
+    The first half is the FMA kernel of F FLOPs per element.  The second is,
+    for fma+add, F/2 adds of c_t per trial (exact: small dyadic values, so
+    every even number of trials returns to the start); for int+float, the
+    integer multiply-add of F operations from the float starting values' bits,
+    wrapping.  Both exact, bit for bit (the FMA half wherever fma_exact()).
+    """
+    from ert.spec import MIX_INT
+
+    first = replay_rw(KernelSpec(spec.precision, spec.flops_per_element, True), trials=trials)
+    dtype = NUMPY_DTYPE[spec.precision]
+    if spec.mix == "fma+add":
+        x = initial_values(dtype)
+        if trials % 2:
+            for _ in range(spec.fma_ops_per_element):
+                x = (x + dtype(C)).astype(dtype)
+        return first, x
+    integer = KernelSpec(MIX_INT[spec.mix], spec.flops_per_element, False)
+    return first, replay_rw_int(integer, trials=trials, x0=initial_values(dtype))
+
+
+def mix_expected_bits(spec: KernelSpec, *, trials: int, width: int, n: int) -> np.ndarray:
+    """The bit patterns (unsigned) of a mix kernel's ``n``-element block: halves of each ``width``-element sub-block.
+
+    Element i holds the ``i % 16``-th value of the first half's replay where
+    ``i % width < width / 2``, else of the second half's.
+    """
+    first, second = replay_mix(spec, trials=trials)
+    udt = np.uint64 if spec.itemsize == 8 else np.uint32
+    i = np.arange(n, dtype=np.int64)
+    return np.where(i % width < width // 2, first.view(udt)[i % 16], second.view(udt)[i % 16])
 
 
 def rw_tolerance(spec: KernelSpec) -> float:

@@ -37,6 +37,11 @@ class Microarch:
     # per precision, with where that comes from; empty where no published figure is sure enough (no rated value).
     int_madd_pairs_per_cycle: tuple[tuple[str, float], ...] = ()
     int_source: str = ""
+    # Integer add (schema 1.4): full-width vector integer adds (vpaddd/vpaddq) per cycle per core; None: unknown.
+    int_add_per_cycle: float | None = None
+    int_add_source: str = ""
+    # int+float mix (schema 1.4): (int multiply-add + FMA) instruction pairs per cycle per core, per int precision.
+    int_fp_pairs_per_cycle: tuple[tuple[str, float], ...] = ()
 
     def flops_per_cycle(self, precision: str, fma: bool) -> float:
         lanes = self.simd_bits // (64 if precision == "fp64" else 32)
@@ -56,6 +61,14 @@ class Microarch:
         if pairs is None:
             return None
         return self.simd_bits // (32 if precision == "int32" else 64) * pairs * 2
+
+    def fma_add_flops_per_cycle(self, precision: str) -> float:
+        """FLOPs per cycle of the fma+add mix (1 FMA : 1 add, independent): the adds on their own pipes where the
+        core has them (AMD Zen: both pipe groups full), else sharing the FMA pipes."""
+        lanes = self.simd_bits // (64 if precision == "fp64" else 32)
+        if self.separate_add_pipes:
+            return lanes * min(self.fma_units, self.separate_add_pipes) * 3
+        return lanes * self.fma_units / 2 * 3
 
     def l1_bytes_per_cycle(self, access: str) -> int | None:
         if self.l1_load_bytes is None:
@@ -84,7 +97,18 @@ _SKX = dict(simd_bits=512, fma_latency=4, separate_add_pipes=0, l1_load_bytes=12
 # ert is sure of (Zen 4, Zen 5), so those get no rated integer value.
 _SKX_INT = dict(int_madd_pairs_per_cycle=(("int32", 1 / 1.5), ("int64", 1 / 2.0)),
                 int_source="Agner Fog's instruction tables and uops.info, Skylake-X: vpmulld zmm 2 uops, "
-                           "vpmullq zmm 3 uops, vpaddd/q zmm 1 uop, on ports 0 and 5")
+                           "vpmullq zmm 3 uops, vpaddd/q zmm 1 uop, on ports 0 and 5",
+                int_add_per_cycle=2.0,
+                int_add_source="Agner Fog's instruction tables, Skylake-X: vpaddd/vpaddq zmm 1 uop on port 0 or 5",
+                # int32: vpmulld (2) + vpaddd (1) + vfmadd (1) = 4 uops on ports 0/5: 2 cycles per pair;
+                # int64: vpmullq (3) + vpaddq (1) + vfmadd (1) = 5 uops: 2.5 cycles per pair.
+                int_fp_pairs_per_cycle=(("int32", 1 / 2.0), ("int64", 1 / 2.5)))
+# AMD Zen 4 / Zen 5: four FP/vector pipes, each with a vector integer ALU (AMD Software Optimization Guide
+# for Family 19h (Zen 4) and 1Ah (Zen 5): "FP0-FP3"); Zen 4's are 256 bits wide (a zmm vpaddd takes two),
+# Zen 5's 512.  The pipes of vector integer multiply are not stated there in a form ert is sure of: the
+# integer multiply-add and int+float mix get no rated value on Zen.
+_ZEN_IADD = dict(int_add_per_cycle=4.0, int_add_source="AMD Software Optimization Guide (Zen 4: family 19h; "
+                                                       "Zen 5: family 1Ah): vector integer add on all four FP pipes")
 
 # Keyed by LLVM's host CPU name (llvm.get_host_cpu_name()).
 TABLE: dict[str, Microarch] = {
@@ -104,9 +128,9 @@ TABLE: dict[str, Microarch] = {
     "znver2": Microarch("Zen 2", 256, 2, 5, 2, 64, 32, _AMD),
     "znver3": Microarch("Zen 3", 256, 2, 4, 2, 64, 32, _AMD),
     # Zen 4 runs AVX-512 on 256-bit pipes (double-pumped): 512-bit code, 256-bit rates.
-    "znver4": Microarch("Zen 4", 256, 2, 4, 2, 64, 32, _AMD),
+    "znver4": Microarch("Zen 4", 256, 2, 4, 2, 64, 32, _AMD, **_ZEN_IADD),
     # Zen 5 (EPYC 9005): full 512-bit pipes, 2 x 64 B loads and 1 x 64 B store per cycle.
-    "znver5": Microarch("Zen 5", 512, 2, 4, 2, 128, 64, _AMD),
+    "znver5": Microarch("Zen 5", 512, 2, 4, 2, 128, 64, _AMD, **_ZEN_IADD),
     # Arm Neoverse: 128-bit NEON pipes (the width Numba's code uses).
     "neoverse-n1": Microarch("Neoverse N1", 128, 2, 4, 0, 32, 16, _ARM),
     "neoverse-n2": Microarch("Neoverse N2", 128, 2, 4, 0, 48, 32, _ARM),
@@ -148,6 +172,11 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
                 compute.append({"precision": p, "fma": fma, "gflops_per_s": None, "derivation": why})
         for p in integer:
             compute.append({"precision": p, "fma": False, "gflops_per_s": None, "unit": "GIOP/s", "derivation": why})
+            compute.append({"precision": p, "fma": False, "op": "add", "gflops_per_s": None, "unit": "GIOP/s",
+                            "derivation": why})
+        for p in precisions:
+            for mix in ("fma+add", "int64+fp64" if p == "fp64" else "int32+fp32"):
+                compute.append({"precision": p, "fma": True, "mix": mix, "gflops_per_s": None, "derivation": why})
         for access in ("rw", "ro"):
             memory.append({"level": "L1", "access": access, "gbytes_per_s": None, "derivation": why})
         return {"compute": compute, "memory": memory, "clock_ghz": clock_ghz, "clock_source": clock_how,
@@ -182,6 +211,7 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
                         "flops_per_cycle_per_core": per_cycle,
                         "derivation": f"{base} x {per_cycle:g} {p} ops/cycle ({arch.name}: {lanes} lanes x "
                                       f"{pairs:.3g} multiply+add pairs/cycle x 2; {arch.int_source})"})
+    compute += _rated_14(arch, base, cores, clock_ghz, precisions, integer)
     for access in ("rw", "ro"):
         per_cycle = arch.l1_bytes_per_cycle(access)
         if per_cycle is None:
@@ -195,6 +225,48 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
                        "derivation": f"{base} x {per_cycle} B/cycle ({arch.name}: {how} per cycle)"})
     return {"compute": compute, "memory": memory, "clock_ghz": round(clock_ghz, 3), "clock_source": clock_how,
             "microarchitecture": arch.name, "table_source": arch.source}
+
+
+def _rated_14(arch: Microarch, base: str, cores: int, clock_ghz: float, precisions, integer) -> list[dict]:
+    """Schema 1.4's rated entries: the integer add roofs and the measured mixes, each derived or None with why."""
+    out = []
+    for p in integer:
+        lanes = arch.simd_bits // (32 if p == "int32" else 64)
+        entry = {"precision": p, "fma": False, "op": "add", "unit": "GIOP/s"}
+        if arch.int_add_per_cycle is None:
+            out.append({**entry, "gflops_per_s": None,
+                        "derivation": f"no rated value: {arch.name}'s vector integer add throughput is not in "
+                                      f"ert's table"})
+            continue
+        per_cycle = lanes * arch.int_add_per_cycle
+        out.append({**entry, "gflops_per_s": round(cores * clock_ghz * per_cycle, 1),
+                    "flops_per_cycle_per_core": per_cycle,
+                    "derivation": f"{base} x {per_cycle:g} {p} adds/cycle ({arch.name}: {lanes} lanes x "
+                                  f"{arch.int_add_per_cycle:g} {arch.simd_bits}-bit vector adds/cycle; "
+                                  f"{arch.int_add_source})"})
+    for p in precisions:
+        lanes = arch.simd_bits // (64 if p == "fp64" else 32)
+        per_cycle = arch.fma_add_flops_per_cycle(p)
+        how = (f"{lanes} lanes x {min(arch.fma_units, arch.separate_add_pipes)} (FMA + add) pairs x 3, the adds on "
+               f"their own pipes" if arch.separate_add_pipes else
+               f"{lanes} lanes x {arch.fma_units} FMA unit(s) / 2 x 3: FMAs and adds share the FMA pipes")
+        out.append({"precision": p, "fma": True, "mix": "fma+add", "gflops_per_s": round(cores * clock_ghz * per_cycle, 1),
+                    "flops_per_cycle_per_core": per_cycle,
+                    "derivation": f"{base} x {per_cycle:g} {p.upper()} FLOP/cycle ({arch.name}: {how})"})
+        ip = "int64" if p == "fp64" else "int32"
+        mix = f"{ip}+{p}"
+        pairs = dict(arch.int_fp_pairs_per_cycle).get(ip)
+        if pairs is None:
+            out.append({"precision": p, "fma": True, "mix": mix, "gflops_per_s": None, "unit": "GOP/s",
+                        "derivation": f"no rated value: the pipes of {arch.name}'s vector integer multiply are "
+                                      f"not in ert's table"})
+            continue
+        per_cycle = lanes * pairs * 4  # an integer multiply-add (2 ops) and an FMA (2 FLOPs) per pair and lane
+        out.append({"precision": p, "fma": True, "mix": mix, "unit": "GOP/s",
+                    "gflops_per_s": round(cores * clock_ghz * per_cycle, 1), "flops_per_cycle_per_core": per_cycle,
+                    "derivation": f"{base} x {per_cycle:g} ops/cycle ({arch.name}: {lanes} lanes x {pairs:.3g} "
+                                  f"({ip} multiply-add + {p} FMA) pairs/cycle x 4; {arch.int_source})"})
+    return out
 
 
 def clock_from_chains(*, fma_seconds: float, fma_count: int, fma_latency: int,

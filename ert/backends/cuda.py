@@ -484,3 +484,40 @@ class CudaBackend:
         self._data = None
         self._sums = None
         self._dev.close()
+
+    # -- link and peer levels (issue 15; ert.backends.cuda_links) ---------------------------
+    def transfer_levels(self, sizes: list[int], *, min_seconds: float, repeats: int, emit,
+                        skip=frozenset(), noise_threshold: float = 0.10) -> int:
+        """Measure link-h2d, link-d2h and link-bidir (pinned and pageable) at every size and, on the
+        node's first rank where it sees two or more GPUs, peer-d2d between every ordered pair (peer
+        access on and off).  ``repeats`` timed samples per size, each of as many transfers as last
+        ``min_seconds``; ``emit`` gets each record as measured, smallest size first; ids in ``skip``
+        are not measured.  Returns the number of records emitted.  Never run on a GPU yet.
+        """
+        from ert.backends import cuda_links, links
+
+        sizes = sorted({int(s) for s in sizes})
+        if not sizes:
+            return 0
+        sweep = cuda_links.CupyLinks(index=self._dev.index, max_bytes=max(sizes), peers=self.local_rank == 0)
+        try:
+            self._topology = sweep.topology
+            return links.measure_transfers(sweep.transfers(), sizes, min_seconds=min_seconds, samples=repeats,
+                                           emit=emit, skip=skip, noise_threshold=noise_threshold)
+        finally:
+            sweep.close()
+
+    def link_rated(self) -> dict[str, dict]:
+        """level -> {"gbytes_per_s", "derivation"}: NVLink-C2C or PCIe (NVML, else sysfs) for the links; the
+        best pair's NVLinks (or PCIe) for peer-d2d where peers were measured."""
+        from ert.backends import cuda_links
+
+        info = self._dev.info
+        rated = cuda_links.link_rated_of(name=info.name, nvml_link=cuda_links.read_nvml_link(info.pci_bus_id),
+                                         pci_bus_id=info.pci_bus_id)
+        topology = getattr(self, "_topology", None)
+        if topology is None and self.local_rank == 0:  # asked before the measurement: read it now
+            topology = cuda_links.visible_topology()
+        if topology is not None:
+            rated["peer-d2d"] = cuda_links.peer_rated(topology, host_rated=rated["link-h2d"])
+        return rated

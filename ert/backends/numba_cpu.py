@@ -9,8 +9,8 @@ import sys
 import time
 
 from ert.backends import grow_buffer
-from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, initial_int_values, initial_values, replay_rw,
-                                ro_errors, ro_tolerance, rw_tolerance, verdict)
+from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, fma_exact, initial_int_values, initial_values,
+                                mix_expected_bits, replay_rw, ro_errors, ro_tolerance, rw_tolerance, verdict)
 from ert.spec import KernelSpec, is_integer
 
 NAME = "numba-cpu"
@@ -348,11 +348,19 @@ class NumbaCpuBackend:
         # The integer precisions run the read+write kernels only (no load-only sum).
         return spec.precision in DTYPES and not (is_integer(spec.precision) and spec.access == "ro")
 
+    def supports_mix(self, mix: str) -> bool:
+        """Every mix of ert.spec.MIXES runs here (schema 1.4)."""
+        return True
+
     def _kernel(self, spec: KernelSpec, width: int):
-        key = (spec.access, spec.flops_per_element == 1, spec.fma, width)
+        key = (spec.access, spec.flops_per_element == 1, spec.fma, width, spec.op, spec.mix, spec.itemsize)
         if key not in self._kernels:
             k = self._k
-            if spec.access == "ro":
+            if spec.mix:
+                self._kernels[key] = k.make_rw_mix(width, 0 if spec.mix == "fma+add" else 1)
+            elif spec.op == "add":
+                self._kernels[key] = k.make_rw_iadd(width, self.vector_bytes // spec.itemsize)
+            elif spec.access == "ro":
                 self._kernels[key] = k.make_ro_sum(width)
             elif spec.flops_per_element == 1:
                 self._kernels[key] = k.make_rw_add(width)
@@ -386,7 +394,8 @@ class NumbaCpuBackend:
         # multiply-add kernels return whether they were built to fuse: a cache
         # entry of the wrong variant would otherwise go unnoticed.
         fused = self._call(0)
-        if spec.access == "rw" and spec.flops_per_element > 1 and bool(fused) != spec.fma:
+        if spec.access == "rw" and spec.flops_per_element > 1 and not spec.mix and spec.op == "madd" \
+                and bool(fused) != spec.fma:
             raise RuntimeError(f"{spec.key}: the loaded kernel was built with fma={bool(fused)}; "
                                f"clear Numba's cache (__pycache__ beside kernels/numba_cpu.py)")
 
@@ -406,6 +415,12 @@ class NumbaCpuBackend:
         c = buf.dtype.type(C_INT if integer else C)
         if spec.access == "ro":
             return self._fn(buf, nt, n, trials, self._flush_subblocks(), self._ro_out)
+        if spec.mix:
+            ints = self._np.int64 if spec.itemsize == 8 else self._np.int32
+            return self._fn(buf, nt, n, trials, self._trials_done, spec.fma_ops_per_element, a, c,
+                            ints(A_INT), ints(C_INT))
+        if spec.op == "add":
+            return self._fn(buf, nt, n, trials, self._trials_done, spec.add_ops_per_element, c)
         if spec.flops_per_element == 1:
             return self._fn(buf, nt, n, trials, self._trials_done, c)
         return self._fn(buf, nt, n, trials, self._trials_done, spec.fma_ops_per_element, a, c)
@@ -427,6 +442,8 @@ class NumbaCpuBackend:
             err, t = ro_errors(sums, np.full(sums.size, expected))
             return verdict(error=err, tolerance=ro_tolerance(spec), what=f"load-only sum of thread {t}",
                            got=float(sums[t]), expected=expected, trials=trials)
+        if spec.mix:
+            return self._check_mix()
         expected16 = replay_rw(spec, trials=trials)
         if is_integer(spec.precision):  # exact: every element equals the replay, bit for bit
             bad = np.zeros((self.threads, 2), dtype=np.int64)
@@ -443,6 +460,28 @@ class NumbaCpuBackend:
         i = max(int(worst[t, 1]), 0)  # -1: no element is off at all
         return verdict(error=float(worst[t, 0]), tolerance=rw_tolerance(spec), what=f"element {i} of thread {t}",
                        got=buf[t * n + i], expected=expected16[i % 16], trials=trials)
+
+    def _check_mix(self) -> CheckResult:
+        """Every element of a mix kernel against the replay of its half, bit for bit (ert.backends.check.replay_mix)."""
+        np = self._np
+        spec, n, trials = self._spec, self._n, self._trials_done
+        expected = mix_expected_bits(spec, trials=trials, width=self._width, n=n)
+        udt = expected.dtype
+        bits = self._view.view(udt).reshape(self.threads, n)
+        if fma_exact(spec.precision):
+            bad = bits != expected[None, :]
+        else:  # the FMA half rounds twice in the replay: compare it within the tolerance
+            got = bits.view(self._view.dtype).astype(np.float64)
+            want = expected.view(self._view.dtype).astype(np.float64)
+            bad = np.abs(got - want) > 1e-12 * np.maximum(np.abs(want), 1.0)
+            bad |= (np.arange(n) % self._width >= self._width // 2)[None, :] & (bits != expected[None, :])
+        count = int(bad.sum())
+        if not count:
+            return verdict(error=0.0, tolerance=0.0, what="", got=None, expected=None, trials=trials)
+        t, i = (int(v) for v in np.argwhere(bad)[0])
+        half = "FMA" if i % self._width < self._width // 2 else ("add" if spec.mix == "fma+add" else "integer")
+        return verdict(error=float("inf"), tolerance=0.0, what=f"element {i} ({half} half) of thread {t}",
+                       got=hex(int(bits[t, i])), expected=hex(int(expected[i])), trials=trials, count=count)
 
     # -- also in the protocol ----------------------------------------------------
     @property

@@ -13,16 +13,16 @@ from ert.backends.opencl_devices import (EXTENSION_OF, build_program, cache_hint
                                          fused_multiply_adds, is_pocl, precisions_of, probe, select_device,
                                          type_name)
 from ert.errors import ErtError
-from ert.backends.check import (A, C, CheckResult, initial_values, replay_rw, ro_errors, ro_tolerance, rw_errors,
-                                rw_tolerance, verdict)
-from ert.spec import KernelSpec
+from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, initial_values, replay_rw, ro_errors, ro_tolerance,
+                                rw_errors, rw_tolerance, verdict)
+from ert.spec import KernelSpec, is_integer
 
 __all__ = ["probe", "create", "OpenCLBackend"]
 
 NAME = "opencl"
 KERNEL_FILE = "ert_opencl.cl"
-BITS = {"fp64": 64, "fp32": 32, "fp16": 16}
-HOST_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float16"}
+BITS = {"fp64": 64, "fp32": 32, "fp16": 16, "int32": 32, "int64": 64}
+HOST_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "int32": "int32", "int64": "int64"}
 # The load-only sums are FP32 for FP16 data (see ert_ro in the kernel).
 SUM_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float32"}
 # Independent vectors per work-item.  A CPU needs latency x issue width in
@@ -95,6 +95,7 @@ class OpenCLBackend:
         self._cpu_reference: dict | None = None
         # One reference per node (rank 0 of it): ranks measuring at once would slow each other.
         self._want_reference = self.options.cpu_reference and local_rank == 0
+        self._link_reference: dict | None = None  # numpy's host copy rate, for a CPU device's link levels
 
     def unsupported_reason(self, precision: str) -> str:
         """Why this device cannot run ``precision`` (the driver skips those points, or refuses the run)."""
@@ -105,7 +106,8 @@ class OpenCLBackend:
         if self.options.vector_width:
             return self.options.vector_width
         native = {"fp64": self.device.native_vector_width_double, "fp32": self.device.native_vector_width_float,
-                  "fp16": self.device.native_vector_width_half}[spec.precision]
+                  "fp16": self.device.native_vector_width_half, "int32": self.device.native_vector_width_int,
+                  "int64": self.device.native_vector_width_long}[spec.precision]
         width = 1
         while width * 2 <= min(int(native or 1), 16):
             width *= 2
@@ -117,7 +119,9 @@ class OpenCLBackend:
         return group * 16 // math.gcd(group, 16)
 
     def supports(self, spec: KernelSpec) -> bool:
-        return self.precisions.get(spec.precision, False)
+        if is_integer(spec.precision):  # every OpenCL device has int and long (OpenCL C 1.0); no load-only sum
+            return spec.access == "rw" and not spec.mix
+        return self.precisions.get(spec.precision, False) and not spec.mix
 
     def _default_sizes(self) -> tuple[list[int], list[int]]:
         units = int(self.info["compute_units"])
@@ -170,10 +174,14 @@ class OpenCLBackend:
 
     # -- the protocol -------------------------------------------------------------
     def build_options(self, spec: KernelSpec) -> list[str]:
-        return [f"-DERT_BITS={BITS[spec.precision]}", f"-DERT_VW={self.vector_width(spec)}",
-                f"-DERT_CHAINS={self.chains}", f"-DERT_FMA_OPS={spec.fma_ops_per_element}",
-                f"-DERT_FMA={int(spec.fma)}", f"-DERT_FMA_BUILTIN={int(self.builtin_fma)}",
-                f"-DERT_CONTIGUOUS={int(self.contiguous)}"]
+        options = [f"-DERT_BITS={BITS[spec.precision]}", f"-DERT_VW={self.vector_width(spec)}",
+                   f"-DERT_CHAINS={self.chains}", f"-DERT_FMA_OPS={spec.fma_ops_per_element}",
+                   f"-DERT_FMA={int(spec.fma)}", f"-DERT_FMA_BUILTIN={int(self.builtin_fma)}",
+                   f"-DERT_CONTIGUOUS={int(self.contiguous)}"]
+        if is_integer(spec.precision):
+            options += ["-DERT_INT=1", f"-DERT_ADD_OPS={spec.add_ops_per_element}",
+                        f"-DERT_ASM_BARRIER={int(self.builtin_fma)}"]  # clang-based (PoCL)
+        return options
 
     def kernel_work_group_size(self, spec: KernelSpec) -> int:
         """CL_KERNEL_WORK_GROUP_SIZE of the built kernel for ``spec`` (at most the device's maximum)."""
@@ -189,7 +197,8 @@ class OpenCLBackend:
             # A failed build is one line naming the device and the log's first error (ErtError).
             _PROGRAMS[key] = build_program(self.context, self.device, self._source, options,
                                            what=f"{KERNEL_FILE} ({' '.join(options)})")
-        if not spec.fma and spec.fma_ops_per_element and spec.precision not in self.contract:
+        if not spec.fma and spec.fma_ops_per_element and spec.precision not in self.contract \
+                and not is_integer(spec.precision):
             self._check_contract(spec, _PROGRAMS[key])
         return _PROGRAMS[key]
 
@@ -236,8 +245,10 @@ class OpenCLBackend:
             self._kernel.set_args(buf, sums, np.uint64(self._n_vectors), np.uint64(0))
         else:
             self._kernel = cl.Kernel(program, "ert_rw")
+            integer = is_integer(spec.precision)
             self._kernel.set_args(buf, np.uint64(self._n_vectors), np.uint64(0), np.uint64(0),
-                                  np.float32(A), np.float32(C))
+                                  np.int64(A_INT) if integer else np.float32(A),
+                                  np.int64(C_INT) if integer else np.float32(C))
         # Zero trials: some drivers (PoCL) compile the work-group function for
         # a local size at its first launch; that, and first touch of the
         # buffer, must not fall in a timed region.
@@ -275,9 +286,16 @@ class OpenCLBackend:
         for start in range(0, self._n, chunk):
             part = host[:min(chunk, self._n - start)]
             self._cl.enqueue_copy(self.queue, part, self._buf, src_offset=start * dtype.itemsize).wait()
-            err, i = rw_errors(part, first_element=start, expected16=expected16)
+            if is_integer(spec.precision):  # exact: every element equals the replay
+                idx = (np.arange(part.size, dtype=np.int64) + start) % 16
+                wrong = np.flatnonzero(part != expected16[idx])
+                err, i = (float("inf"), int(wrong[0])) if wrong.size else (0.0, 0)
+            else:
+                err, i = rw_errors(part, first_element=start, expected16=expected16)
             if err > worst or worst_at < 0:
                 worst, worst_at = err, start + i
+            if worst == float("inf"):
+                break
         return verdict(error=worst, tolerance=rw_tolerance(spec), what=f"element {worst_at}",
                        got=self._read_one(worst_at, dtype), expected=expected16[worst_at % 16],
                        trials=self._trials_done)
@@ -327,7 +345,7 @@ class OpenCLBackend:
             bad, target, index = np.array([12345.0], dtype=dtype), self._sums, 2 * (self._global // 2)
         else:
             dtype = np.dtype(HOST_DTYPE[self._spec.precision])
-            bad, target, index = np.array([3.0], dtype=dtype), self._buf, self._n // 2 + 5
+            bad, target, index = np.array([3], dtype=dtype), self._buf, self._n // 2 + 5
         self._cl.enqueue_copy(self.queue, target, bad, dst_offset=index * dtype.itemsize).wait()
 
     def close(self) -> None:
@@ -336,6 +354,49 @@ class OpenCLBackend:
                 getattr(self, attr).release()
                 setattr(self, attr, None)
         self.queue.finish()
+
+    # -- link levels (issue 15) ------------------------------------------------------
+    def transfer_levels(self, sizes: list[int], *, min_seconds: float, repeats: int, emit,
+                        skip=frozenset(), noise_threshold: float = 0.10) -> int:
+        """Measure link-h2d, link-d2h and link-bidir (variants ``copy`` and ``mapped``) at every size.
+
+        ``repeats`` timed samples per size (the config's timing.repeats), each of
+        as many transfers as last ``min_seconds``; ``emit`` gets each record as
+        it is measured, smallest size first; ids in ``skip`` are not measured.
+        Returns the number of records emitted.  See ert.backends.opencl_links.
+        """
+        from ert.backends import links, opencl_links
+
+        sizes = sorted({int(s) for s in sizes})
+        if not sizes:
+            return 0
+        todo = [s for s in sizes
+                if any(links.record_id(level, variant, s) not in skip
+                       for level in ("link-h2d", "link-d2h", "link-bidir") for variant in ("copy", "mapped"))]
+        self._link_max_bytes = max(sizes)
+        if not todo:
+            return 0
+        if max(todo) > self.info["max_alloc_bytes"]:
+            raise ErtError(f"a {max(todo)} byte transfer exceeds the largest buffer OpenCL device "
+                           f"{self.info['device']!r} allocates ({self.info['max_alloc_bytes']} bytes)",
+                           key="links.max_bytes")
+        sweep = opencl_links.OpenCLLinks(cl=self._cl, context=self.context, device=self.device,
+                                         max_bytes=max(todo))
+        try:
+            return links.measure_transfers(sweep.transfers(), todo, min_seconds=min_seconds, samples=repeats,
+                                           emit=emit, skip=skip, noise_threshold=noise_threshold)
+        finally:
+            sweep.close()
+
+    def link_rated(self) -> dict[str, dict]:
+        """level -> {"gbytes_per_s": value or None, "derivation": text}: PCIe from sysfs on a GPU; on a CPU
+        device no rated value, with this host's numpy memory copy rate beside it (``reference``)."""
+        from ert.backends import links, opencl_links
+
+        if self.kind == "cpu" and self._link_reference is None:
+            size = min(getattr(self, "_link_max_bytes", 0) or (64 << 20), 256 << 20)
+            self._link_reference = links.host_copy_reference(size)
+        return opencl_links.link_rated(self.device, reference=self._link_reference)
 
     # -- metadata -------------------------------------------------------------------
     def describe(self) -> dict:
@@ -353,7 +414,8 @@ class OpenCLBackend:
             "timing": "OpenCL profiling events (end - start) of one launch per timed region; trials in-kernel",
             "layout": "contiguous" if self.contiguous else "interleaved",
             "chains": self.chains,
-            "vector_width": {p: self.vector_width(KernelSpec(p, 1, False)) for p in BITS if self.precisions[p]},
+            "vector_width": {p: self.vector_width(KernelSpec(p, 1, False)) for p in BITS
+                             if self.supports(KernelSpec(p, 1, False))},
             "build_options": " ".join(o for o in self.build_options(example)
                                       if not o.startswith(("-DERT_BITS", "-DERT_VW", "-DERT_FMA_OPS", "-DERT_FMA="))),
             "build_options_per_kernel": "-DERT_BITS, -DERT_VW, -DERT_FMA_OPS, -DERT_FMA from the kernel variant",

@@ -34,6 +34,9 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="device of the opencl backend: gpu|cpu|accelerator, an index, PLATFORM:DEVICE "
                         "(index or name substring), or a name substring; of the cuda backend: a GPU index. "
                         "Default: the rank's index on its node picks among the matching devices")
+    p.add_argument("--levels", metavar="NAME[,NAME...]", type=_level_names,
+                   help="what to measure (overrides the config's levels): memory (the sweep), links "
+                        "(host<->device copies, device backends), network (MPI, 2+ ranks); e.g. links,network")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
 
 
@@ -55,6 +58,19 @@ def _thread_counts(text: str):
     if len(set(parts)) != len(parts):
         raise argparse.ArgumentTypeError(f"thread counts repeat: {text!r}")
     return sorted(parts)
+
+
+def _level_names(text: str) -> list[str]:
+    from ert.config import LEVEL_GROUPS
+
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in LEVEL_GROUPS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown level {unknown[0] if unknown else text!r} "
+                                         f"(known: {', '.join(LEVEL_GROUPS)})")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"levels repeat: {text!r}")
+    return names
 
 
 def _positive_seconds(text: str) -> float:
@@ -138,6 +154,9 @@ def _resumed_run(args):
     if args.device:
         raise ErtError("a resume runs on the run's own device (see its config.yaml)", path=run_dir,
                        key="--device")
+    if args.levels and args.levels != cfg.levels:
+        raise ErtError(f"the run measures levels {','.join(cfg.levels)}; a resume cannot change that",
+                       path=run_dir, key="--levels")
     if args.sustain and args.sustain != cfg.sustain_seconds:
         raise ErtError(f"the run's sustain time is {cfg.sustain_seconds}; a resume cannot change that",
                        path=run_dir, key="--sustain")
@@ -157,7 +176,7 @@ def _new_run(args, comm, placement):
         counts = args.threads if isinstance(args.threads, list) else None
         data.update(threads=max(counts) if counts else args.threads, thread_counts=counts)
     cfg = config_mod.with_overrides(config_mod.from_dict(data, source="command line"), backend=args.backend,
-                                    sustain_seconds=args.sustain)
+                                    sustain_seconds=args.sustain, levels=args.levels)
     cfg = select.resolve(cfg, source=source, backend_flag=bool(args.backend), placement=placement)
     if args.device:
         cfg = select.with_device(cfg, args.device)
@@ -200,7 +219,7 @@ def cmd_run(args) -> int:
 def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None) -> int:
     """One run, stage by stage: backend, plan, run directory, measuring, analysis and report."""
     cfg, backend, skipped_warning = _open_backend(cfg, run_dir, comm=comm, resume=resume)
-    points = _plan(cfg, backend, comm=comm)
+    points = _plan(cfg, backend, comm=comm) if "memory" in cfg.levels else []
     rank_warnings = _rank_warnings(backend, skipped_warning, comm=comm, placement=placement)
     header = None if resume else _start_run_dir(cfg, run_dir, backend, comm=comm, placement=placement,
                                                   rank_warnings=rank_warnings, planned_points=len(points))
@@ -267,8 +286,15 @@ def _start_run_dir(cfg, run_dir: Path, backend, *, comm, placement, rank_warning
     """The header of a new run (collective); rank 0 creates the directory with the resolved config."""
     from ert.measure import rundir
 
+    from ert.measure.transfers import header_metadata
+
     header = rundir.header(cfg, backend_info=backend.describe(), comm=comm, placement=placement,
                            rank_warnings=rank_warnings, planned_points=planned_points)
+    extra = header_metadata(cfg, backend, comm)  # link rated values, nodes and NICs (collective)
+    if "link_rated" in extra:
+        header["metadata"]["backend_info"] = {**header["metadata"].get("backend_info", {}),
+                                              "link_rated": extra.pop("link_rated")}
+    header["metadata"].update(extra)
     if comm.rank == 0:
         rundir.create(run_dir, cfg)
     return header
@@ -299,6 +325,11 @@ def _measure(cfg, points, run_dir: Path, backend, header, *, comm, quiet: bool):
     else:
         result = run_sweep(config=cfg, points=points, run_dir=run_dir, backend=backend, comm=comm,
                            header=header, progress=progress)
+    if not result.interrupted:
+        from ert.measure.transfers import run_transfers
+
+        # Links and the network, after the sweep and the sustained holds; resumable like them.
+        result.interrupted = run_transfers(cfg=cfg, run_dir=run_dir, backend=backend, comm=comm, progress=progress)
     backend.close()
     return result
 

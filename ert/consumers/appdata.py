@@ -34,6 +34,11 @@ LEVEL_METRICS = {
     "DRAM": [["dram__bytes.sum"], ["dram__bytes_read.sum", "dram__bytes_write.sum"],
              ["dram__bytes_op_read.sum", "dram__bytes_op_write.sum"],  # ncu 2026
              ["dram__sectors_read.sum", "dram__sectors_write.sum"]],
+    # System (host) memory reached through L2 (NERSC's hierarchical-roofline metric list); bytes are
+    # 32-byte sectors.  Placed at the host link roof (ert-run's link-h2d level) by `ert profile`.
+    "SYSMEM": [["lts__t_sectors_aperture_sysmem.sum"],
+               ["lts__t_sectors_aperture_sysmem_op_read.sum", "lts__t_sectors_aperture_sysmem_op_write.sum"],
+               ["lts__t_sectors_aperture_sysmem.op_read.sum", "lts__t_sectors_aperture_sysmem.op_write.sum"]],
 }
 # Tensor-pipe instructions (warp-level) by sub-pipe: the metric names ncu uses (Ampere+: _op_;
 # Hopper/Blackwell sections also show _subpipe_), and the key the FLOPs are kept under.
@@ -255,7 +260,7 @@ def read_ncu_files(files) -> list[KernelData]:
     return out
 
 
-_BYTE_PREFIXES = ("dram__bytes", "dram__sectors_read", "dram__sectors_write", "lts__t_bytes", "lts__t_sectors",
+_BYTE_PREFIXES = ("lts__t_sectors_aperture_sysmem", "dram__bytes", "dram__sectors_read", "dram__sectors_write", "lts__t_bytes", "lts__t_sectors",
                   "l1tex__t_bytes", "l1tex__t_sectors", "dram__bytes_op_read", "dram__bytes_op_write")
 
 
@@ -379,6 +384,8 @@ def _bytes_of(metrics: dict, name: str, where: str, path, seconds: float) -> dic
         for names in alternatives:
             values = [_metric(metrics, m, kinds=("byte", "sector", "count"), path=path) for m in names]
             if all(v is not None for v in values):
+                if level == "SYSMEM" and not sum(values):
+                    break  # no host-memory traffic: not a level of this kernel
                 out[level] = sum(values) * (SECTOR_BYTES if "sectors" in names[0] else 1)
                 break
     if "DRAM" not in out:

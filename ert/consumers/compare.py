@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from ert.consumers import roofs as roofs_mod
@@ -41,28 +40,39 @@ def _rows(docs: list[dict]) -> list[Row]:
     n = len(docs)
     for i, doc in enumerate(docs):
         for e in doc["ceilings"]["memory"]:
+            if e.get("kind") is not None:
+                # Links, peers, the network (schema 1.6): paired by level and variant across machines.
+                key = ("transfer", e["level"], str(e.get("variant", "")))
+                label = f"{e['level']} {e.get('variant', '')}".strip()
+                row = rows.setdefault(key, Row("transfer", key, label, "GB/s", [None] * n, [None] * n))
+                row.values[i] = float(e["gbytes_per_s"])
+                if isinstance(e.get("latency_us"), (int, float)):
+                    lat_key = ("transfer-latency", e["level"], str(e.get("variant", "")))
+                    lat = rows.setdefault(lat_key, Row("transfer-latency", lat_key, f"{label} latency", "us",
+                                                       [None] * n, [None] * n))
+                    lat.values[i] = float(e["latency_us"])
+                continue
             key = ("memory",) + _memory_key(e)
             label = f"{e['level']} {roofs_mod.basis_label(e.get('precision'), e.get('access'))}"
             row = rows.setdefault(key, Row("memory", key, label, "GB/s", [None] * n, [None] * n))
             row.values[i] = float(e["gbytes_per_s"])
             row.wss[i] = tuple(e["wss_bytes"])
         for e in doc["ceilings"]["compute"]:
-            # Paired by precision, FMA, pipe (vector or tensor, schema 1.5) and mix: a tensor or mix
-            # roof is never set beside a vector one.
-            pipe, mix = e.get("pipe", "vector"), e.get("mix")
-            mix_name = None if not mix else (mix if isinstance(mix, str) else json.dumps(mix, sort_keys=True))
-            key = ("compute", e["precision"], bool(e["fma"])) + ((pipe, mix_name) if pipe != "vector" or mix else ())
+            key = ("compute", e["precision"], bool(e["fma"]))
+            # Schema 1.4: the integer add roof and the measured mixes are rows of their own; schema 1.5:
+            # so are tensor roofs, never set beside the vector roof of their precision.
+            key += ((e["mix"],) if e.get("mix") else (("add",) if e.get("op") == "add" else ()))
+            key += ("tensor",) if e.get("pipe") == "tensor" else ()
             integer = e.get("unit") == "GIOP/s" or e["precision"] in ("int32", "int64")
-            if pipe == "tensor":
+            if e.get("pipe") == "tensor":
                 shape = f" {e['mma_shape']}" if e.get("mma_shape") else ""
                 acc = f", {e['accumulate']} accumulate" if e.get("accumulate") else ""
                 label = f"{e['precision']} tensor{shape}{acc} peak"
-            elif mix:
-                label = f"{e['precision']} mix {mix_name} peak"
             else:
-                label = (f"{e['precision']} multiply-add peak" if integer
+                label = (f"{e['precision']} {e['mix']} mix peak" if e.get("mix")
+                         else f"{e['precision']} {'add' if e.get('op') == 'add' else 'multiply-add'} peak" if integer
                          else f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak")
-            unit = str(e.get("unit") or ("GIOP/s" if integer else "GFLOP/s"))
+            unit = e.get("unit") or ("GIOP/s" if integer else "GFLOP/s")
             row = rows.setdefault(key, Row("compute", key, label, unit, [None] * n, [None] * n))
             row.values[i] = float(e["gflops_per_s"])
     # Memory by precision, access, then level order within the first file that has it; compute last.
@@ -72,7 +82,12 @@ def _rows(docs: list[dict]) -> list[Row]:
             level_rank.setdefault(e["level"], len(level_rank))
     prec = {p: i for i, p in enumerate(roofs_mod.PRECISIONS)}
 
+    transfer_rank = {"link-h2d": 0, "link-d2h": 1, "link-bidir": 2, "peer-d2d": 3, "net-intra-node": 4,
+                     "net-inter-node": 5, "net-injection": 6}
+
     def order(row: Row):
+        if row.kind in ("transfer", "transfer-latency"):
+            return (2, transfer_rank.get(row.key[1], 9), row.key[1], row.key[2], row.kind)
         if row.kind == "memory":
             _, p, a, level = row.key
             return (0, prec.get(p, 9), a != "rw", level_rank.get(level, 99))  # ERT's read+write first
@@ -86,7 +101,7 @@ def mismatches(docs: list[dict], labels: list[str], rows: list[Row]) -> list[str
     """Everything that could not be paired, and pairs that may not be like for like."""
     notes = []
     for row in rows:
-        if not row.paired:
+        if not row.paired and row.kind != "transfer-latency":  # its GB/s row says it already
             have = [labels[i] for i, v in enumerate(row.values) if v is not None]
             lack = [labels[i] for i, v in enumerate(row.values) if v is None]
             notes.append(f"{row.label}: only in {', '.join(have)} (missing in {', '.join(lack)}); "
@@ -163,7 +178,7 @@ def plot_comparison(docs: list[dict], labels: list[str], out_path) -> None:
     from ert.consumers.plot import _pyplot, save_figure
 
     plt = _pyplot()
-    rows = [r for r in _rows(docs) if r.paired]
+    rows = [r for r in _rows(docs) if r.paired and r.kind != "transfer-latency"]  # bars: higher is better
     if not rows:
         from ert.errors import ErtError
 

@@ -172,12 +172,21 @@ CSV_COLUMNS = ("kind", "name", "level", "precision", "access", "fma", "value", "
 
 
 def to_csv(doc: dict) -> str:
-    """One row per ceiling, memory then compute, every precision and access pattern."""
+    """One row per ceiling, memory then compute, every precision and access pattern.
+
+    Link, peer and network levels (schema 1.6) are rows of their own kind; ERT's roofline.json and NERSC's
+    data file have no place for them and leave them out.
+    """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for e in doc["ceilings"]["memory"]:
         low, high = e["wss_bytes"]
+        if e.get("kind") is not None:
+            # Links, peers, the network (schema 1.6): kind link/peer/network, value GB/s, sizes as the range.
+            writer.writerow([e["kind"], f"{e['level']} {e.get('variant', '')}".strip(), e["level"], "", "", "",
+                             e["gbytes_per_s"], "GB/s", e["spread"], low, high, "", e["n_points"]])
+            continue
         name = f"{e['level']} {roofs_mod.basis_label(e.get('precision'), e.get('access'))}"
         writer.writerow(["memory", name, e["level"], e.get("precision", ""), e.get("access", ""), "",
                          e["gbytes_per_s"], "GB/s", e["spread"], low, high, e.get("flops_per_element", 1),

@@ -88,13 +88,15 @@ def plot_roofline(doc: dict, out_path, *, kernels=None, precision: str = "fp64",
     fig, ax = _log_axes(plt, box)
     _draw_memory_roofs(ax, plt.get_cmap("autumn"), r, box)
     _label_memory_roofs(ax, r.mem, box)
+    _draw_transfer_roofs(ax, plt.get_cmap("winter"), r, box)
     _draw_compute_roofs(ax, r, box)
     _label_compute_roofs(ax, _compute_labels(r.comp), r.fastest, box)
     _draw_ridges(ax, r)
     _draw_kernels(ax, profiles)
     _draw_extra_roofs(ax, r, box)
     fig.suptitle(f"Roofline: {roofs_mod.machine_label(doc)}", fontsize=12)
-    ax.set_title(f"memory roofs: {r.basis} bandwidth per level; compute roofs: FMA solid, no-FMA dashed",
+    links = "; link/peer/network roofs: blue, dash-dotted" if r.transfers else ""
+    ax.set_title(f"memory roofs: {r.basis} bandwidth per level; compute roofs: FMA solid, no-FMA dashed{links}",
                  fontsize=9, color="dimgray")
     save_figure(fig, out_path)
 
@@ -111,6 +113,7 @@ class _Roofs:
     fastest: float  # the highest memory roof, GB/s
     ridges: list[float]  # where each memory roof meets the ridge roof, FLOP/byte
     extra: tuple = ()  # the integer, tensor and mix roofs drawn (EXTRA_PER_GROUP at most per group)
+    transfers: list = ()  # link, peer and network roofs (schema 1.6): FLOP per byte that crosses them
 
 
 @dataclass(frozen=True)
@@ -134,14 +137,15 @@ def _roofline_roofs(doc: dict, *, precision: str, access: str) -> _Roofs:
     return _Roofs(mem=mem, basis=basis, comp=comp, ridge_roof=ridge_roof,
                   top=max([r.gflops_per_s for r in comp] + [e.value for e in extra]),
                   fastest=max(r.gbytes_per_s for r in mem),
-                  ridges=[ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem], extra=tuple(extra))
+                  ridges=[ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem], extra=tuple(extra),
+                  transfers=roofs_mod.transfer_roofs(doc))
 
 
 # Extra roofs (integer, tensor, mix) drawn per group, the fastest first: the chart stays readable.
 EXTRA_PER_GROUP = 3
 EXTRA_STYLES = {  # group: (colours, line style, legend title)
     "tensor": (("#b2182b", "#d6604d", "#f4a582"), (0, (8, 2, 2, 2)), "tensor cores (GFLOP/s)"),
-    "integer": (("#1b7837", "#5aae61", "#a6dba0"), (0, (1, 2)), "integer multiply-add (GIOP/s)"),
+    "integer": (("#1b7837", "#5aae61", "#a6dba0"), (0, (1, 2)), "integer (GIOP/s)"),
     "mix": (("#636363", "#969696", "#bdbdbd"), (0, (3, 1, 1, 1, 1, 1)), "measured mixes"),
 }
 
@@ -186,7 +190,8 @@ def _roofline_box(r: _Roofs, profiles) -> _Box:
     app_y = [p.results[0].gflops_per_s for p in profiles]
     xmin = _decade_below(min([min(r.ridges) / 30] + [x / 3 for x in app_x]))
     xmax = _decade_above(max([max(r.ridges) * 30] + [x * 3 for x in app_x]))
-    ymin = _decade_below(min([min(m.gbytes_per_s for m in r.mem) * xmin * 2] + [y / 3 for y in app_y]))
+    lowest = min([m.gbytes_per_s for m in r.mem] + [t.gbytes_per_s for t in r.transfers])
+    ymin = _decade_below(min([lowest * xmin * 2] + [y / 3 for y in app_y]))
     ymax = max([r.top * 3] + [y * 3 for y in app_y])
     return _Box(xmin, xmax, ymin, ymax)
 
@@ -213,6 +218,23 @@ def _draw_memory_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
         color = cmap(0.75 * i / max(len(r.mem) - 1, 1))
         ax.plot([box.xmin, x_end], [roof.gbytes_per_s * box.xmin, r.top], color=color, linewidth=2,
                 solid_capstyle="butt")
+
+
+def _draw_transfer_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
+    """Links, peers and the network (schema 1.6): slanted like memory roofs -- the bound is FLOPs per byte that
+    crosses the link times its bandwidth -- but dash-dotted, in blues, each labelled at its right end."""
+    for i, roof in enumerate(sorted(r.transfers, key=lambda t: -t.gbytes_per_s)):
+        x_end = min(box.xmax, r.top / roof.gbytes_per_s)
+        color = cmap(0.85 * i / max(len(r.transfers) - 1, 1))
+        ax.plot([box.xmin, x_end], [roof.gbytes_per_s * box.xmin, roof.gbytes_per_s * x_end], color=color,
+                linewidth=1.6, linestyle="-.", solid_capstyle="butt")
+        x_label = x_end / (3.0 * (1.6 ** (i % 4)))
+        if roof.gbytes_per_s * x_label > box.ymin:
+            angle = _slope_angle(ax, box.xmin, roof.gbytes_per_s * box.xmin, box.xmax, roof.gbytes_per_s * box.xmax)
+            ax.annotate(f"{roof.name} {_fmt_rate(roof.gbytes_per_s)} GB/s", (x_label, roof.gbytes_per_s * x_label),
+                        xytext=(4, -4), textcoords="offset points", rotation=angle, rotation_mode="anchor",
+                        fontsize=8, color=color, ha="left", va="top",
+                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.2})
 
 
 def _near_roofs(mem: list, ratio: float) -> list[list]:

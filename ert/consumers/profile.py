@@ -83,8 +83,19 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
         levels = []
         for level, nbytes in kernel.bytes.items():
             roof = roofs_mod.match_level(level, mem_roofs)
+            if level.strip().upper() in roofs_mod.SYSTEM_MEMORY_ALIASES:
+                link = roofs_mod.system_memory_roof(doc)
+                roof = roofs_mod.MemoryRoof(level=link.name, gbytes_per_s=link.gbytes_per_s, precision=None,
+                                            access=None, wss_bytes=(0, 0), spread=link.spread) if link else None
+                if link is not None:
+                    notes.append(f"{level} bytes (Nsight Compute lts__t_sectors_aperture_sysmem: L2 sectors to "
+                                 f"and from host memory) are bound by the host link roof {link.name}")
+                else:
+                    notes.append(f"no host link level (link-h2d) in the ceilings file: {level} bytes do not "
+                                 f"bound this kernel here (measure one with ert-run --levels links on the GPU)")
+                    roof = None
             ai = flops / nbytes
-            if roof is None:
+            if roof is None and level.strip().upper() not in roofs_mod.SYSTEM_MEMORY_ALIASES:
                 notes.append(f"no {level} ceiling in the ceilings file: {level} bytes do not bound this kernel here")
             levels.append(LevelResult(level=level, bytes=nbytes, ai_flops_per_byte=ai,
                                       roof_level=roof.level if roof else None,

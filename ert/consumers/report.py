@@ -103,7 +103,63 @@ def _header(meta: dict) -> list[str]:
     return lines
 
 
+def is_transfer_entry(e: dict) -> bool:
+    """A link, peer or network level (schema 1.6: an entry with a ``kind``), not a memory level."""
+    return isinstance(e, dict) and e.get("kind") is not None
+
+
+def _transfer_section(entries: list[dict]) -> list[str]:
+    """Links and network: one row per (level, variant) with its plateau, latency, sizes, rated ratio and pairs."""
+    if not entries:
+        return []
+    rows = []
+    for e in entries:
+        rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
+        ratio = rated.get("ratio")
+        latency = e.get("latency_us")
+        pairs = e.get("pairs") or []
+        rows.append([
+            str(e.get("level", _MISSING)),
+            str(e.get("kind", _MISSING)),
+            str(e.get("variant", _MISSING)),
+            format_rate(e["gbytes_per_s"]) if "gbytes_per_s" in e else _MISSING,
+            _format_spread(e.get("spread")),
+            f"{latency:.2f}" if isinstance(latency, (int, float)) else _MISSING,
+            _format_wss_range(e.get("wss_bytes")),
+            _format_count(e.get("n_points")),
+            f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING,
+            ",".join(f"{a}-{b}" for a, b in pairs[:4]) + (" ..." if len(pairs) > 4 else "") or _MISSING,
+        ])
+    lines = ["Links and network (plateau of the largest transfers; latency at the smallest)"]
+    lines += _table(["level", "kind", "variant", "GB/s", "spread", "latency us", "sizes", "points", "of rated",
+                     "pairs"], rows, [False, False, False, True, True, True, False, True, True, False])
+    # Notes (what carried the bytes, the rated value's derivation, a peer matrix), each text once with the
+    # levels it applies to.
+    grouped: dict[str, list[str]] = {}
+    for e in entries:
+        notes = [str(e[k]) for k in ("transport",) if e.get(k)]
+        rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
+        if rated.get("derivation"):
+            notes.append(f"rated: {rated['derivation']}" if rated.get("ratio") is not None
+                         else str(rated["derivation"]))
+        if e.get("cuda_aware"):
+            notes.append("CUDA-aware MPI (device buffers)")
+        matrix = e.get("matrix")
+        if isinstance(matrix, dict) and matrix.get("devices"):
+            grid = matrix.get("gbytes_per_s") or []
+            cells = "; ".join(f"{matrix['devices'][i]}->{matrix['devices'][j]} {format_rate(v)}"
+                              for i, row in enumerate(grid) for j, v in enumerate(row)
+                              if isinstance(v, (int, float)))
+            notes.append(f"pairs GB/s: {cells}")
+        for note in notes:
+            grouped.setdefault(note, []).append(f"{e.get('level')} {e.get('variant', '')}".strip())
+    for note, names in grouped.items():
+        lines.append(f"  {', '.join(names)}: {note}")
+    return lines
+
+
 def _memory_sections(entries: list[dict]) -> list[str]:
+    entries = [e for e in entries if not is_transfer_entry(e)]
     if not entries:
         return ["Memory bandwidth: none measured"]
     # Read+write first (the ERT kernel, the usual roofline), then read-only;
@@ -145,15 +201,18 @@ def _is_int_entry(e: dict) -> bool:
 
 
 def _unit(e: dict) -> str:
+    if e.get("unit") == "GOP/s":
+        return "GOP/s"
     return "GIOP/s" if _is_int_entry(e) else "GFLOP/s"
 
 
 def _compute_section(entries: list[dict]) -> list[str]:
     if not entries:
         return ["Compute: none measured"]
-    ints = [e for e in entries if _is_int_entry(e)]
+    mixes = [e for e in entries if e.get("mix")]
     tensor = [e for e in entries if e.get("pipe") == "tensor"]
-    entries = [e for e in entries if not _is_int_entry(e) and e.get("pipe") != "tensor"]
+    ints = [e for e in entries if _is_int_entry(e) and not e.get("mix")]
+    entries = [e for e in entries if not _is_int_entry(e) and not e.get("mix") and e.get("pipe") != "tensor"]
     lines = _float_compute_section(entries) if entries else []
     if tensor:
         rows = [[str(e.get("precision", _MISSING)), str(e.get("input_type", _MISSING)),
@@ -165,12 +224,19 @@ def _compute_section(entries: list[dict]) -> list[str]:
         lines += _table(["precision", "input", "accumulate", "shape", "GFLOP/s", "spread", "FLOPs/MMA", "noisy"],
                         rows, [False, False, False, False, True, True, True, False])
     if ints:
-        rows = [[str(e.get("precision", _MISSING)), format_rate(e.get("gflops_per_s")), _format_spread(e.get("spread")),
+        rows = [[f"{e.get('precision', _MISSING)} {'add' if e.get('op') == 'add' else 'multiply-add'}", format_rate(e.get("gflops_per_s")), _format_spread(e.get("spread")),
                  _format_count(e.get("flops_per_element")), _format_bytes(e.get("wss_bytes")),
                  _format_flag(e.get("noisy"))] for e in ints]
-        lines += ([""] if lines else []) + ["Integer compute (multiply-add, wrapping; a multiply and an add are 2 ops)"]
-        lines += _table(["precision", "GIOP/s", "spread", "ops/element", "working set", "noisy"], rows,
+        lines += ([""] if lines else []) + ["Integer compute (wrapping; a multiply and an add are 2 ops, an add 1)"]
+        lines += _table(["kernel", "GIOP/s", "spread", "ops/element", "working set", "noisy"], rows,
                         [False, True, True, True, False, False])
+    if mixes:
+        rows = [[f"{e.get('precision', _MISSING)} {e.get('mix')}", str(e.get("mix_ratio", _MISSING)),
+                 format_rate(e.get("gflops_per_s")), _unit(e), _format_spread(e.get("spread")),
+                 _format_bytes(e.get("wss_bytes")), _format_flag(e.get("noisy"))] for e in mixes]
+        lines += ([""] if lines else []) + ["Measured mixes (every operation of both halves counted)"]
+        lines += _table(["mix", "ratio", "rate", "unit", "spread", "working set", "noisy"], rows,
+                        [False, False, True, False, True, False, False])
     return lines
 
 
@@ -195,6 +261,8 @@ def _float_compute_section(entries: list[dict]) -> list[str]:
 
 
 def _memory_name(e: dict) -> str:
+    if is_transfer_entry(e):
+        return f"{e.get('level', _MISSING)} {e.get('variant', '')}".strip()
     access = {"rw": "read+write", "ro": "read-only"}.get(e.get("access", ""), e.get("access", ""))
     return " ".join(str(x) for x in (e.get("precision", ""), access, e.get("level", _MISSING)) if x)
 
@@ -202,8 +270,10 @@ def _memory_name(e: dict) -> str:
 def _compute_name(e: dict) -> str:
     if e.get("pipe") == "tensor":
         return f"{e.get('precision', _MISSING)} tensor peak"
+    if e.get("mix"):
+        return f"{e.get('precision', _MISSING)} {e['mix']} mix peak"
     if _is_int_entry(e):
-        return f"{e.get('precision', _MISSING)} multiply-add peak"
+        return f"{e.get('precision', _MISSING)} {'add' if e.get('op') == 'add' else 'multiply-add'} peak"
     return f"{e.get('precision', _MISSING)} {'FMA' if e.get('fma') else 'no-FMA'} peak"
 
 
@@ -322,6 +392,9 @@ def format_ceilings(doc: dict) -> str:
     lines = _header(doc.get("metadata", {}))
     lines.append("")
     lines += _memory_sections(ceilings.get("memory", []))
+    transfers = _transfer_section([e for e in ceilings.get("memory", []) if is_transfer_entry(e)])
+    if transfers:
+        lines += [""] + transfers
     lines.append("")
     lines += _compute_section(ceilings.get("compute", []))
     for extra in (_rated_section(doc), _sustained_section(ceilings), _scaling_section(doc.get("scaling"))):
@@ -339,4 +412,4 @@ def format_ceilings(doc: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["format_ceilings", "human_bytes", "format_rate"]
+__all__ = ["format_ceilings", "human_bytes", "format_rate", "is_transfer_entry"]

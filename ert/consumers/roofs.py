@@ -11,7 +11,10 @@ PRECISIONS = ("fp64", "fp32", "fp16", "int32", "int64")
 ACCESS_NAMES = {"rw": "read+write", "ro": "read-only"}
 _CACHE_LEVEL_RE = re.compile(r"^L(\d+)[a-z]?$")
 # What an application profile calls the memory behind the last cache.
-MEMORY_ALIASES = ("DRAM", "HBM", "MEM", "MEMORY", "SYSMEM", "GDDR")
+MEMORY_ALIASES = ("DRAM", "HBM", "MEM", "MEMORY", "GDDR")
+# Bytes a GPU kernel moved to or from host memory (Nsight Compute's sysmem aperture) go over the host link.
+SYSTEM_MEMORY_ALIASES = ("SYSMEM", "SYSTEM", "HOST")
+TRANSFER_KINDS = ("link", "peer", "network")
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,41 @@ def basis_label(precision: str | None, access: str | None) -> str:
 
 
 def _memory_entries(doc: dict) -> list[dict]:
-    return list(doc.get("ceilings", {}).get("memory", []))
+    """Memory levels only: link, peer and network levels (schema 1.6, with a ``kind``) are not memory roofs."""
+    return [e for e in doc.get("ceilings", {}).get("memory", []) if e.get("kind") is None]
+
+
+@dataclass(frozen=True)
+class TransferRoof:
+    """A link, peer or network level (schema 1.6): a bandwidth roof for bytes that cross it."""
+
+    level: str
+    kind: str
+    variant: str
+    gbytes_per_s: float
+    latency_us: float | None
+    spread: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.level} {self.variant}".strip()
+
+
+def transfer_roofs(doc: dict, kinds: tuple[str, ...] = TRANSFER_KINDS) -> list[TransferRoof]:
+    """Every link, peer and network level of a ceilings document, in document order."""
+    out = []
+    for e in doc.get("ceilings", {}).get("memory", []):
+        if e.get("kind") in kinds:
+            out.append(TransferRoof(level=e["level"], kind=e["kind"], variant=str(e.get("variant", "")),
+                                    gbytes_per_s=float(e["gbytes_per_s"]), latency_us=e.get("latency_us"),
+                                    spread=float(e.get("spread", 0.0))))
+    return out
+
+
+def system_memory_roof(doc: dict) -> TransferRoof | None:
+    """The roof of a kernel's system-memory bytes: the fastest host-to-device link level (link-h2d)."""
+    links = [r for r in transfer_roofs(doc, ("link",)) if r.level == "link-h2d"]
+    return max(links, key=lambda r: r.gbytes_per_s) if links else None
 
 
 def memory_bases(doc: dict) -> list[tuple[str | None, str | None]]:
@@ -157,14 +194,13 @@ def _extra_of(entry: dict) -> ExtraRoof | None:
                            if x)
         return ExtraRoof("tensor", precision, value, "GFLOP/s",
                          f"{precision.upper()} tensor" + (f" ({detail})" if detail else ""), entry)
-    if entry.get("mix"):
-        mix = entry["mix"]
-        label = mix if isinstance(mix, str) else (mix.get("name") if isinstance(mix, dict) else None)
+    if entry.get("mix"):  # schema 1.4: fma+add (GFLOP/s), int32+fp32 / int64+fp64 (GOP/s)
         return ExtraRoof("mix", precision, value, str(entry.get("unit", "GFLOP/s")),
-                         f"{precision.upper()} mix {label or ''}".strip(), entry)
+                         f"{precision.upper()} {entry['mix']} mix", entry)
     if entry.get("unit") == "GIOP/s" or precision in ("int32", "int64"):
+        kind = "add" if entry.get("op") == "add" else "multiply-add"
         return ExtraRoof("integer", precision, float(entry.get("giops_per_s", value)), "GIOP/s",
-                         f"{precision.upper()} multiply-add", entry)
+                         f"{precision.upper()} {kind}", entry)
     return None
 
 
@@ -186,8 +222,13 @@ def tensor_roof(doc: dict, precision: str) -> ExtraRoof | None:
 
 
 def integer_roof(doc: dict, precision: str = "int32") -> ExtraRoof | None:
-    """The integer multiply-add roof of one precision (int32, int64)."""
-    return next((r for r in extra_roofs(doc) if r.group == "integer" and r.precision == precision), None)
+    """The integer roof of one precision (int32, int64): its multiply-add roof, else its add roof.
+
+    An integer instruction count is placed under the fastest of them: Nsight
+    Compute's integer count mixes adds, multiply-adds and logic, each one op.
+    """
+    roofs = [r for r in extra_roofs(doc) if r.group == "integer" and r.precision == precision]
+    return max(roofs, key=lambda r: r.value) if roofs else None
 
 
 def match_level(app_level: str, roofs: list[MemoryRoof]) -> MemoryRoof | None:

@@ -98,9 +98,9 @@ class AdaptivePlanner:
         groups: dict = defaultdict(list)
         for spec in grids:
             if spec.access == "rw" and spec.flops_per_element != fewest_rw.get(spec.precision):
-                groups[(spec.precision, spec.fma)].append(spec)
+                groups[(spec.precision, spec.fma, spec.op, spec.mix)].append(spec)
         self._compute = []
-        for key in sorted(groups, key=lambda k: (k[0] != "fp64", not k[1])):
+        for key in sorted(groups, key=lambda k: (k[0] != "fp64", not k[1], k[2:])):
             specs = sorted(groups[key], key=lambda s: s.flops_per_element)
             self._compute.append([(s, grids[s], self._nearest(grids[s], cache_resident_bytes)) for s in specs])
         self.planned: list[Point] = []

@@ -19,6 +19,7 @@ class SerialComm:
     local_rank = 0   # index of this rank among the ranks on its node
     local_size = 1   # ranks on this node
     name = "serial"
+    mpi = None       # the mpi4py communicator (None: no MPI)
 
     def barrier(self) -> None:
         pass
@@ -44,6 +45,7 @@ class MpiComm:
 
     def __init__(self, comm):
         self._comm = comm
+        self.mpi = comm  # point-to-point stages (ert.measure.transfers) use mpi4py directly
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         # Ranks that share this node's memory: their count and this rank's index

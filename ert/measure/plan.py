@@ -76,7 +76,15 @@ def kernel_specs(config: RunConfig) -> list[KernelSpec]:
             for flops in config.flops_per_element:
                 modes = [False] if flops == 1 or integer else config.fma_modes()
                 for fma in modes:
-                    specs.append(KernelSpec(precision, flops, fma, "rw"))
+                    if not (integer and flops > 1 and "madd" not in config.int_ops):
+                        specs.append(KernelSpec(precision, flops, fma, "rw"))
+                if integer and flops > 1 and "add" in config.int_ops:
+                    specs.append(KernelSpec(precision, flops, False, "rw", op="add"))
+                if precision in ("fp64", "fp32") and flops > 1:
+                    for mix in config.mixes:
+                        name = "fma+add" if mix == "fma+add" else ("int32+fp32" if precision == "fp32" else
+                                                                   "int64+fp64")
+                        specs.append(KernelSpec(precision, flops, True, "rw", mix=name))
     return sorted(set(specs), key=lambda s: (s.access != "rw", s.flops_per_element, s.precision != "fp64", not s.fma))
 
 

@@ -14,17 +14,39 @@ def supported_precisions(cfg, backend):
     from ert.config import with_overrides
     from ert.spec import KernelSpec
 
+    cfg, extra = _kernels_supported(cfg, backend)
     cfg, tensor_warning = _tensor_supported(cfg, backend)
+    extra = "; ".join(w for w in (extra, tensor_warning) if w) or None
     dropped = [p for p in cfg.precisions if not backend.supports(KernelSpec(p, 1, False))]
     if not dropped:
-        return cfg, tensor_warning
+        return cfg, extra
     why = "; ".join(backend.unsupported_reason(p) for p in dropped)
     if len(dropped) == len(cfg.precisions):
         raise ErtError(f"{why}, and nothing else was asked for; choose another backend, device or precision",
                        key="precisions")
-    warning = f"{why}: its {', '.join(dropped)} points are skipped"
+    note = f"{why}: its {', '.join(dropped)} points are skipped"
     return with_overrides(cfg, precisions=[p for p in cfg.precisions if p not in dropped]), \
-        "; ".join(w for w in (warning, tensor_warning) if w)
+        "; ".join(w for w in (extra, note) if w)
+
+
+def _kernels_supported(cfg, backend):
+    """(config without the mixes and integer add kernels the backend cannot run, a warning or None)."""
+    from ert.config import with_overrides
+    from ert.spec import KernelSpec
+
+    notes, changes = [], {}
+    supports_mix = getattr(backend, "supports_mix", None)
+    if cfg.mixes and supports_mix is None:
+        notes.append(f"backend {backend.name} runs no measured mixes: mixes {', '.join(cfg.mixes)} are skipped")
+        changes["mixes"] = []
+    ints = [p for p in cfg.precisions if p in ("int32", "int64") and backend.supports(KernelSpec(p, 1, False))]
+    if "add" in cfg.int_ops and ints and not all(backend.supports(KernelSpec(p, 2, False, op="add")) for p in ints):
+        notes.append(f"backend {backend.name} has no integer add-only kernel: int_ops add is skipped")
+        keep = [o for o in cfg.int_ops if o != "add"] or ["madd"]
+        changes["int_ops"] = keep
+    if not changes:
+        return cfg, None
+    return with_overrides(cfg, **changes), "; ".join(notes)
 
 
 def _tensor_supported(cfg, backend):

@@ -1,0 +1,419 @@
+"""CUDA host<->device link levels and peer GPU levels: copies on non-default streams timed by CUDA events.
+
+Levels ``link-h2d``, ``link-d2h`` and ``link-bidir`` (H2D and D2H on two
+streams at once), each from ``pinned`` (cudaHostAlloc through CuPy) and
+``pageable`` (numpy) host memory; where this process sees two or more GPUs,
+``peer-d2d`` between every ordered pair, variant ``p2p`` (peer access
+enabled: the copy goes GPU to GPU, over NVLink or PCIe) and ``staged`` (peer
+access disabled: the driver stages the copy through host memory).
+
+The classes ``CupyLinks`` / ``CupyTransfer`` / ``CupyPeerTransfer`` need a
+GPU; every decision (which transfers, the topology, the rated rates, NVLink
+counts) is host logic here, tested without one.  Never run on a GPU yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ert.backends import links
+
+LINK_LEVELS = ("link-h2d", "link-d2h", "link-bidir")
+HOST_VARIANTS = ("pinned", "pageable")
+PEER_VARIANTS = {"p2p": True, "staged": False}
+# cudaMemcpyKind
+HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2
+EVENTS = "CUDA events on the copy stream(s): first start to last end"
+
+
+# ----------------------------------------------------------------------------- host logic
+@dataclass
+class PeerTopology:
+    """What one process sees of its GPUs: their count, who can access whom, and the link between each pair.
+
+    ``link[a][b]`` is "NVLink", "PCIe" or "unknown"; ``nvlinks[a][b]`` the
+    NVLink count from a to b (0 where none) and ``nvlink_version`` the
+    version NVML reports (0 where unknown).  Built from the CUDA runtime and
+    NVML on a GPU machine (``read_topology``), or written out by a test.
+    """
+
+    devices: list[int]
+    can_access: list[list[bool]]
+    link: list[list[str]] = field(default_factory=list)
+    nvlinks: list[list[int]] = field(default_factory=list)
+    nvlink_version: int = 0
+
+    def __post_init__(self):
+        n = len(self.devices)
+        if len(self.can_access) != n or any(len(row) != n for row in self.can_access):
+            raise ValueError(f"can_access must be {n} x {n}")
+        if not self.link:
+            self.link = [["unknown"] * n for _ in range(n)]
+        if not self.nvlinks:
+            self.nvlinks = [[0] * n for _ in range(n)]
+
+
+def peer_plan(topology: PeerTopology) -> list[tuple[int, int, bool]]:
+    """(source, destination, peer access) for every ordered pair of distinct devices: peer access off for
+    every pair, and on where the source can access the destination; [] under two devices."""
+    plan = []
+    for a in topology.devices:
+        for b in topology.devices:
+            if a == b:
+                continue
+            plan.append((a, b, False))
+            ia, ib = topology.devices.index(a), topology.devices.index(b)
+            if topology.can_access[ia][ib]:
+                plan.append((a, b, True))
+    return plan
+
+
+def variant_of(peer_access: bool) -> str:
+    return "p2p" if peer_access else "staged"
+
+
+def peer_rated(topology: PeerTopology, *, host_rated: dict | None = None) -> dict:
+    """The rated ``peer-d2d`` rate: the best pair's NVLinks, else PCIe (the host link's per-direction rate).
+
+    Returns {"gbytes_per_s", "derivation", "pairs": [{"pair", "gbytes_per_s", "derivation"}, ...]}.
+    """
+    n = len(topology.devices)
+    pairs = []
+    for ia in range(n):
+        for ib in range(n):
+            if ia == ib:
+                continue
+            pair = [topology.devices[ia], topology.devices[ib]]
+            count = topology.nvlinks[ia][ib]
+            if count:
+                rated = links.nvlink_rated(version=topology.nvlink_version, links=count, source="NVML")
+            elif topology.link[ia][ib] == "PCIe" and host_rated and host_rated.get("gbytes_per_s"):
+                rated = {"gbytes_per_s": host_rated["gbytes_per_s"],
+                         "derivation": f"over PCIe, as the host link: {host_rated['derivation']}"}
+            else:
+                rated = {"gbytes_per_s": None,
+                         "derivation": f"no rated value: the link between GPUs {pair[0]} and {pair[1]} is "
+                                       f"{topology.link[ia][ib]}"}
+            pairs.append({"pair": pair, **rated})
+    known = [p for p in pairs if p["gbytes_per_s"]]
+    if not pairs:
+        return {"gbytes_per_s": None, "derivation": "no rated value: fewer than two GPUs", "pairs": []}
+    if not known:
+        return {"gbytes_per_s": None, "derivation": pairs[0]["derivation"], "pairs": pairs}
+    best = max(known, key=lambda p: p["gbytes_per_s"])
+    return {"gbytes_per_s": best["gbytes_per_s"],
+            "derivation": f"best pair {best['pair'][0]}->{best['pair'][1]}: {best['derivation']}", "pairs": pairs}
+
+
+def nvlink_counts(link_states: list[dict], bus_ids: list[str]) -> list[int]:
+    """Active NVLinks from one GPU to each GPU of ``bus_ids`` (by PCI bus id), from NVML's per-link answers
+    [{"active": bool, "remote_bus_id": str}, ...]; links to NVSwitches count for every GPU (all-to-all)."""
+    wanted = [b.lower() for b in bus_ids]
+    counts = [0] * len(wanted)
+    switched = 0
+    for state in link_states:
+        if not state.get("active"):
+            continue
+        remote = str(state.get("remote_bus_id", "")).lower()
+        hits = [i for i, b in enumerate(wanted) if b and _same_bus(b, remote)]
+        if hits:
+            counts[hits[0]] += 1
+        elif state.get("remote_is_switch"):
+            switched += 1
+    return [c + switched for c in counts]
+
+
+def _same_bus(a: str, b: str) -> bool:
+    """PCI bus ids compare without the domain's width (NVML pads to 8 digits, the runtime to 4)."""
+    def norm(text: str) -> str:
+        parts = text.split(":")
+        if len(parts) == 3:
+            parts[0] = f"{int(parts[0], 16):x}" if parts[0] else "0"
+        return ":".join(parts).lower()
+    try:
+        return norm(a) == norm(b)
+    except ValueError:
+        return a == b
+
+
+def link_rated_of(*, name: str, nvml_link: dict, pci_bus_id: str, sysfs_root: str = "/sys/bus/pci/devices") -> dict:
+    """Rated link-h2d/d2h/bidir of one GPU.
+
+    NVLink-C2C where NVML says C2C is on or the GPU is a Grace Hopper or
+    Grace Blackwell (GH200, GB200); else PCIe generation x lanes from NVML's
+    maximum for this GPU in this system (an idle GPU trains its link down, so
+    the current generation can read low; it is named beside it); else sysfs.
+    """
+    upper = name.upper()
+    if nvml_link.get("c2c_enabled") or "GH200" in upper or "GB200" in upper:
+        why = "NVML reports C2C mode on" if nvml_link.get("c2c_enabled") else f"device name {name!r}"
+        return links.c2c_rated(source=why)
+    gen, width = nvml_link.get("max_generation"), nvml_link.get("max_width")
+    if gen and width:
+        current = ""
+        if nvml_link.get("current_generation"):
+            current = (f"; current Gen{nvml_link['current_generation']} x{nvml_link.get('current_width')} "
+                       f"when read (idle links train down)")
+        return links.pcie_rated(generation=int(gen), lanes=int(width),
+                                source=f"NVML maximum link generation and width of this GPU in this system{current}")
+    return links.pcie_rated_from_sysfs(pci_bus_id.lower() if pci_bus_id else None, root=sysfs_root)
+
+
+def read_nvml_link(pci_bus_id: str) -> dict:
+    """PCIe generation and width (current and maximum), C2C mode and NVLink states from NVML; {} without it."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # optional: sysfs and the name remain
+        return {}
+    out: dict = {}
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if pci_bus_id else b"")
+        for key, fn in (("current_generation", "nvmlDeviceGetCurrPcieLinkGeneration"),
+                        ("current_width", "nvmlDeviceGetCurrPcieLinkWidth"),
+                        ("max_generation", "nvmlDeviceGetMaxPcieLinkGeneration"),
+                        ("max_width", "nvmlDeviceGetMaxPcieLinkWidth")):
+            try:
+                out[key] = int(getattr(pynvml, fn)(handle))
+            except Exception:  # a field this GPU or driver does not report
+                continue
+        try:
+            out["c2c_enabled"] = bool(pynvml.nvmlDeviceGetC2cModeInfoV(handle).isC2cEnabled)
+        except Exception:  # older NVML, or no C2C
+            pass
+        states = []
+        for link in range(int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
+            try:
+                active = pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
+            except Exception:
+                break  # no NVLink here, or past the last link
+            entry = {"link": link, "active": bool(active)}
+            try:
+                remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link)
+                entry["remote_bus_id"] = links_text(remote.busId)
+                entry["version"] = int(pynvml.nvmlDeviceGetNvLinkVersion(handle, link))
+                kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+                entry["remote_is_switch"] = kind == getattr(pynvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 1)
+            except Exception:
+                pass
+            states.append(entry)
+        if states:
+            out["nvlinks"] = states
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return out
+
+
+def links_text(value) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return value.split(b"\0", 1)[0].decode(errors="replace")
+    return str(value)
+
+
+def read_topology(runtime, *, bus_ids: list[str], nvml: list[dict]) -> PeerTopology:
+    """The PeerTopology of the visible GPUs from the CUDA runtime (deviceCanAccessPeer) and NVML's NVLink states."""
+    n = len(bus_ids)
+    devices = list(range(n))
+    can = [[a != b and bool(runtime.deviceCanAccessPeer(a, b)) for b in devices] for a in devices]
+    counts = [nvlink_counts(nvml[a].get("nvlinks", []), bus_ids) for a in devices]
+    link = [["self" if a == b else ("NVLink" if counts[a][b] else "PCIe") for b in devices] for a in devices]
+    versions = [s.get("version", 0) for info in nvml for s in info.get("nvlinks", []) if s.get("active")]
+    return PeerTopology(devices=devices, can_access=can, link=link, nvlinks=counts,
+                        nvlink_version=max(versions) if versions else 0)
+
+
+def visible_topology() -> PeerTopology | None:
+    """The PeerTopology of the GPUs this process sees (CUDA runtime and NVML); None under two GPUs or without CUDA."""
+    try:
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        count = runtime.getDeviceCount()
+        if count < 2:
+            return None
+        bus_ids = [runtime.deviceGetPCIBusId(d) for d in range(count)]
+    except Exception:  # no CUDA here: no peers
+        return None
+    return read_topology(runtime, bus_ids=bus_ids, nvml=[read_nvml_link(b) for b in bus_ids])
+
+
+# ----------------------------------------------------------------------------- on a GPU
+class CupyLinks:
+    """Buffers, streams and events for the link and peer levels of this rank's GPU (and its peers). Needs a GPU."""
+
+    def __init__(self, *, index: int, max_bytes: int, peers: bool):
+        import cupy
+
+        self.cp, self.runtime, self.index = cupy, cupy.cuda.runtime, index
+        self.source = links.pattern(max_bytes).copy()
+        self.max_bytes = max_bytes
+        with cupy.cuda.Device(index):
+            self.device_in = cupy.empty(max_bytes, dtype=cupy.uint8)
+            self.device_out = cupy.empty(max_bytes, dtype=cupy.uint8)
+            self.streams = [cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)]
+            self.device_out.set(self.source)
+        self._pinned = [cupy.cuda.alloc_pinned_memory(max_bytes) for _ in range(3)]
+        pinned = [np.frombuffer(m, dtype=np.uint8, count=max_bytes) for m in self._pinned]
+        self.host = {"pinned": (pinned[0], pinned[1]),
+                     "pageable": (np.empty(max_bytes, dtype=np.uint8), np.empty(max_bytes, dtype=np.uint8))}
+        for src, dst in self.host.values():
+            src[:] = self.source
+            dst[:] = 0  # first touch, untimed
+        self.scratch = pinned[2]
+        self.peer_buffers: dict[int, tuple] = {}
+        self.topology = None
+        if peers and self.runtime.getDeviceCount() >= 2:
+            self.topology = visible_topology()
+            for d in self.topology.devices:
+                with cupy.cuda.Device(d):
+                    src = cupy.empty(max_bytes, dtype=cupy.uint8)
+                    src.set(self.source)
+                    self.peer_buffers[d] = (src, cupy.empty(max_bytes, dtype=cupy.uint8),
+                                            cupy.cuda.Stream(non_blocking=True))
+
+    def transfers(self) -> list:
+        out = [CupyTransfer(self, level=level, variant=variant)
+               for variant in HOST_VARIANTS for level in LINK_LEVELS]
+        if self.topology is not None:
+            out += [CupyPeerTransfer(self, src=a, dst=b, peer_access=on) for a, b, on in peer_plan(self.topology)]
+        return out
+
+    def set_peer_access(self, a: int, b: int, on: bool) -> None:
+        """Peer access between GPUs a and b, both ways, on or off (an already-set state is no error)."""
+        for x, y in ((a, b), (b, a)):
+            if not self.runtime.deviceCanAccessPeer(x, y):
+                continue
+            with self.cp.cuda.Device(x):
+                try:
+                    (self.runtime.deviceEnablePeerAccess(y) if on else self.runtime.deviceDisablePeerAccess(y))
+                except self.runtime.CUDARuntimeError:
+                    pass  # already enabled / not enabled: the state asked for holds
+
+    def close(self) -> None:
+        for stream in self.streams:
+            stream.synchronize()
+        self.peer_buffers.clear()
+        self.device_in = self.device_out = None
+        self.host, self._pinned, self.scratch = {}, [], None
+        self.cp.get_default_memory_pool().free_all_blocks()
+
+
+def _elapsed(cp, start, stop) -> float:
+    stop.synchronize()
+    return cp.cuda.get_elapsed_time(start, stop) / 1e3
+
+
+class CupyTransfer:
+    """One host<->device (level, variant) on one GPU; see ``ert.backends.links.Transfer``."""
+
+    kind = "link"
+
+    def __init__(self, owner: CupyLinks, *, level: str, variant: str):
+        self.owner, self.level, self.variant = owner, level, variant
+        self.directions = 2 if level == "link-bidir" else 1
+        what = {"link-h2d": "cudaMemcpyAsync host to device on a non-default stream",
+                "link-d2h": "cudaMemcpyAsync device to host on a non-default stream",
+                "link-bidir": "cudaMemcpyAsync host to device and device to host at once on two streams"}[level]
+        memory = "pinned host memory (cudaHostAlloc)" if variant == "pinned" else "pageable host memory (numpy)"
+        self.method = f"{what}, {memory}; {EVENTS}"
+        self.extra = {"devices": [owner.index]}
+        self._nbytes = 0
+
+    def prepare(self, nbytes: int) -> None:
+        owner = self.owner
+        self._nbytes = nbytes
+        with owner.cp.cuda.Device(owner.index):
+            if self.level in ("link-h2d", "link-bidir"):
+                owner.device_in[:nbytes].fill(links.POISON_BYTE)
+            owner.cp.cuda.Device(owner.index).synchronize()
+        if self.level in ("link-d2h", "link-bidir"):
+            owner.host[self.variant][1][:nbytes] = links.POISON_BYTE
+
+    def time(self, count: int) -> float:
+        owner, cp, runtime, n = self.owner, self.owner.cp, self.owner.runtime, self._nbytes
+        src, dst = owner.host[self.variant]
+        first, second = owner.streams
+        with cp.cuda.Device(owner.index):
+            start, stop, other_stop = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event()
+            start.record(first)
+            if self.level == "link-bidir":
+                second.wait_event(start)
+            for _ in range(count):
+                if self.level in ("link-h2d", "link-bidir"):
+                    runtime.memcpyAsync(owner.device_in.data.ptr, src.ctypes.data, n, HOST_TO_DEVICE, first.ptr)
+                if self.level == "link-d2h":
+                    runtime.memcpyAsync(dst.ctypes.data, owner.device_out.data.ptr, n, DEVICE_TO_HOST, first.ptr)
+                if self.level == "link-bidir":
+                    runtime.memcpyAsync(dst.ctypes.data, owner.device_out.data.ptr, n, DEVICE_TO_HOST, second.ptr)
+            if self.level == "link-bidir":
+                other_stop.record(second)
+                first.wait_event(other_stop)
+            stop.record(first)
+            return _elapsed(cp, start, stop)
+
+    def check(self) -> tuple[bool, str]:
+        owner, n = self.owner, self._nbytes
+        results = []
+        if self.level in ("link-h2d", "link-bidir"):
+            back = owner.scratch[:n]
+            with owner.cp.cuda.Device(owner.index):
+                owner.runtime.memcpy(back.ctypes.data, owner.device_in.data.ptr, n, DEVICE_TO_HOST)
+            results.append(links.compare(back, owner.source[:n], what="device buffer after host-to-device"))
+        if self.level in ("link-d2h", "link-bidir"):
+            results.append(links.compare(owner.host[self.variant][1][:n], owner.source[:n],
+                                         what="host memory after device-to-host"))
+        return all(ok for ok, _ in results), "; ".join(text for _, text in results)
+
+
+class CupyPeerTransfer:
+    """Copies from GPU ``src`` to GPU ``dst`` (cudaMemcpyPeerAsync on a stream of ``src``), peer access on or off."""
+
+    kind = "peer"
+    level = "peer-d2d"
+    directions = 1
+
+    def __init__(self, owner: CupyLinks, *, src: int, dst: int, peer_access: bool):
+        self.owner, self.src, self.dst, self.peer_access = owner, src, dst, peer_access
+        self.variant = variant_of(peer_access)
+        how = ("peer access enabled: GPU to GPU" if peer_access
+               else "peer access disabled: the driver stages through host memory")
+        self.method = f"cudaMemcpyPeerAsync GPU {src} to GPU {dst} on a stream of GPU {src}, {how}; {EVENTS}"
+        ia, ib = owner.topology.devices.index(src), owner.topology.devices.index(dst)
+        self.extra = {"pair": (src, dst), "peer_access": peer_access, "devices": [src, dst],
+                      "transport": owner.topology.link[ia][ib] if peer_access else "host memory (staged)"}
+        self._nbytes = 0
+
+    def prepare(self, nbytes: int) -> None:
+        owner = self.owner
+        self._nbytes = nbytes
+        owner.set_peer_access(self.src, self.dst, self.peer_access)
+        with owner.cp.cuda.Device(self.dst):
+            owner.peer_buffers[self.dst][1][:nbytes].fill(links.POISON_BYTE)
+            owner.cp.cuda.Device(self.dst).synchronize()
+
+    def time(self, count: int) -> float:
+        owner, cp, n = self.owner, self.owner.cp, self._nbytes
+        src_buf, _, stream = owner.peer_buffers[self.src]
+        dst_buf = owner.peer_buffers[self.dst][1]
+        with cp.cuda.Device(self.src):
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            for _ in range(count):
+                owner.runtime.memcpyPeerAsync(dst_buf.data.ptr, self.dst, src_buf.data.ptr, self.src, n, stream.ptr)
+            stop.record(stream)
+            return _elapsed(cp, start, stop)
+
+    def check(self) -> tuple[bool, str]:
+        owner, n = self.owner, self._nbytes
+        back = owner.scratch[:n]
+        with owner.cp.cuda.Device(self.dst):
+            owner.runtime.memcpy(back.ctypes.data, owner.peer_buffers[self.dst][1].data.ptr, n, DEVICE_TO_HOST)
+        return links.compare(back, owner.source[:n], what=f"GPU {self.dst} buffer after the copy from GPU {self.src}")

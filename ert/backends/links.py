@@ -1,0 +1,404 @@
+"""Host<->device and device<->device transfer levels: the sweep over sizes, transfer records and rated link rates.
+
+Shared by the device backends' ``transfer_levels`` hooks (``ert.backends.opencl_links``,
+``ert.backends.cuda_links``).  Everything here is host logic: a backend supplies
+one ``Transfer`` per (level, variant), which moves the bytes and times them on
+its device, and ``measure_transfers`` does the rest (calibration, samples,
+checks, records) in one place for every runtime.
+
+Words (as in raw.jsonl's "transfer" records): a **transfer** is one copy of
+``bytes``; a **sample** times ``repeats`` transfers back to back (``repeats``
+calibrated by doubling until a sample lasts ``min_seconds``); a size is timed
+in ``samples`` samples (the config's ``timing.repeats``).  **moved_bytes** is
+what one repetition moves in total (both directions of a bidirectional one).
+Rates and latencies are computed by ``rate_gbytes_per_s`` / ``latency_us``;
+the backends only time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+from ert.spec import timing_spread
+
+LEVELS = ("link-h2d", "link-d2h", "link-bidir", "peer-d2d")
+# Transfers per sample never exceed this: enqueueing one costs the host ~2-5 us (Python, driver), so more
+# would spend seconds queueing 4 KiB copies that the device finishes in a fraction of that.
+MAX_REPEATS = 4096
+NOISE_THRESHOLD = 0.10
+# Further attempts at a size whose samples spread more than the noise threshold.
+NOISY_RETRIES = 2
+
+
+# ----------------------------------------------------------------------------- sizes
+def link_sizes(*, min_bytes: int = 4096, max_bytes: int = 256 << 20, per_octave: int = 1) -> list[int]:
+    """Transfer sizes from ``min_bytes`` (latency-bound) to ``max_bytes`` (the plateau), geometric.
+
+    Every size is a multiple of 4096 bytes (a page: pinned and mapped buffers
+    are page-granular) except where ``min_bytes`` itself is smaller; sorted, no repeats.
+    """
+    if min_bytes < 8 or max_bytes < min_bytes or per_octave < 1:
+        raise ValueError(f"bad link size range {min_bytes}..{max_bytes} ({per_octave} per octave)")
+    out, k = [], 0
+    while True:
+        value = min_bytes * 2 ** (k / per_octave)
+        if value > max_bytes * (1 + 1e-9):
+            break
+        size = int(round(value))
+        if size >= 4096:
+            size = size // 4096 * 4096
+        if not out or size > out[-1]:
+            out.append(size)
+        k += 1
+    return out
+
+
+# ----------------------------------------------------------------------------- arithmetic
+def rate_gbytes_per_s(record: dict) -> float:
+    """GB/s (1e9) of a transfer record at its best sample: moved_bytes x repeats / seconds.min."""
+    seconds = record["seconds"]["min"]
+    return record["moved_bytes"] * record["repeats"] / seconds / 1e9 if seconds > 0 else float("inf")
+
+
+def latency_us(record: dict) -> float:
+    """One transfer's time in microseconds at the record's median sample (median / repeats)."""
+    return record["seconds"]["median"] / record["repeats"] * 1e6
+
+
+def record_id(level: str, variant: str, nbytes: int, pair: tuple[int, int] | None = None) -> str:
+    """``level:variant:bytes``, or ``level:variant:a-b:bytes`` for a device pair."""
+    if pair is not None:
+        return f"{level}:{variant}:{pair[0]}-{pair[1]}:{nbytes}"
+    return f"{level}:{variant}:{nbytes}"
+
+
+def transfer_record(*, level: str, kind: str, variant: str, method: str, nbytes: int, moved_bytes: int,
+                    repeats: int, samples: list[float], valid: bool, check: str,
+                    noise_threshold: float = NOISE_THRESHOLD, pair: tuple[int, int] | None = None,
+                    **extra) -> dict:
+    """One raw.jsonl "transfer" record (the issue-15 contract); ``extra`` adds optional keys (transport, ...)."""
+    if not samples:
+        raise ValueError("a transfer record needs at least one sample")
+    spread = timing_spread(samples)
+    record = {
+        "type": "transfer",
+        "id": record_id(level, variant, nbytes, pair),
+        "level": level,
+        "kind": kind,
+        "variant": variant,
+        "method": method,
+        "bytes": int(nbytes),
+        "moved_bytes": int(moved_bytes),
+        "repeats": int(repeats),
+        "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
+        "samples": list(samples),
+        "valid": bool(valid),
+        "check": check,
+        "noisy": bool(spread > noise_threshold),
+        "spread": spread,
+    }
+    if pair is not None:
+        record["pair"] = [int(pair[0]), int(pair[1])]
+    record.update(extra)
+    record["time"] = time.time()
+    return record
+
+
+# ----------------------------------------------------------------------------- data and its check
+# Odd 64-bit multiplier: word i of the source holds i x GOLDEN (mod 2^64), so every word differs
+# and a copy to the wrong offset, a short copy or a stale buffer all fail the comparison.
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+POISON_BYTE = 0xA5
+
+
+def pattern(nbytes: int) -> np.ndarray:
+    """``nbytes`` of the source pattern as uint8 (a whole number of 8-byte words, truncated)."""
+    words = -(-nbytes // 8)
+    with np.errstate(over="ignore"):
+        data = np.arange(words, dtype=np.uint64) * GOLDEN
+    return data.view(np.uint8)[:nbytes]
+
+
+def compare(got: np.ndarray, expected: np.ndarray, *, what: str) -> tuple[bool, str]:
+    """(equal, text) comparing two byte arrays in full; the text names the first differing byte."""
+    got, expected = got.view(np.uint8).ravel(), expected.view(np.uint8).ravel()
+    if got.size != expected.size:
+        return False, f"{what}: {got.size} bytes, expected {expected.size}"
+    if np.array_equal(got, expected):
+        return True, f"{what}: all {got.size} bytes equal the source"
+    first = int(np.flatnonzero(got != expected)[0])
+    return False, (f"{what}: byte {first} of {got.size} is {int(got[first])}, the source holds "
+                   f"{int(expected[first])}")
+
+
+# ----------------------------------------------------------------------------- the sweep
+class Transfer(Protocol):
+    """One (level, variant) of a device: moves and times transfers of a given size.
+
+    ``prepare(nbytes)`` readies buffers (untimed; the destination poisoned, so
+    the check sees this size's copies); ``time(count)`` runs ``count``
+    transfers back to back and returns the seconds of the timed region (it
+    blocks until they are done); ``check()`` compares what arrived with the
+    source: (ok, text).
+    """
+
+    level: str
+    kind: str
+    variant: str
+    method: str
+    directions: int          # 2 for a bidirectional transfer (moved_bytes = 2 x bytes), else 1
+    extra: dict              # optional record keys: transport, pair, peer_access, devices ...
+
+    def prepare(self, nbytes: int) -> None: ...
+
+    def time(self, count: int) -> float: ...
+
+    def check(self) -> tuple[bool, str]: ...
+
+
+def calibrate(transfer: Transfer, *, min_seconds: float) -> tuple[int, float]:
+    """(repeats, seconds): transfers per sample, doubled until a sample lasts ``min_seconds`` (the runs warm up)."""
+    count = 1
+    while True:
+        seconds = transfer.time(count)
+        if seconds >= min_seconds or count >= MAX_REPEATS:
+            return count, seconds
+        grow = 2 if seconds <= 0 else min(16, max(2, int(min_seconds / seconds * 1.2)))
+        count = min(MAX_REPEATS, count * grow)
+
+
+def measure_one(transfer: Transfer, nbytes: int, *, min_seconds: float, samples: int,
+                noise_threshold: float = NOISE_THRESHOLD) -> dict:
+    """The record of one (level, variant, size): prepare, calibrate, ``samples`` timed samples (again, up to
+    NOISY_RETRIES times, while they spread more than ``noise_threshold``), check."""
+    transfer.prepare(nbytes)
+    repeats, _ = calibrate(transfer, min_seconds=min_seconds)
+    timed = [transfer.time(repeats) for _ in range(samples)]
+    for _ in range(NOISY_RETRIES):
+        # A noisy size is timed again (as the sweep's driver does), and the quietest attempt kept.
+        if timing_spread(timed) <= noise_threshold:
+            break
+        again = [transfer.time(repeats) for _ in range(samples)]
+        if timing_spread(again) < timing_spread(timed):
+            timed = again
+    ok, text = transfer.check()
+    extra = dict(transfer.extra)
+    pair = extra.pop("pair", None)
+    return transfer_record(level=transfer.level, kind=transfer.kind, variant=transfer.variant,
+                           method=transfer.method, nbytes=nbytes, moved_bytes=nbytes * transfer.directions,
+                           repeats=repeats, samples=timed, valid=ok, check=text, noise_threshold=noise_threshold,
+                           pair=pair, **extra)
+
+
+def measure_transfers(transfers: list[Transfer], sizes: list[int], *, min_seconds: float, samples: int,
+                      emit: Callable[[dict], None], skip=frozenset(),
+                      noise_threshold: float = NOISE_THRESHOLD) -> int:
+    """Measure every transfer at every size, smallest size first; ``emit`` each record as it is measured.
+
+    Ids in ``skip`` (already in raw.jsonl: a resumed run) are not measured
+    again.  Returns the number of records emitted.
+    """
+    emitted = 0
+    for nbytes in sorted(set(int(s) for s in sizes)):
+        for transfer in transfers:
+            pair = transfer.extra.get("pair")
+            if record_id(transfer.level, transfer.variant, nbytes, pair) in skip:
+                continue
+            emit(measure_one(transfer, nbytes, min_seconds=min_seconds, samples=samples,
+                             noise_threshold=noise_threshold))
+            emitted += 1
+    return emitted
+
+
+def host_copy_reference(nbytes: int, *, min_seconds: float = 0.02, samples: int = 5) -> dict:
+    """numpy's copy of ``nbytes`` between two host arrays on this host (one thread): the memory-copy rate
+    a CPU device's "link" is compared with.  {"what", "bytes", "gbytes_per_s"} at the best sample."""
+    src = pattern(nbytes).copy()
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # first touch, untimed
+    count = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(count):
+            np.copyto(dst, src)
+        seconds = time.perf_counter() - start
+        if seconds >= min_seconds or count >= MAX_REPEATS:
+            break
+        count *= 2
+    best = min(_timed_copies(dst, src, count) for _ in range(samples))
+    return {"what": "numpy.copyto between two host arrays, one thread", "bytes": int(nbytes),
+            "gbytes_per_s": round(nbytes * count / best / 1e9, 3)}
+
+
+def _timed_copies(dst, src, count: int) -> float:
+    start = time.perf_counter()
+    for _ in range(count):
+        np.copyto(dst, src)
+    return time.perf_counter() - start
+
+
+# ----------------------------------------------------------------------------- rated link rates
+# PCIe per lane: transfer rate (GT/s) and line-code efficiency by generation.  Gen1-2
+# use 8b/10b, Gen3-5 128b/130b; Gen6-7 (PAM4) carry 242 payload bytes per 256-byte FLIT.
+PCIE = {1: (2.5, 8 / 10, "8b/10b"), 2: (5.0, 8 / 10, "8b/10b"), 3: (8.0, 128 / 130, "128b/130b"),
+        4: (16.0, 128 / 130, "128b/130b"), 5: (32.0, 128 / 130, "128b/130b"),
+        6: (64.0, 242 / 256, "FLIT 242/256"), 7: (128.0, 242 / 256, "FLIT 242/256")}
+# NVLink-C2C (Grace Hopper GH200, Grace Blackwell GB200): 900 GB/s in total, 450 GB/s each way (NVIDIA's figures).
+C2C_GBYTES_PER_DIRECTION = 450.0
+# NVLink per link and direction, GB/s, by NVLink version (NVML's nvmlDeviceGetNvLinkVersion):
+# NVLink 1 (P100) 20; 2 (V100), 3 (A100), 4 (H100) 25; 5 (B200) 50.
+NVLINK_GBYTES_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+
+
+def pcie_generation(gt_per_s: float) -> int | None:
+    """The PCIe generation whose lane rate is ``gt_per_s`` (2.5 -> 1, ..., 64 -> 6), or None."""
+    for gen, (rate, _, _) in PCIE.items():
+        if abs(rate - gt_per_s) < 0.05:
+            return gen
+    return None
+
+
+def parse_link_speed(text: str) -> float | None:
+    """GT/s from sysfs's ``current_link_speed`` ("32.0 GT/s PCIe", "8 GT/s", "2.5 GT/s"); None if unknown."""
+    match = re.search(r"([0-9]+(?:\.[0-9]+)?)\s*GT/s", text or "")
+    return float(match.group(1)) if match else None
+
+
+def pcie_rated(*, generation: int, lanes: int, source: str) -> dict:
+    """Rated per-direction and bidirectional GB/s of a PCIe link, each with its arithmetic.
+
+    Returns {"link-h2d": {...}, "link-d2h": {...}, "link-bidir": {...}}, each
+    {"gbytes_per_s", "derivation"}.  The raw line rate after encoding; TLP
+    headers and flow control take another ~10-20 % that no copy recovers.
+    """
+    if generation not in PCIE or lanes < 1:
+        why = f"no rated value: PCIe generation {generation} x{lanes} is not in the table ({source})"
+        return {level: {"gbytes_per_s": None, "derivation": why} for level in ("link-h2d", "link-d2h", "link-bidir")}
+    rate, efficiency, code = PCIE[generation]
+    one_way = lanes * rate * efficiency / 8
+    base = (f"PCIe Gen{generation} x{lanes}: {lanes} lanes x {rate:g} GT/s x {code} / 8 = {one_way:.1f} GB/s "
+            f"per direction ({source}; before packet overheads)")
+    one = {"gbytes_per_s": round(one_way, 2), "derivation": base}
+    return {"link-h2d": dict(one), "link-d2h": dict(one),
+            "link-bidir": {"gbytes_per_s": round(2 * one_way, 2), "derivation": f"2 x {base}"}}
+
+
+def c2c_rated(*, source: str) -> dict:
+    """Rated NVLink-C2C (Grace Hopper / Grace Blackwell) host<->GPU rates."""
+    one = {"gbytes_per_s": C2C_GBYTES_PER_DIRECTION,
+           "derivation": f"NVLink-C2C: {C2C_GBYTES_PER_DIRECTION:.0f} GB/s per direction, 900 GB/s in total "
+                         f"(NVIDIA's Grace Hopper figure; {source})"}
+    return {"link-h2d": dict(one), "link-d2h": dict(one),
+            "link-bidir": {"gbytes_per_s": 2 * C2C_GBYTES_PER_DIRECTION,
+                           "derivation": f"2 x {one['derivation']}"}}
+
+
+def nvlink_rated(*, version: int, links: int, source: str) -> dict:
+    """Rated peer GB/s per direction over ``links`` NVLinks of ``version``: {"gbytes_per_s", "derivation"}."""
+    per_link = NVLINK_GBYTES_PER_LINK.get(version)
+    if per_link is None or links < 1:
+        return {"gbytes_per_s": None,
+                "derivation": f"no rated value: NVLink version {version} x {links} links unknown ({source})"}
+    return {"gbytes_per_s": round(per_link * links, 1),
+            "derivation": f"NVLink {version}: {links} links x {per_link:g} GB/s per direction ({source})"}
+
+
+def no_rated(why: str) -> dict:
+    """The same "no rated value" for every link level."""
+    return {level: {"gbytes_per_s": None, "derivation": f"no rated value: {why}"}
+            for level in ("link-h2d", "link-d2h", "link-bidir")}
+
+
+@dataclass
+class PcieLink:
+    """What sysfs says about one PCI device's link: current and maximum speed and width, and the port above it."""
+
+    bdf: str
+    current_gt: float | None = None
+    current_width: int | None = None
+    max_gt: float | None = None
+    max_width: int | None = None
+    upstream_max_gt: float | None = None
+    upstream_max_width: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def capable(self) -> tuple[float | None, int | None, str]:
+        """(GT/s, lanes, which): the link the device and its slot can both run, where known, else the current one.
+
+        A GPU at idle often trains its link down (a lower generation, to save
+        power) and back up under load, so the current speed read before or
+        after a run can understate the link: the smaller of the device's and
+        the upstream port's maxima is what the copies run at.
+        """
+        pairs = [(g, w) for g, w in ((self.max_gt, self.max_width), (self.upstream_max_gt, self.upstream_max_width))
+                 if g and w]
+        if pairs:
+            gt = min(g for g, _ in pairs)
+            width = min(w for _, w in pairs)
+            which = "maximum of the device" + (" and its upstream port" if len(pairs) > 1 else "")
+            if self.current_gt and self.current_width and (self.current_gt, self.current_width) != (gt, width):
+                which += (f"; the link read {self.current_gt:g} GT/s x{self.current_width} at the time "
+                          f"(idle links train down)")
+            return gt, width, which
+        if self.current_gt and self.current_width:
+            return self.current_gt, self.current_width, "current link speed and width"
+        return None, None, "no link speed or width readable"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _width(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def read_pcie_link(bdf: str, *, root: str | os.PathLike = "/sys/bus/pci/devices") -> PcieLink | None:
+    """The PCIe link of device ``bdf`` ("0000:17:00.0") from sysfs; None where the device is not there."""
+    device = Path(root) / bdf.lower()
+    if not device.exists():
+        return None
+    link = PcieLink(bdf=bdf.lower(), current_gt=parse_link_speed(_read(device / "current_link_speed") or ""),
+                    current_width=_width(_read(device / "current_link_width")),
+                    max_gt=parse_link_speed(_read(device / "max_link_speed") or ""),
+                    max_width=_width(_read(device / "max_link_width")))
+    upstream = device.resolve().parent
+    if (upstream / "max_link_speed").exists():
+        link.upstream_max_gt = parse_link_speed(_read(upstream / "max_link_speed") or "")
+        link.upstream_max_width = _width(_read(upstream / "max_link_width"))
+    return link
+
+
+def pcie_rated_from_sysfs(bdf: str | None, *, root: str | os.PathLike = "/sys/bus/pci/devices") -> dict:
+    """Rated link levels of the PCI device ``bdf`` from sysfs, or "no rated value" with why."""
+    if not bdf:
+        return no_rated("the device's PCI address is unknown (its driver does not report it)")
+    link = read_pcie_link(bdf, root=root)
+    if link is None:
+        return no_rated(f"PCI device {bdf} is not in {root}")
+    gt, width, which = link.capable()
+    if gt is None:
+        return no_rated(f"sysfs shows no link speed or width for {bdf}")
+    generation = pcie_generation(gt)
+    if generation is None:
+        return no_rated(f"{gt:g} GT/s (sysfs, {bdf}) is no known PCIe generation")
+    return pcie_rated(generation=generation, lanes=width, source=f"sysfs {bdf}: {which}")
+
+
+def pci_address(domain: int, bus: int, device: int, function: int = 0) -> str:
+    """The sysfs name of a PCI function: dddd:bb:dd.f."""
+    return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"

@@ -1,0 +1,392 @@
+"""The transfer stage: host<->device links (and peer GPUs) through a backend's hook, and the network under MPI.
+
+Run by ert-run after the sweep (and after the sustained holds).  Every
+measured size becomes one "transfer" record in raw.jsonl, appended as it is
+measured (rank 0 writes); a resumed run skips the ids already there.
+
+Links: a device backend may have ``transfer_levels(sizes, *, min_seconds,
+repeats, emit, skip)`` (and ``link_rated()``); rank 0's backend measures its
+own device.  numba-cpu has none: the host is the host.
+
+The network: MPI point-to-point ping-pong between a rank pair on one node
+(``net-intra-node``) and a pair on two nodes (``net-inter-node``), and the
+injection bandwidth (``net-injection``): every rank of rank 0's node streams
+to a partner rank on another node at once.  Node identity is the MPI processor
+name; the environment variable ``ERT_TEST_NODE_ID`` (TEST ONLY) overrides it
+per rank -- ``rank%2`` or a comma list such as ``0,0,1`` -- so that ranks of
+one machine play several nodes; a run that used it says so in its metadata
+and warnings, and its "inter-node" levels went through shared memory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+from pathlib import Path
+
+from ert.errors import ErtError
+from ert.rawio import RAW_NAME, RawWriter, read_raw
+from ert.spec import timing_spread
+
+NODE_OVERRIDE_VAR = "ERT_TEST_NODE_ID"
+MAX_REPEATS = 1 << 22
+_EXPR_RE = re.compile(r"^\s*rank\s*(%|//)\s*([1-9][0-9]*)\s*$")
+
+
+# ---------------------------------------------------------------------------- node identity
+def node_override() -> str | None:
+    """The test-only node identity override, or None."""
+    return os.environ.get(NODE_OVERRIDE_VAR) or None
+
+
+def node_id(rank: int, size: int, hostname: str, override: str | None) -> str:
+    """This rank's node: its host name, or (TEST ONLY) the override's value for this rank."""
+    if not override:
+        return hostname
+    match = _EXPR_RE.match(override)
+    if match:
+        op, n = match.group(1), int(match.group(2))
+        return f"node{rank % n if op == '%' else rank // n}"
+    parts = [p.strip() for p in override.split(",")]
+    if len(parts) != size or not all(parts):
+        raise ErtError(f"expected 'rank%N', 'rank//N' or a comma list of {size} node names (one per rank), "
+                       f"got {override!r}", key=NODE_OVERRIDE_VAR)
+    return f"node{parts[rank]}"
+
+
+def plan_pairs(nodes: list[str]) -> dict:
+    """Which ranks are measured: an intra-node pair, an inter-node pair and the injection pairs.
+
+    ``nodes[r]`` is rank r's node.  Rank 0 is in every measurement (it
+    writes the records): the intra pair is rank 0 and the next rank on its
+    node (else the first node holding two ranks); the inter pair is rank 0 and
+    the first rank on another node; injection pairs the ranks of rank 0's node
+    in order with the ranks of that other node.
+    """
+    by_node: dict[str, list[int]] = {}
+    for rank, node in enumerate(nodes):
+        by_node.setdefault(node, []).append(rank)
+    home = by_node[nodes[0]]
+    out: dict = {"intra": None, "inter": None, "injection": None}
+    if len(home) >= 2:
+        out["intra"] = [home[0], home[1]]
+    others = [ranks for node, ranks in by_node.items() if node != nodes[0]]
+    if others:
+        far = others[0]
+        out["inter"] = [0, far[0]]
+        out["injection"] = [[a, b] for a, b in zip(home, far)]
+    return out
+
+
+def read_nics(net_root: str = "/sys/class/net", ib_root: str = "/sys/class/infiniband") -> list[dict]:
+    """NICs with a known link rate: Ethernet speed (Mb/s) and InfiniBand port rate (Gb/s), as GB/s."""
+    nics = []
+    net = Path(net_root)
+    if net.is_dir():
+        for dev in sorted(net.iterdir()):
+            if dev.name == "lo" or not (dev / "device").exists():
+                continue  # loopback, bridges, veth: no wire behind them
+            try:
+                mbit = int((dev / "speed").read_text().strip())
+            except (OSError, ValueError):
+                continue
+            if mbit > 0:
+                nics.append({"name": dev.name, "gbytes_per_s": mbit / 8000.0,
+                             "source": f"{dev}/speed {mbit} Mb/s / 8"})
+    ib = Path(ib_root)
+    if ib.is_dir():
+        for port in sorted(ib.glob("*/ports/*")):
+            try:
+                text = (port / "rate").read_text().strip()
+                gbit = float(text.split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            if gbit > 0:
+                nics.append({"name": f"{port.parent.parent.name}:{port.name}", "gbytes_per_s": gbit / 8.0,
+                             "source": f"{port}/rate '{text}' / 8"})
+    return nics
+
+
+def header_metadata(cfg, backend, comm) -> dict:
+    """What the stage adds to the header's metadata (collective): link rated values, nodes, NICs."""
+    import socket
+
+    out: dict = {}
+    if "links" in cfg.levels and hasattr(backend, "link_rated"):
+        try:
+            out["link_rated"] = backend.link_rated()
+        except Exception as exc:  # noqa: BLE001 - a rated table is a nicety; the levels still run
+            out["link_rated_error"] = f"{type(exc).__name__}: {exc}"
+    if "network" in cfg.levels and comm.size > 1:
+        override = node_override()
+        nodes = comm.allgather(node_id(comm.rank, comm.size, _processor_name(socket.gethostname()), override))
+        out["network"] = {"nodes": nodes, "pairs": plan_pairs(nodes), "nics": read_nics(),
+                          "node_override": override, "cuda_aware": _cuda_aware(cfg)}
+    return out
+
+
+def _processor_name(default: str) -> str:
+    try:
+        from mpi4py import MPI
+
+        return MPI.Get_processor_name()
+    except Exception:  # noqa: BLE001
+        return default
+
+
+def _cuda_aware(cfg) -> bool:
+    """Whether MPI moves CuPy device buffers itself: only for the cuda backend, and only when MPI says so."""
+    if cfg.backend != "cuda":
+        return False
+    try:
+        from mpi4py import MPI
+
+        query = getattr(MPI, "Query_cuda_support", None)
+        return bool(query()) if query else False
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# ---------------------------------------------------------------------------- the stage
+def run_transfers(*, cfg, run_dir: Path, backend, comm, progress=None) -> bool:
+    """Measure the link and network levels the config asks for; True if interrupted."""
+    want_links = "links" in cfg.levels and hasattr(backend, "transfer_levels")
+    want_network = "network" in cfg.levels and comm.size > 1
+    if progress and comm.rank == 0:
+        if "network" in cfg.levels and comm.size == 1:
+            progress.say("network: not measured (one rank; run under mpiexec with 2 or more ranks)")
+        if "links" in cfg.levels and not hasattr(backend, "transfer_levels"):
+            progress.say(f"links: not measured ({cfg.backend} has no host<->device link: the host is the host)")
+    if not (want_links or want_network):
+        return False
+    raw_path = run_dir / RAW_NAME
+    done = None
+    meta = None
+    if comm.rank == 0:
+        raw = read_raw(raw_path)
+        done = {r["id"] for r in raw.transfers}
+        meta = raw.header["metadata"]
+    done, meta = comm.bcast((done, meta))
+    writer = RawWriter(raw_path) if comm.rank == 0 else None
+    say = progress.say if progress else (lambda text: None)
+    try:
+        if want_links:
+            _links(cfg, backend, comm, writer, done, say)
+        if want_network and "network" in meta:
+            _network(cfg, comm, meta["network"], writer, done, say)
+    except KeyboardInterrupt:
+        return True
+    finally:
+        if writer:
+            writer.close()
+    return False
+
+
+def _links(cfg, backend, comm, writer, done, say) -> None:
+    """Rank 0's backend measures its device's links; the other ranks wait without spinning."""
+    if comm.rank == 0:
+        sizes = cfg.transfer.sizes(cfg.transfer.max_bytes)
+        say(f"links: {len(sizes)} sizes from {sizes[0]} B to {sizes[-1]} B")
+
+        def emit(record: dict) -> None:
+            record = {"type": "transfer", **record}
+            record.setdefault("time", time.time())
+            if writer:
+                writer.append(record)
+            say(f"links: {record['level']} {record.get('variant', '')} {record['bytes']} B -> "
+                f"{_rate(record):.2f} GB/s" + ("" if record.get("valid") else " CHECK FAILED"))
+
+        backend.transfer_levels(sizes, min_seconds=cfg.transfer.min_seconds, repeats=cfg.transfer.samples,
+                                emit=emit, skip=frozenset(done))
+    _gentle_barrier(comm)
+
+
+def _rate(rec: dict) -> float:
+    return rec["moved_bytes"] * rec["repeats"] / rec["seconds"]["min"] / 1e9
+
+
+def _gentle_barrier(comm) -> None:
+    """A world barrier that sleeps while it waits (idle ranks must not steal a measured pair's cores)."""
+    mpi = getattr(comm, "mpi", None)
+    if mpi is None:
+        return
+    request = mpi.Ibarrier()
+    while not request.Test():
+        time.sleep(0.0005)
+
+
+def _network(cfg, comm, network: dict, writer, done, say) -> None:
+    pairs = network["pairs"]
+    sizes = cfg.transfer.sizes(cfg.transfer.network_max_bytes)
+    override = network.get("node_override")
+    common = {"cuda_aware": bool(network.get("cuda_aware"))}
+    if override:
+        common["node_override"] = override
+    jobs = []
+    if pairs.get("intra"):
+        jobs.append(("net-intra-node", "p2p", [pairs["intra"]]))
+    if pairs.get("inter"):
+        jobs.append(("net-inter-node", "p2p", [pairs["inter"]]))
+    if pairs.get("injection"):
+        jobs.append(("net-injection", "stream", pairs["injection"]))
+    if comm.rank == 0 and not jobs:
+        say("network: one node and no two ranks on it: nothing to measure")
+    for level, variant, job_pairs in jobs:
+        members = sorted({r for pair in job_pairs for r in pair})
+        if comm.rank == 0:
+            say(f"network: {level} over rank pair(s) {', '.join(f'{a}-{b}' for a, b in job_pairs)}")
+        if comm.rank in members:
+            sub = comm.mpi.Split(0, comm.rank)
+        else:
+            comm.mpi.Split(_undefined(), comm.rank)
+            sub = None
+        if sub is not None:
+            try:
+                _measure_job(cfg, sub, comm.rank, level, variant, job_pairs, sizes, writer, done, say, common)
+            finally:
+                sub.Free()
+        _gentle_barrier(comm)
+
+
+def _undefined():
+    from mpi4py import MPI
+
+    return MPI.UNDEFINED
+
+
+def _pair_tag(pairs) -> str:
+    return "+".join(f"{a}-{b}" for a, b in pairs)
+
+
+def _method(level: str, cuda_aware: bool) -> str:
+    buffers = "CuPy device buffers (CUDA-aware MPI)" if cuda_aware else "numpy host buffers"
+    if level == "net-injection":
+        return (f"MPI_Send stream: every sender sends `repeats` messages to its partner at once, then waits for "
+                f"a 1-byte ack; {buffers}; barrier before each sample, the slowest rank decides")
+    return (f"MPI_Send/MPI_Recv ping-pong; repeats count one-way trips (2 per round trip); {buffers}; "
+            f"barrier before each sample, the slower rank decides")
+
+
+def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, done, say, common) -> None:
+    """Every size of one level among its member ranks (``sub``: their communicator, ordered by world rank)."""
+    import numpy as np
+
+    cuda_aware = common["cuda_aware"]
+    xp = np
+    if cuda_aware:
+        import cupy as xp  # noqa: F811 - device buffers for a CUDA-aware MPI
+    ranks = sorted({r for pair in pairs for r in pair})
+    local = {r: i for i, r in enumerate(ranks)}  # world rank -> rank in sub
+    partner, sending = None, False
+    for a, b in pairs:
+        if world_rank == a:
+            partner, sending = local[b], True
+        elif world_rank == b:
+            partner, sending = local[a], False
+    ping_pong = level != "net-injection"
+    for size in sizes:
+        rid = f"{level}:{variant}:{_pair_tag(pairs)}:{size}"
+        if rid in done:
+            continue
+        pattern = ((np.arange(size, dtype=np.int64) * 7 + size) % 251).astype(np.uint8)
+        sbuf = xp.asarray(pattern) if sending else xp.zeros(size, dtype=np.uint8)
+        rbuf = xp.zeros(size, dtype=np.uint8)
+        ack = np.zeros(1, dtype=np.uint8)
+
+        def sample(n: int) -> float:
+            if cuda_aware:
+                xp.cuda.runtime.deviceSynchronize()
+            sub.Barrier()
+            t0 = time.perf_counter()
+            if partner is not None:
+                if ping_pong and sending:
+                    for _ in range(n):
+                        sub.Send(sbuf, dest=partner, tag=1)
+                        sub.Recv(rbuf, source=partner, tag=2)
+                elif ping_pong:
+                    for _ in range(n):
+                        sub.Recv(rbuf, source=partner, tag=1)
+                        sub.Send(rbuf, dest=partner, tag=2)
+                elif sending:
+                    for _ in range(n):
+                        sub.Send(sbuf, dest=partner, tag=3)
+                    sub.Recv(ack, source=partner, tag=4)
+                else:
+                    for _ in range(n):
+                        sub.Recv(rbuf, source=partner, tag=3)
+                    sub.Send(ack, dest=partner, tag=4)
+            mine = time.perf_counter() - t0
+            return mine
+
+        # Calibrate: double the repeats until the slowest rank's sample lasts min_seconds (also a warm-up).
+        n = 1
+        while True:
+            slowest = sub.allreduce(sample(n), op=_max())
+            if slowest >= cfg.transfer.min_seconds or n >= MAX_REPEATS:
+                break
+            n *= 2
+        samples, per_rank = [], []
+        for k in range(cfg.transfer.samples):
+            if k == cfg.transfer.samples - 1:
+                rbuf[...] = 0  # the checked sample starts from zeros: stale data cannot pass
+            mine = sample(n)
+            everyone = sub.allgather(mine)
+            samples.append(max(everyone))
+            per_rank.append(everyone)
+        # Check: ping-pong ranks see the pattern (echoed) in their receive buffer; stream receivers too.
+        received = np.asarray(rbuf.get() if cuda_aware else rbuf)
+        checks_here = partner is None or (not ping_pong and sending) or bool(np.array_equal(received, pattern))
+        checks = sub.allgather((world_rank, checks_here))
+        ok = all(good for _, good in checks)
+        if sub.Get_rank() == 0:
+            record = _record(level, variant, pairs, size, n, samples, per_rank, ranks, ok, checks, ping_pong,
+                             cfg, common)
+            record["id"] = rid
+            if writer:
+                writer.append(record)
+            rate = _rate(record)
+            say(f"network: {level} {size} B -> {rate:.3f} GB/s, "
+                f"{record['seconds']['median'] / record['repeats'] * 1e6:.2f} us per transfer"
+                + ("" if ok else " CHECK FAILED"))
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def _record(level, variant, pairs, size, n, samples, per_rank, ranks, ok, checks, ping_pong, cfg, common) -> dict:
+    spread = timing_spread(samples)
+    rec = {
+        "type": "transfer",
+        "id": "",
+        "level": level,
+        "kind": "network",
+        "variant": variant,
+        "method": _method(level, common["cuda_aware"]),
+        "bytes": size,
+        # ping-pong: one message per one-way trip; injection: every sender's message, summed.
+        "moved_bytes": size if ping_pong else size * len(pairs),
+        "repeats": 2 * n if ping_pong else n,
+        "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
+        "samples": samples,
+        "rank_seconds": {str(r): [row[i] for row in per_rank] for i, r in enumerate(ranks)},
+        "valid": ok,
+        "check": ("received data matched the sent pattern on every receiving rank" if ok else
+                  "received data differed on rank(s) " + ", ".join(str(r) for r, good in checks if not good)),
+        "noisy": spread > cfg.timing.noise_threshold,
+        "spread": spread,
+        **common,
+        "time": time.time(),
+    }
+    if ping_pong:
+        rec["pair"] = list(pairs[0])
+        rec["round_trips"] = n
+    else:
+        rec["pairs"] = [list(p) for p in pairs]
+        # Each sender's own time: the aggregate (slowest rank) can be set beside every pair's own rate.
+        rec["pair_seconds_min"] = [min(row[ranks.index(a)] for row in per_rank) for a, _ in pairs]
+    return rec
