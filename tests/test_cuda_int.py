@@ -35,8 +35,6 @@ CUOBJDUMP = shutil.which("cuobjdump") or (str(_WHEEL_BIN / "cuobjdump") if (_WHE
 NVDISASM_DIR = (os.path.dirname(shutil.which("nvdisasm")) if shutil.which("nvdisasm") else
                 str(_WHEEL_BIN) if (_WHEEL_BIN / "nvdisasm").exists() else None)
 ARCHS = ("sm_75", "sm_80", "sm_90", "sm_100")
-needs_nvcc = [pytest.mark.nvcc, pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA 13) is not on PATH: "
-                                                                         "cannot compile the CUDA kernels")]
 
 
 def int_specs() -> list[KernelSpec]:
@@ -374,3 +372,56 @@ def test_replay_for_the_cuda_layout_equals_the_stepwise_reference():
     for spec in INT_KINDS:
         for trials in (0, 1, 2, 7, 48):
             assert np.array_equal(replay_rw_int(spec, trials=trials), replay_rw_int_stepwise(spec, trials=trials))
+
+
+# ----------------------------------------------------------------------------- on a GPU (never run on one yet)
+_GPU_OK, _GPU_REASON, _ = cuda_mod.probe()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _GPU_OK, reason=f"needs an NVIDIA GPU; the cuda backend says: {_GPU_REASON}")
+@pytest.mark.parametrize("spec", INT_KINDS, ids=lambda s: s.key)
+def test_integer_kernels_run_on_the_gpu_and_pass_their_exact_check(spec):
+    backend = cuda_mod.create()
+    try:
+        elements = 1 << 22
+        for launch in backend.launches(spec, elements)[:2]:
+            backend.prepare(spec, elements_per_thread=elements, launch=launch)
+            assert backend.run(3) + backend.run(4) > 0
+            result = backend.check()
+            assert result.ok, result.detail
+            assert backend._kernel.num_regs <= host.max_registers(backend._dev.info.max_threads_per_sm)
+            assert backend.point_info()["occupancy"]["waves"] == 1, backend.point_info()
+        values = backend._data[:64].view(host.HOST_DTYPE[spec.precision].__name__)
+        values[3:5] += 1  # two elements off by one: caught exactly, the first named
+        result = backend.check()
+        assert not result.ok and "2 element(s)" in result.detail and "the first, element 3:" in result.detail, \
+            result.detail
+    finally:
+        backend.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _GPU_OK, reason=f"needs an NVIDIA GPU; the cuda backend says: {_GPU_REASON}")
+def test_integer_sweep_reaches_its_rated_values(tmp_path):
+    """configs/integer-gpu.yaml through ert-run: every integer roof checked, and >= 0.85 x rated where rated."""
+    import json
+
+    from conftest import CONFIGS, run_cmd
+
+    out = tmp_path / "run"
+    proc = run_cmd("ert-run", CONFIGS / "integer-gpu.yaml", "--out", out, "-q", timeout=1800)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "ceilings.json").read_text())
+    assert doc["metadata"]["points"]["invalid"] == 0, doc["warnings"]
+    compute = {(c["precision"], c.get("op", "madd")): c for c in doc["ceilings"]["compute"]}
+    assert set(compute) == {(p, op) for p in ("int32", "int64") for op in ("madd", "add")}, sorted(compute)
+    for (precision, op), c in compute.items():
+        assert c["unit"] == "GIOP/s" and c["gflops_per_s"] > 0 and c["evidence"], c
+        rated = c["rated"]
+        if rated["gflops_per_s"]:
+            assert 0.85 <= rated["ratio"] <= 1.05, (precision, op, c["gflops_per_s"], rated)
+        else:
+            assert rated["derivation"].startswith("no rated value"), rated
+    shown = run_cmd("ert", "show", out)
+    assert shown.returncode == 0 and "int32 multiply-add" in shown.stdout and "GIOP/s" in shown.stdout
