@@ -190,6 +190,9 @@ class RunConfig(_Strict):
         description="what to measure: memory (the sweep: caches, DRAM, compute peaks), links (host<->device "
                     "copies and peer GPUs, device backends only), network (MPI, more than one rank only)")
     transfer: TransferOptions = Field(default_factory=TransferOptions)
+    tensor: list[Literal["fp16", "bf16", "tf32", "fp64", "fp8"]] = Field(
+        default_factory=list, description="tensor-core roofs (cuda backend, sm_80+; fp8 sm_89+): warp-level mma.sync "
+                                          "of these input types (fp16/bf16/tf32/fp8 accumulate in FP32, fp64 in FP64)")
     opencl: OpenCLOptions = Field(default_factory=OpenCLOptions)
     cuda: CudaOptions = Field(default_factory=CudaOptions)
 
@@ -203,7 +206,7 @@ class RunConfig(_Strict):
             raise ValueError("values repeat")
         return sorted(values)
 
-    @field_validator("precisions", "access", "int_ops", "mixes", "levels")
+    @field_validator("precisions", "access", "int_ops", "mixes", "levels", "tensor")
     @classmethod
     def _unique(cls, values: list[str]) -> list[str]:
         if len(set(values)) != len(values):
@@ -274,6 +277,13 @@ class RunConfig(_Strict):
                 raise ValueError("mixes are read+write kernels: add rw to access")
             if not [f for f in self.flops_per_element if f >= 2]:
                 raise ValueError("mixes need a flops_per_element of 2 or more")
+        return self
+
+    @model_validator(mode="after")
+    def _tensor_backend(self):
+        if self.tensor and self.backend not in ("auto", "cuda"):
+            raise ValueError(f"tensor roofs are measured by the cuda backend only, not {self.backend} "
+                             f"(remove tensor, or use backend: cuda)")
         return self
 
     def fma_modes(self) -> list[bool]:

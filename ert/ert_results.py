@@ -31,6 +31,7 @@ from ert.errors import ErtError
 
 _PRECISION_RE = re.compile(r"\b(FP64|FP32|FP16|DP|SP|HP)\b", re.IGNORECASE)
 _PRECISION_NAMES = {"FP64": "fp64", "DP": "fp64", "FP32": "fp32", "SP": "fp32", "FP16": "fp16", "HP": "fp16"}
+_TENSOR_RE = re.compile(r"\b(FP64|FP16|BF16|TF32|FP8)\b", re.IGNORECASE)  # ert's "FP16 Tensor GFLOPs" rows
 _ERT_PRECISION = {"FP64": "fp64", "FP32": "fp32", "FP16": "fp16"}
 _GCC_NAMES = ("g++", "gcc", "mpic++", "mpicc", "mpicxx", "mpiCC", "c++", "cc", "CC")
 
@@ -154,8 +155,17 @@ def to_ceilings(doc: dict, *, path: object = None, text: str | None = None,
                        "precision": default_precision, "access": "rw", "basis": f"ERT gbytes {name!r}"})
 
     best: dict[tuple[str, bool], tuple[float, str]] = {}
+    tensor = []
+    tensor_meta = sections[0].get("TENSOR") if isinstance(sections[0].get("TENSOR"), dict) else {}
     for name, value, _ in gflops:
         match = _PRECISION_RE.search(name)
+        if "TENSOR" in name.upper():
+            # ert's export (schema 1.5): "FP16 Tensor GFLOPs" is a tensor-core roof, never a vector one.
+            extra = tensor_meta.get(name) if isinstance(tensor_meta.get(name), dict) else {}
+            kind = _TENSOR_RE.search(name)
+            tensor.append({"precision": kind.group(1).lower() if kind else "fp16", "fma": True, "gflops_per_s": value, "spread": 0.0,
+                           "pipe": "tensor", "unit": "GFLOP/s", **extra})
+            continue
         precision = _PRECISION_NAMES[match.group(1).upper()] if match else default_precision
         upper = name.upper()
         # Plain "GFLOPs"/"FP64 GFLOPs" is ERT's FMA-contracted kernel; a user-extended row says FMA or not.
@@ -177,7 +187,7 @@ def to_ceilings(doc: dict, *, path: object = None, text: str | None = None,
             if precision and isinstance(value, (int, float)) and value > 0 and (precision, False) not in best:
                 best[(precision, False)] = (float(value), f"NO_FMA_GFLOPS {prec_name}")
     compute = [{"precision": p, "fma": fma, "gflops_per_s": v, "spread": 0.0}
-               for (p, fma), (v, _) in best.items()]
+               for (p, fma), (v, _) in best.items()] + tensor
 
     host = _scalar(merged.get("HOSTNAME")) or "unknown (ERT)"
     ranks = _scalar(merged.get("MPI_PROCS"))

@@ -25,10 +25,21 @@ from typing import NamedTuple
 
 # Bytes per scalar of each precision the backends know.
 ITEMSIZE = {"fp64": 8, "fp32": 4, "fp16": 2, "int32": 4, "int64": 8}
+# Bytes per scalar of a tensor precision's inputs (tf32 is held in 32 bits).
+TENSOR_ITEMSIZE = {"fp16": 2, "bf16": 2, "tf32": 4, "fp64": 8, "fp8": 1}
 # Integer precisions (numba-cpu only): their "FLOPs" are integer operations,
 # counted the same way (a multiply and an add are 2), and their rates are
 # GIOP/s.  They have no fused multiply-add and no load-only kernel.
 INTEGER = ("int32", "int64")
+
+
+# Tensor-core (matrix) precisions (schema 1.5, cuda only): the input type of a
+# warp-level mma.sync (ert.backends.cuda_tensor.SHAPES).  fp16/bf16/tf32/fp8
+# accumulate in FP32, fp64 (DMMA) in FP64; FP8 products count as FLOPs.
+TENSOR_PRECISIONS = ("fp16", "bf16", "tf32", "fp64", "fp8")
+# Execution pipes of a compute kernel: the vector units (every backend), or the
+# tensor cores (a KernelSpec whose "element" is one warp-level MMA).
+PIPES = ("vector", "tensor")
 
 
 def is_integer(precision: str) -> bool:
@@ -86,8 +97,20 @@ class KernelSpec:
     access: str = "rw"
     op: str = "madd"
     mix: str = ""  # "" for none (a str, so specs stay orderable)
+    # "tensor": one element is one warp-level MMA (flops_per_element = 2MNK of its
+    # shape), done in registers: it moves no bytes and has no working set to sweep.
+    pipe: str = "vector"
 
     def __post_init__(self) -> None:
+        if self.pipe not in PIPES:
+            raise ValueError(f"unknown pipe {self.pipe!r}")
+        if self.pipe == "tensor":
+            if self.precision not in TENSOR_PRECISIONS:
+                raise ValueError(f"unknown tensor precision {self.precision!r}")
+            if not self.fma or self.access != "rw" or self.flops_per_element < 2 or self.op != "madd" or self.mix \
+                    or self.flops_per_element & (self.flops_per_element - 1):
+                raise ValueError("a tensor kernel is a fused multiply-accumulate of a power-of-two FLOPs per MMA")
+            return
         if self.precision not in ITEMSIZE:
             raise ValueError(f"unknown precision {self.precision!r}")
         if self.access not in ACCESS:
@@ -117,12 +140,18 @@ class KernelSpec:
                                  f"at least 2 FLOPs per element")
 
     @property
+    def tensor(self) -> bool:
+        return self.pipe == "tensor"
+
+    @property
     def itemsize(self) -> int:
-        return ITEMSIZE[self.precision]
+        return TENSOR_ITEMSIZE[self.precision] if self.tensor else ITEMSIZE[self.precision]
 
     @property
     def bytes_per_element(self) -> int:
-        """Bytes moved per element per trial (write-allocate traffic not counted, as in ERT)."""
+        """Bytes moved per element per trial (write-allocate traffic not counted, as in ERT); 0 for a tensor MMA."""
+        if self.tensor:
+            return 0
         return (2 if self.access == "rw" else 1) * self.itemsize
 
     @property
@@ -151,12 +180,17 @@ class KernelSpec:
 
     @property
     def arithmetic_intensity(self) -> float:
-        """FLOPs per byte of this kernel."""
+        """FLOPs per byte of this kernel (infinite for a tensor MMA, which works in registers)."""
+        if not self.bytes_per_element:
+            return float("inf")
         return self.ops_per_element / self.bytes_per_element
 
     @property
     def key(self) -> str:
-        """A short stable name, e.g. ``fp64-fma-rw-f8``, ``int32-add-rw-f32``, ``fp32-mix_int32_fp32-rw-f64``."""
+        """A short stable name, e.g. ``fp64-fma-rw-f8``, ``int32-add-rw-f32``, ``fp32-mix_int32_fp32-rw-f64``,
+        ``fp16-tensor-mma-f4096``."""
+        if self.tensor:
+            return f"{self.precision}-tensor-mma-f{self.flops_per_element}"
         if self.mix:
             return f"{self.precision}-mix_{mix_key(self.mix)}-{self.access}-f{self.flops_per_element}"
         kind = "fma" if self.fma else ("add" if self.flops_per_element == 1 or self.op == "add" else
@@ -176,7 +210,7 @@ class KernelSpec:
         return self.flops_done(elements=elements, trials=trials) / seconds / 1e9
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "precision": self.precision,
             "flops_per_element": self.flops_per_element,
             "fma": self.fma,
@@ -185,6 +219,9 @@ class KernelSpec:
             **({"op": self.op} if self.op != "madd" else {}),
             **({"mix": self.mix} if self.mix else {}),
         }
+        if self.tensor:  # vector records stay as they were
+            out["pipe"] = self.pipe
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "KernelSpec":
@@ -195,6 +232,7 @@ class KernelSpec:
             access=data.get("access", "rw"),
             op=data.get("op", "madd"),
             mix=data.get("mix") or "",
+            pipe=data.get("pipe", "vector"),
         )
 
 

@@ -1,8 +1,10 @@
 """The tensor-core kernel (kernels/ert_cuda_tensor.cu) and its host logic (ert/backends/cuda_tensor.py).
 
-Host logic runs here; the `nvcc` tests compile every variant to PTX (never
-executed); the `gpu` tests are written to run unchanged on a GPU and are
-skipped here.  Not yet wired into ert-run's sweep.
+Host logic runs here, including the whole ert-run path (config, plan,
+driver, raw records, ceilings, schema) over an emulated GPU that does the
+kernel's arithmetic in numpy; the `nvcc` tests compile every variant to PTX
+(never executed); the `gpu` tests are written to run unchanged on a GPU and
+are skipped here.
 """
 
 from __future__ import annotations
@@ -301,6 +303,266 @@ def test_gpu_reaches_the_rated_tensor_peak(name):
     got, seconds = _run(cupy, source, shape, blocks=blocks, threads=threads, trials=trials)
     assert np.array_equal(got, tc.replay(shape, threads=blocks * threads, trials=trials))
     gflops = tc.flops_per_launch(shape, blocks=blocks, threads_per_block=threads, trials=trials) / seconds / 1e9
-    # mma.sync reaches the full rate on sm_8x; sm_90 / sm_100 need wgmma / tcgen05 for it (not used here).
-    floor = 0.8 if info.compute_capability in tc.MMA_SYNC_FULL_RATE else 0.4
-    assert gflops >= floor * rated["gflops_per_s"], (name, gflops, rated)
+    # The issue's threshold.  mma.sync reaches the full rate on sm_8x; on sm_90 / sm_100 the full rate
+    # needs wgmma / tcgen05 (not used here), so a failure there measures that gap: it is not relaxed.
+    assert gflops >= 0.8 * rated["gflops_per_s"], (name, gflops, rated, info.arch)
+
+
+# ----------------------------------------------------------------------------- wired into ert-run (host logic)
+from ert.config import from_dict  # noqa: E402
+from ert.errors import ErtError  # noqa: E402
+from ert.spec import KernelSpec  # noqa: E402
+
+# A small Hopper (4 SMs, 1980 MHz) as CuPy reports it, so the emulated outputs stay small.
+SMALL_H100 = {"name": "NVIDIA H100 (4 SMs, emulated)", "major": 9, "minor": 0, "multiProcessorCount": 4,
+              "clockRate": 1980000, "memoryClockRate": 2619000, "memoryBusWidth": 5120, "l2CacheSize": 50 << 20,
+              "totalGlobalMem": 85045870592, "maxThreadsPerMultiProcessor": 2048, "sharedMemPerMultiprocessor": 233472}
+SMALL_A100 = {**SMALL_H100, "name": "NVIDIA A100 (4 SMs, emulated)", "major": 8, "clockRate": 1410000}
+
+
+class EmulatedTensorGpu:
+    """CupyDevice's tensor interface over numpy: ert_mma's arithmetic done MMA by MMA, a formula for time.
+
+    Each emulated launch does the kernel's MMAs on one warp's accumulators as
+    matrix products in the accumulator type (as _emulate), for the trials of
+    the launch; two consecutive trials cancel exactly (B's sign flips), so
+    trials beyond the first two of the same parity are skipped: the values
+    are those the loop would give (test_replay_matches_an_emulation_bit_exactly
+    runs the whole loop).  Time: ``fraction`` of the rated rate at ``clock_mhz``.
+    ``drop_mmas`` makes the emulated kernel skip one MMA per trial (a broken kernel).
+    """
+
+    def __init__(self, props, *, fraction=0.9, clock_mhz=1755, drop_mmas=False):
+        from ert.backends import cuda_host as host
+
+        self.info = host.device_info(props)
+        self.index, self.nvml, self.versions = 0, {}, {"cupy": "emulated"}
+        self.device_id = "GPU-emulated-tensor"
+        self.fraction, self.clock, self.drop_mmas = fraction, clock_mhz, drop_mmas
+        self.sm_clock_mhz = lambda: clock_mhz
+        self.launched: list[dict] = []
+
+    def tensor_function(self, shape):
+        return ("mma", shape)
+
+    def functions(self, spec):
+        return {"spin": ("spin", spec)}
+
+    def zeros(self, count, dtype):
+        return np.zeros(count, dtype=dtype)
+
+    def occupancy(self, function, threads):
+        return 2048 // threads
+
+    def spin(self, function, *, seconds):
+        self.launched.append({"kind": "spin"})
+
+    def launch(self, function, *, blocks, threads, args):
+        kind, shape = function
+        out, trials = args[0], int(args[1])
+        assert int(args[2]) == tc.operand_word(shape, tc.A_VALUE) and int(args[3]) == tc.operand_word(shape, tc.B_VALUE)
+        iters = tc.DEFAULT_ITERS - (1 if self.drop_mmas else 0)
+        sets = tc.DEFAULT_SETS
+        warp = _emulate(shape, trials=min(trials, 2 + trials % 2), iters=iters, sets=sets)
+        out[:] = np.tile(warp, (blocks * threads // 32, 1, 1)).reshape(-1)
+        self.launched.append({"kind": kind, "blocks": blocks, "threads": threads, "trials": trials})
+
+    def timed_launch(self, function, *, blocks, threads, args):
+        self.launch(function, blocks=blocks, threads=threads, args=args)
+        shape = function[1]
+        per_sm = tc.TENSOR_FLOPS_PER_CYCLE_PER_SM[self.info.compute_capability][shape.name]
+        rate = self.fraction * self.info.sm_count * self.clock * 1e6 * per_sm
+        return 2e-6 + tc.flops_per_launch(shape, blocks=blocks, threads_per_block=threads, trials=int(args[1])) / rate
+
+    def read(self, array, lo, hi):
+        return np.array(array[lo:hi])
+
+    def write(self, array, lo, values):
+        array[lo:lo + values.size] = values.astype(array.dtype)
+
+    def close(self):
+        pass
+
+
+def _tensor_backend(props=SMALL_H100, config=None, **kw):
+    return cuda_mod.CudaBackend(config=config or from_dict({"backend": "cuda"}), device=EmulatedTensorGpu(props, **kw))
+
+
+TENSOR_TIMING = {"min_seconds": 2e-4, "repeats": 3, "max_remeasure": 0}
+
+
+def test_config_tensor_key_is_validated():
+    assert from_dict({"backend": "cuda", "tensor": ["fp16", "fp8"]}).tensor == ["fp16", "fp8"]
+    assert from_dict({}).tensor == []  # never in the default run
+    for bad, words in (({"tensor": ["fp4"]}, "tensor[0]"), ({"tensor": ["fp16", "fp16"]}, "values repeat"),
+                       ({"tensor": "fp16"}, "tensor"),
+                       ({"backend": "numba-cpu", "tensor": ["fp16"]}, "cuda backend only")):
+        with pytest.raises(ErtError) as err:
+            from_dict(bad, source="x.yaml")
+        assert words in str(err.value) and "x.yaml" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_tensor_spec_and_record_shape():
+    spec = KernelSpec("fp16", 4096, True, "rw", pipe="tensor")
+    assert spec.key == "fp16-tensor-mma-f4096" and spec.bytes_per_element == 0
+    assert spec.to_dict()["pipe"] == "tensor" and KernelSpec.from_dict(spec.to_dict()) == spec
+    assert "pipe" not in KernelSpec("fp16", 2, True).to_dict()  # vector records unchanged
+    for bad in (dict(precision="int32"), dict(fma=False), dict(flops_per_element=3000)):
+        with pytest.raises(ValueError):
+            KernelSpec(**{"precision": "fp16", "flops_per_element": 4096, "fma": True, "pipe": "tensor", **bad})
+
+
+def test_plan_puts_tensor_points_last_with_every_geometry():
+    from ert.measure.plan import plan
+
+    cfg = from_dict({"backend": "cuda", "precisions": ["fp32"], "flops_per_element": [1],
+                     "working_set": {"min_bytes": 1 << 16, "max_bytes": 1 << 17, "growth": 2.0},
+                     "tensor": ["fp16", "fp64"]})
+    backend = _tensor_backend(config=cfg)
+    points = plan(cfg, workers=1, granule_elements_of=backend.granule_elements, launches_of=backend.launches,
+                  tensor_of=backend.tensor_plan)
+    tensor = [p for p in points if p.spec.tensor]
+    assert points[-len(tensor):] == tensor and len(tensor) == 2 * 3
+    # 4 SMs x 1024 threads = 128 warps, 64 MMAs each per trial; blocks of 256, 128 and 512 threads.
+    assert {p.elements_per_thread for p in tensor} == {128 * 64}
+    assert [p.launch_dict() for p in tensor[:3]] == [{"blocks": 16, "threads": 256}, {"blocks": 32, "threads": 128},
+                                                     {"blocks": 8, "threads": 512}]
+    fp64 = [p for p in tensor if p.spec.precision == "fp64"]
+    # 4096 threads x 8 sets x 2 FP64 accumulators x 8 bytes.
+    assert fp64[0].wss_bytes == 4096 * 8 * 2 * 8 == 524288 and fp64[0].id == "fp64-tensor-mma-f512-w524288-b16-t256"
+    with pytest.raises(ErtError, match="cuda backend only"):
+        plan(cfg, workers=1, granule_elements_of=backend.granule_elements)
+
+
+def test_precision_policy_skips_fp8_on_sm_80_and_refuses_a_backend_without_tensor_cores():
+    from ert.measure.precisions import supported_precisions
+
+    cfg = from_dict({"backend": "cuda", "tensor": ["fp16", "fp8"]})
+    kept, warning = supported_precisions(cfg, _tensor_backend(SMALL_A100, config=cfg))
+    assert kept.tensor == ["fp16"] and "fp8 tensor mma.sync needs sm_89" in warning and "sm_80" in warning
+    kept, warning = supported_precisions(cfg, _tensor_backend(SMALL_H100, config=cfg))
+    assert kept.tensor == ["fp16", "fp8"] and warning is None
+
+    class NoTensor:
+        name = "numba-cpu"
+
+        def supports(self, spec):
+            return True
+
+    with pytest.raises(ErtError, match="numba-cpu backend has no tensor cores"):
+        supported_precisions(from_dict({"tensor": ["fp16"]}), NoTensor())
+
+
+@pytest.mark.parametrize("name", list(tc.SHAPES))
+def test_backend_checks_every_accumulator(name):
+    backend = _tensor_backend()
+    spec = KernelSpec(name, tc.SHAPES[name].flops_per_mma, True, pipe="tensor")
+    mmas, _, launches = backend.tensor_plan(spec)
+    backend.prepare(spec, elements_per_thread=mmas, launch=launches[1])
+    for trials in (1, 4, 7):
+        backend.run(trials)
+        result = backend.check()
+        assert result.ok and f"replay of {trials} trial(s)" in result.detail, result.detail
+    backend.corrupt_for_test()
+    assert not backend.check().ok
+    broken = _tensor_backend(drop_mmas=True)
+    broken.prepare(spec, elements_per_thread=mmas, launch=launches[0])
+    broken.run(3)
+    result = broken.check()
+    assert not result.ok and "differ from the replay of 3 trial(s)" in result.detail
+
+
+def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_path):
+    """The driver, raw.jsonl, build and the schema over the emulated GPU at 90 % of the rate at 1755 MHz."""
+    from ert import ceilings_io
+    from ert.analysis.ceilings import build
+    from ert.measure import rundir
+    from ert.measure.comm import SerialComm
+    from ert.measure.driver import run_sweep
+    from ert.measure.plan import plan
+    from ert.rawio import read_raw
+
+    cfg = from_dict({"backend": "cuda", "precisions": ["fp32"], "flops_per_element": [1], "threads": 1,
+                     "working_set": {"min_bytes": 1 << 16, "max_bytes": 1 << 16},
+                     "tensor": ["fp16", "bf16", "tf32", "fp64", "fp8"], "timing": TENSOR_TIMING})
+    backend = _tensor_backend(config=cfg)
+    points = [p for p in plan(cfg, workers=1, granule_elements_of=backend.granule_elements,
+                              launches_of=backend.launches, tensor_of=backend.tensor_plan) if p.spec.tensor]
+    header = rundir.header(cfg, backend_info=backend.describe(), comm=SerialComm(), placement=None,
+                           rank_warnings=[], planned_points=len(points))
+    result = run_sweep(config=cfg, points=points, run_dir=tmp_path, backend=backend, comm=SerialComm(),
+                       header=header)
+    assert result.measured_now == 15
+    raw = read_raw(tmp_path / "raw.jsonl")
+    assert all(r["valid"] and r["spec"]["pipe"] == "tensor" and r["device"]["sm_clock_mhz"]["max"] == 1755
+               for r in raw.points)
+    doc = build(raw)
+    ceilings_io.write_ceilings(doc, tmp_path / "ceilings.json")  # validated against the schema on write
+    doc = ceilings_io.load_ceilings(tmp_path / "ceilings.json")
+    assert doc["schema_version"] == ceilings_io.SCHEMA_VERSION and doc["ceilings"]["memory"] == []
+    tensor = {c["precision"]: c for c in doc["ceilings"]["compute"]}
+    assert list(tensor) == ["fp64", "fp16", "bf16", "tf32", "fp8"]  # PRECISION_ORDER, then unknown ones
+    fp16 = tensor["fp16"]
+    assert (fp16["pipe"], fp16["input_type"], fp16["accumulate"], fp16["mma_shape"], fp16["flops_per_mma"],
+            fp16["fma"], fp16["unit"]) == ("tensor", "f16", "f32", "m16n8k16", 4096, True, "GFLOP/s")
+    assert tensor["fp64"]["accumulate"] == "f64" and tensor["fp8"]["input_type"] == "e4m3"
+    for name, c in tensor.items():
+        # 4 SMs x 1755 MHz x the per-SM rate; the emulated GPU runs at 90 % of it (less the 2 us launch).
+        per_sm = tc.TENSOR_FLOPS_PER_CYCLE_PER_SM[(9, 0)][name]
+        assert c["rated"]["gflops_per_s"] == pytest.approx(4 * 1755e6 * per_sm / 1e9, abs=0.1)
+        assert 0.85 < c["rated"]["ratio"] <= 0.9, (name, c["rated"])
+        assert "1755 MHz (SM clock measured by NVML" in c["rated"]["derivation"]
+        assert c["evidence"]["point_id"].startswith(f"{name}-tensor-mma-")
+    assert not any("still rose" in w for w in doc["warnings"])
+
+
+def test_tensor_points_above_the_rated_peak_are_invalid(tmp_path):
+    from ert.analysis.rated import invalidate_above_rated, scaled_rated
+
+    backend = _tensor_backend()
+    meta = {"backend_info": backend.describe(), "ranks": 1}
+    rated = scaled_rated(meta, threads_per_rank=1)
+    spec = KernelSpec("fp16", 4096, True, pipe="tensor")
+    peak = rated["tensor"]["fp16"]["gflops_per_s"]  # 4 x 1980 MHz x 4096 = 32440 GFLOP/s
+    assert peak == pytest.approx(32440.3, abs=0.1)
+    mmas = 8192
+    seconds = mmas * 4096 * 10 / (1.2 * peak * 1e9)
+    rec = {"id": "x", "spec": spec.to_dict(), "elements": mmas, "trials": 10, "valid": True,
+           "seconds": {"min": seconds, "median": seconds, "max": seconds}}
+    out, warnings = invalidate_above_rated([rec], rated)
+    assert not out[0]["valid"] and "fp16 tensor GFLOP/s" in warnings[0]
+
+
+def test_ert_run_refuses_tensor_on_a_cpu_backend(tmp_path):
+    from conftest import run_cmd
+
+    config = tmp_path / "t.yaml"
+    config.write_text("backend: numba-cpu\ntensor: [fp16]\n")
+    proc = run_cmd("ert-run", str(config), "--out", str(tmp_path / "out"))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "t.yaml" in line and "cuda backend only" in line
+
+
+@needs_gpu
+def test_gpu_ert_run_gives_checked_tensor_roofs_at_0_8_of_rated(tmp_path):
+    """ert-run configs/gpu-tensor.yaml, tensor part only: every tensor roof checked and >= 0.8 x rated."""
+    import json
+
+    from conftest import run_cmd
+
+    config = tmp_path / "tensor.yaml"
+    config.write_text((Path(__file__).resolve().parents[1] / "configs" / "gpu-tensor.yaml").read_text()
+                      .replace("flops_per_element: [1, 1024]", "flops_per_element: [1]")
+                      .replace("max_bytes: 1073741824", "max_bytes: 4194304"))
+    out = tmp_path / "run"
+    proc = run_cmd("ert-run", config, "--out", out, "-q", timeout=1800)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "ceilings.json").read_text())
+    assert doc["metadata"]["points"]["invalid"] == 0, doc["warnings"]
+    tensor = [c for c in doc["ceilings"]["compute"] if c.get("pipe") == "tensor"]
+    assert tensor, doc["warnings"]
+    for c in tensor:
+        if c["rated"]["gflops_per_s"] is None:
+            continue  # an architecture without a recorded figure (derivation says why)
+        assert c["rated"]["ratio"] >= 0.8, (c["precision"], c["gflops_per_s"], c["rated"])

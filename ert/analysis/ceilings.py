@@ -111,7 +111,7 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
     """
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for rec in points:
-        if rec["valid"]:
+        if rec["valid"] and rec["spec"].get("pipe", "vector") == "vector":  # tensor MMAs move no bytes
             groups[(rec["spec"]["precision"], rec["spec"]["access"])].append(rec)
     warnings: list[str] = []
     order = sorted(groups, key=lambda k: (k[1] != "rw", PRECISION_ORDER.get(k[0], 9)))
@@ -172,20 +172,26 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
     return ceilings, warnings
 
 
+# A tensor ceiling's shape and types, from the MMA it ran (ert.backends.cuda_tensor.SHAPES).
+TENSOR_TYPES = {"fp16": ("f16", "f32"), "bf16": ("bf16", "f32"), "tf32": ("tf32", "f32"), "fp64": ("f64", "f64"),
+                "fp8": ("e4m3", "f32")}
+
+
 def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
-    """The highest median GFLOP/s over all multiply-add points, per precision and FMA or not."""
+    """The highest median GFLOP/s over all multiply-add points, per precision, FMA or not, and pipe."""
     best: dict[tuple, tuple[float, dict]] = {}
     for rec in points:
         spec = rec["spec"]
         if not rec["valid"] or spec["access"] != "rw" or spec["flops_per_element"] < 2:
             continue
-        key = (spec["precision"], spec["fma"], spec.get("op", "madd"), spec.get("mix", ""))
+        key = (spec["precision"], spec["fma"], spec.get("op", "madd"), spec.get("mix", ""), spec.get("pipe", "vector"))
         gflops = rates(rec).gflops_per_s
         if key not in best or gflops > best[key][0]:
             best[key] = (gflops, rec)
     ceilings, warnings = [], []
-    for key in sorted(best, key=lambda k: (bool(k[3]), PRECISION_ORDER.get(k[0], 9), not k[1], k[2], k[3])):
-        precision, fma, op, mix = key
+    for key in sorted(best, key=lambda k: (k[4] != "vector", bool(k[3]), PRECISION_ORDER.get(k[0], 9), not k[1],
+                                           k[2], k[3])):
+        precision, fma, op, mix, pipe = key
         gflops, rec = best[key]
         ceilings.append({
             "precision": precision,
@@ -206,6 +212,21 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
         if mix:
             # Schema 1.4: a measured mix; its rate counts every operation of both halves.
             ceilings[-1].update(mix=mix, mix_ratio=MIX_RATIO[mix], unit=ops_unit(precision, mix))
+        if pipe == "tensor":
+            # Schema 1.5: a tensor-core roof.  flops_per_element is the FLOPs of one warp-level MMA.
+            input_type, acc = TENSOR_TYPES[precision]
+            mma = (rec.get("device") or {}).get("mma", "")
+            shape = next((part for part in mma.split(".") if part.startswith("m") and "n" in part and "k" in part),
+                         None)
+            ceilings[-1].update(pipe="tensor", unit="GFLOP/s", input_type=input_type, accumulate=acc,
+                                flops_per_mma=rec["spec"]["flops_per_element"])
+            if shape:
+                ceilings[-1]["mma_shape"] = shape
+            if rec.get("launch"):
+                ceilings[-1]["launch"] = rec["launch"]
+            clock = (rec.get("device") or {}).get("sm_clock_mhz")
+            if clock:
+                ceilings[-1]["sm_clock_mhz"] = {"min": clock["min"], "max": clock["max"]}
         if rec["noisy"]:
             warnings.append(f"{compute_name(ceilings[-1])} peak comes from a noisy point ({rec['id']})")
     return ceilings, warnings
@@ -220,11 +241,14 @@ def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
     """Warn when GFLOP/s was still rising at the largest FLOPs per element swept."""
     warnings = []
     for c in compute:
+        if c.get("pipe", "vector") != "vector":
+            continue  # one MMA shape per tensor kernel: nothing was swept
         by_flops: dict[int, float] = {}
         for r in points:
             s = r["spec"]
             if (r["valid"] and s["access"] == "rw" and s["precision"] == c["precision"] and s["fma"] == c["fma"]
-                    and s.get("op", "madd") == c.get("op", "madd") and s.get("mix", "") == c.get("mix", "")):
+                    and s.get("op", "madd") == c.get("op", "madd") and s.get("mix", "") == c.get("mix", "")
+                    and s.get("pipe", "vector") == "vector"):
                 fpe = s["flops_per_element"]
                 by_flops[fpe] = max(by_flops.get(fpe, 0.0), rates(r).gflops_per_s)
         counts = sorted(by_flops)
@@ -248,8 +272,11 @@ def best_launches(points: list[dict]) -> list[dict]:
         if "launch" not in rec or not rec["valid"]:
             out.append(rec)
             continue
-        key = (KernelSpec.from_dict(rec["spec"]).key, rec["wss_bytes"])
-        if key not in best or rates(rec).gbytes_per_s > rates(best[key]).gbytes_per_s:
+        spec = KernelSpec.from_dict(rec["spec"])
+        key = (spec.key, rec["wss_bytes"])
+        # A tensor MMA moves no bytes: its geometries are compared by GFLOP/s.
+        if key not in best or (rates(rec).gflops_per_s > rates(best[key]).gflops_per_s if spec.tensor else
+                               rates(rec).gbytes_per_s > rates(best[key]).gbytes_per_s):
             best[key] = rec
     return out + list(best.values())
 

@@ -53,6 +53,12 @@ def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
         out["compute"][compute_key(entry)] = {
             "gflops_per_s": round(value * factor, 1) if value else None,
             "derivation": _rescaled(entry, factor, note)}
+    # Tensor-core peaks (schema 1.5): one GPU per rank, keyed by the MMA's input type.
+    out["tensor"] = {}
+    for entry in rated.get("tensor", []):
+        value = entry.get("gflops_per_s")
+        out["tensor"][entry.get("precision")] = {**entry, "gflops_per_s": round(value * factor, 1) if value else None,
+                                                "derivation": _rescaled(entry, factor, note), "ranks": ranks}
     for entry in rated.get("memory", []):
         value = entry.get("gbytes_per_s")
         out["memory"][(entry.get("level"), entry.get("access"))] = {
@@ -70,7 +76,9 @@ def _rescaled(entry: dict, factor: float, note: str) -> str:
 
 
 def compute_name(entry: dict) -> str:
-    """``fp64 FMA``, ``fp32 no-FMA``, ``int32 multiply-add``, ``int64 add``, ``fp64 fma+add mix``."""
+    """``fp64 FMA``, ``fp32 no-FMA``, ``int32 multiply-add``, ``int64 add``, ``fp64 fma+add mix``, ``fp16 tensor``."""
+    if entry.get("pipe") == "tensor":
+        return f"{entry['precision']} tensor"
     if entry.get("mix"):
         return f"{entry['precision']} {entry['mix']} mix"
     if is_integer(entry["precision"]):
@@ -110,7 +118,10 @@ def invalidate_above_rated(points: list[dict], rated: dict | None) -> tuple[list
         spec = rec["spec"]
         gbs, gflops = rates(rec)
         limit, what, measured = None, "", 0.0
-        compute = rated["compute"].get(compute_key(spec))
+        if spec.get("pipe", "vector") == "tensor":
+            compute = rated.get("tensor", {}).get(spec["precision"])
+        else:
+            compute = rated["compute"].get(compute_key(spec))
         if spec["flops_per_element"] > 1 and compute and compute["gflops_per_s"]:
             limit, what, measured = compute["gflops_per_s"], f"{compute_name(spec)} {ops_unit(spec['precision'], spec.get('mix'))}", gflops
         l1 = _memory_rated(rated, "L1", spec["access"])
@@ -132,7 +143,10 @@ def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) ->
     """Put ``rated`` on every ceiling; warnings for compute and L1 ceilings below BELOW_RATED x rated."""
     warnings = []
     for c in compute:
-        r = (rated or {"compute": {}})["compute"].get(compute_key(c))
+        if c.get("pipe") == "tensor":
+            r = tensor_rated(c, (rated or {}).get("tensor", {}).get(c["precision"]))
+        else:
+            r = (rated or {"compute": {}})["compute"].get(compute_key(c))
         name = f"{_compute_name(c)} peak"
         warnings += _attach(c, r, "gflops_per_s", name, ops_unit(c["precision"], c.get("mix")), warn=True)
     for m in memory:
@@ -141,6 +155,29 @@ def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) ->
         name = f"{m.get('precision', '')} {access} {m['level']}".strip()
         warnings += _attach(m, r, "gbytes_per_s", name, "GB/s", warn=m["level"] == "L1")
     return warnings
+
+
+def tensor_rated(ceiling: dict, entry: dict | None) -> dict | None:
+    """A tensor ceiling's rated value: NVIDIA's dense per-SM rate x SMs x the SM clock measured during its point.
+
+    The clock is the highest NVML reading taken right after the point's timed
+    regions (``sm_clock_mhz``); without one, the device's maximum clock, and
+    the derivation says which.
+    """
+    if entry is None:
+        return {"gflops_per_s": None, "derivation": "no rated tensor value: the backend recorded none"}
+    per_sm, sms = entry.get("flops_per_cycle_per_sm"), entry.get("sm_count")
+    clock = (ceiling.get("sm_clock_mhz") or {}).get("max")
+    if not entry.get("gflops_per_s") or not per_sm or not sms or not clock:
+        return entry
+    ranks = int(entry.get("ranks", 1))
+    value = round(ranks * sms * clock * 1e6 * per_sm / 1e9, 1)
+    where = f" x {ranks} ranks" if ranks > 1 else ""
+    return {"gflops_per_s": value,
+            "derivation": f"{sms} SMs x {clock:.0f} MHz (SM clock measured by NVML during the point; maximum "
+                          f"{entry.get('clock_mhz')} MHz) x {per_sm} dense {ceiling['precision'].upper()} tensor "
+                          f"FLOP/cycle/SM ({entry.get('arch', '')}, NVIDIA's published dense figures, a "
+                          f"multiply-add counted as 2){where}"}
 
 
 def _attach(ceiling: dict, rated_entry: dict | None, key: str, name: str, unit: str, *, warn: bool) -> list[str]:

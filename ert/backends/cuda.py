@@ -15,6 +15,7 @@ from importlib import resources
 import numpy as np
 
 from ert.backends import cuda_host as host
+from ert.backends import cuda_tensor
 from ert.backends import grow_buffer
 from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, relative_errors, replay_rw, ro_errors, ro_tolerance,
                                 rw_tolerance, verdict)
@@ -78,9 +79,9 @@ def create(*, config=None, local_rank: int = 0, local_size: int = 1, **_ignored)
 
 
 @functools.cache
-def kernel_source() -> tuple[str, str]:
+def kernel_source(name: str = host.KERNEL_FILE) -> tuple[str, str]:
     """(the kernel file's text, its SHA-256), read once per process."""
-    text = resources.files("ert.kernels").joinpath(host.KERNEL_FILE).read_text()
+    text = resources.files("ert.kernels").joinpath(name).read_text()
     return text, hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -137,6 +138,25 @@ class CupyDevice:
             _MODULES[key] = module
         return {"kernel": module.get_function(host.kernel_name(spec)), "init": module.get_function("ert_init"),
                 "check": module.get_function("ert_check"), "spin": module.get_function("ert_spin")}
+
+    def tensor_function(self, shape: cuda_tensor.MmaShape):
+        """ert_mma of kernels/ert_cuda_tensor.cu specialised for one MMA shape, compiled once per device."""
+        source, digest = kernel_source(cuda_tensor.KERNEL_FILE)
+        options = cuda_tensor.compile_defines(shape) + COMPILE_OPTIONS
+        key = (digest, options, self.index)
+        module = _MODULES.get(key)
+        if module is None:
+            module = self._cp.RawModule(code=source, options=options)
+            module.compile()
+            _MODULES[key] = module
+        return module.get_function(cuda_tensor.KERNEL_NAME)
+
+    def zeros(self, count: int, dtype):
+        """``count`` zeros of ``dtype`` on the device, written on the kernels' stream."""
+        with self._stream:
+            out = self._cp.zeros(count, dtype=dtype)
+        self._stream.synchronize()
+        return out
 
     def buffer(self, nbytes: int):
         """A device buffer of at least ``nbytes``, reused while large enough (the caller holds no other reference)."""
@@ -281,7 +301,7 @@ class CudaBackend:
             "gpu": info.to_dict(),
             "caches": host.caches(info),
             "memory_name": info.memory_name,
-            "rated": host.rated_peaks(info),
+            "rated": {**host.rated_peaks(info), "tensor": cuda_tensor.rated_tensor_peaks(info)},
             "launch_geometry": geometry,
             "timing": f"CUDA events around one launch that runs all its trials; compile, initialisation, a "
                       f"{WARMUP_SECONDS * 1e3:.0f} ms busy launch (clocks up) and a 1-trial warm-up launch "
@@ -302,13 +322,67 @@ class CudaBackend:
 
     def supports(self, spec: KernelSpec) -> bool:
         """fp64, fp32 and fp16 (half2) on every GPU it runs on; int32 and int64 (IMAD, IADD3) read+write
-        multiply-add and add-only kernels; no measured mixes."""
+        multiply-add and add-only kernels; the tensor shapes of this compute capability; no measured mixes."""
+        if spec.tensor:  # mma.sync shapes of this compute capability (sm_80+, FP8 sm_89+)
+            shape = cuda_tensor.SHAPES.get(spec.precision)
+            return shape is not None and shape.supported(self._dev.info.compute_capability)
         if spec.mix or spec.precision not in host.HOST_DTYPE:
             return False
         return spec.access == "rw" if is_integer(spec.precision) else spec.op == "madd"
 
     def unsupported_reason(self, precision: str) -> str:
+        if precision.endswith(" tensor"):
+            shape = cuda_tensor.SHAPES.get(precision.split()[0])
+            need = f"sm_{shape.min_cc[0]}{shape.min_cc[1]}" if shape else "a known shape"
+            return f"{NAME}: {precision} mma.sync needs {need}; this GPU is {self._dev.info.arch}"
         return f"{NAME} runs {', '.join(host.HOST_DTYPE)} only, not {precision}"
+
+    # -- tensor cores (schema 1.5) -------------------------------------------------
+    def tensor_plan(self, spec: KernelSpec) -> tuple[int, int, list[dict]]:
+        """(MMAs per trial, bytes of the accumulators stored, launch geometries) of one tensor kernel.
+
+        Every geometry runs the same warps (cuda_tensor.tensor_launches), so
+        the MMAs per trial, the points' ``elements``, are one number.
+        """
+        shape = cuda_tensor.SHAPES[spec.precision]
+        launches = cuda_tensor.tensor_launches(self._dev.info)
+        blocks, threads = launches[0]["blocks"], launches[0]["threads"]
+        return (cuda_tensor.mmas_per_trial(blocks=blocks, threads_per_block=threads),
+                cuda_tensor.out_bytes(shape, threads=blocks * threads), launches)
+
+    def _prepare_tensor(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None) -> None:
+        shape = cuda_tensor.SHAPES[spec.precision]
+        if launch is None:
+            launch = self.tensor_plan(spec)[2][0]
+        blocks, threads = int(launch["blocks"]), int(launch["threads"])
+        if cuda_tensor.mmas_per_trial(blocks=blocks, threads_per_block=threads) != elements_per_thread:
+            raise ValueError(f"launch {launch} does not run the {elements_per_thread} MMAs per trial planned")
+        kernel = self._dev.tensor_function(shape)  # compiled here, never inside a timed region
+        self._data = self._sums = None
+        self._data = self._dev.zeros(blocks * threads * cuda_tensor.DEFAULT_SETS * shape.acc_per_thread,
+                                     shape.acc_dtype)
+        self._spec, self._shape, self._kernel = spec, shape, kernel
+        self._blocks, self._threads = blocks, threads
+        resident = self._dev.occupancy(kernel, threads)
+        self._point = {"occupancy": host.occupancy(blocks=blocks, threads=threads, resident_blocks_per_sm=resident,
+                                                   sm_count=self._dev.info.sm_count),
+                       "mma": shape.ptx, "mmas_per_trial": elements_per_thread}
+        # Warm-up (loads the module), then the busy launch that raises the clocks.
+        self._dev.launch(kernel, blocks=blocks, threads=threads, args=self._tensor_args(1))
+        self._last_trials = 1
+        self._dev.spin(self._dev.functions(KernelSpec("fp32", 1, False))["spin"], seconds=WARMUP_SECONDS)
+        self._clocks_mhz = []
+
+    def _tensor_args(self, trials: int) -> tuple:
+        shape = self._shape
+        return (self._data, np.int64(trials), np.uint64(cuda_tensor.operand_word(shape, cuda_tensor.A_VALUE)),
+                np.uint64(cuda_tensor.operand_word(shape, cuda_tensor.B_VALUE)))
+
+    def _check_tensor(self) -> CheckResult:
+        """Every accumulator of every thread against the replay of the last launch (each launch starts afresh)."""
+        shape, trials = self._shape, self._last_trials
+        got = self._dev.read(self._data, 0, self._data.size)
+        return cuda_tensor.check_output(shape, got, threads=self._blocks * self._threads, trials=trials)
 
     def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
         return host.launches(n_units=host.units_of(spec, elements_per_thread), blocks=self.blocks,
@@ -316,6 +390,8 @@ class CudaBackend:
                              pairs=self.pairs)
 
     def prepare(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None = None) -> None:
+        if spec.tensor:
+            return self._prepare_tensor(spec, elements_per_thread=elements_per_thread, launch=launch)
         n_units = host.units_of(spec, elements_per_thread)
         if launch is None:
             launch = self.launches(spec, elements_per_thread)[0]
@@ -355,9 +431,14 @@ class CudaBackend:
         return (self._data, n, t, np.int64(self._trials_done), np.float64(A), np.float64(C))
 
     def run(self, trials: int) -> float:
-        seconds = self._dev.timed_launch(self._kernel, blocks=self._blocks, threads=self._threads,
-                                         args=self._args(trials))
-        self._trials_done += trials
+        if self._spec.tensor:
+            seconds = self._dev.timed_launch(self._kernel, blocks=self._blocks, threads=self._threads,
+                                             args=self._tensor_args(trials))
+            self._last_trials = trials
+        else:
+            seconds = self._dev.timed_launch(self._kernel, blocks=self._blocks, threads=self._threads,
+                                             args=self._args(trials))
+            self._trials_done += trials
         if self._dev.sm_clock_mhz is not None:  # NVML: the clock right after the region, while still loaded
             clock = self._dev.sm_clock_mhz()
             if clock:
@@ -373,6 +454,8 @@ class CudaBackend:
         return out
 
     def check(self) -> CheckResult:
+        if self._spec.tensor:
+            return self._check_tensor()
         spec, trials = self._spec, self._trials_done
         if spec.access == "ro":
             stride = self._blocks * self._threads
@@ -406,6 +489,9 @@ class CudaBackend:
     def corrupt_for_test(self) -> None:
         """Test-only: damage one value that check() examines (an element, or a load-only sum)."""
         spec = self._spec
+        if spec.tensor:
+            self._dev.write(self._data, self._data.size // 2, np.array([12345.0]))
+            return
         if spec.access == "ro":
             self._dev.write(self._sums, (self._blocks * self._threads) // 2, np.array([12345.0]))
         else:

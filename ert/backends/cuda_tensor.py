@@ -1,8 +1,9 @@
 """Host logic of the tensor-core kernel (kernels/ert_cuda_tensor.cu), testable without a GPU.
 
 Shapes, FLOP accounting, the replay of what the kernel leaves in every
-accumulator, and rated dense tensor peaks.  Not yet wired into ert-run's
-sweep or the ceilings; never run on a GPU.
+accumulator, the output check, launch geometries and rated dense tensor
+peaks.  ert-run measures it through the cuda backend (config key ``tensor``,
+ceilings with ``pipe: "tensor"``, schema 1.5); never run on a GPU yet.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ert.backends.check import CheckResult
 from ert.backends.cuda_host import DeviceInfo
 
 KERNEL_FILE = "ert_cuda_tensor.cu"
@@ -206,6 +208,9 @@ def rated_tensor_peaks(info: DeviceInfo) -> list[dict]:
         else:
             per_sm = rates[shape.name]
             entry["gflops_per_s"] = round(info.sm_count * mhz * 1e6 * per_sm / 1e9, 1)
+            # What the analysis needs to rate the ceiling at the clock measured during its point.
+            entry.update(sm_count=info.sm_count, clock_mhz=round(mhz), flops_per_cycle_per_sm=per_sm,
+                         arch=info.arch)
             entry["derivation"] = (f"{info.sm_count} SMs x {mhz:.0f} MHz x {per_sm} dense {shape.name.upper()} "
                                    f"tensor FLOP/cycle/SM ({info.arch}, a multiply-add counted as 2)")
         out.append(entry)
@@ -215,3 +220,45 @@ def rated_tensor_peaks(info: DeviceInfo) -> list[dict]:
 def default_launch(info: DeviceInfo, *, threads_per_block: int = 256, blocks_per_sm: int = 4) -> tuple[int, int]:
     """(blocks, threads per block): 4 blocks of 8 warps per SM, 8 accumulator chains per warp."""
     return info.sm_count * blocks_per_sm, threads_per_block
+
+
+# Threads per SM of every tensor launch: 32 warps (8 per SM sub-partition's
+# tensor core at 4 sub-partitions), each with ERT_MMA_SETS independent chains.
+TENSOR_THREADS_PER_SM = 1024
+TENSOR_THREADS_PER_BLOCK = (256, 128, 512)
+
+
+def tensor_launches(info: DeviceInfo) -> list[dict]:
+    """The launch geometries a tensor point is measured at: the same warps in blocks of 256, 128, 512 threads.
+
+    Every geometry runs SMs x 1024 threads, so the MMAs per trial are one
+    number for the point; the analysis keeps the fastest geometry.
+    """
+    total = info.sm_count * TENSOR_THREADS_PER_SM
+    return [{"blocks": total // t, "threads": t} for t in TENSOR_THREADS_PER_BLOCK if total % t == 0]
+
+
+def mmas_per_trial(*, blocks: int, threads_per_block: int, iters: int = DEFAULT_ITERS) -> int:
+    """Warp-level MMAs one trial of a launch does (a tensor point's ``elements``)."""
+    return warps_of(blocks, threads_per_block) * iters
+
+
+def out_bytes(shape: MmaShape, *, threads: int, sets: int = DEFAULT_SETS) -> int:
+    """Bytes of the accumulators every launch stores (a tensor point's ``wss_bytes``)."""
+    return threads * sets * shape.acc_per_thread * np.dtype(shape.acc_dtype).itemsize
+
+
+def check_output(shape: MmaShape, got: np.ndarray, *, threads: int, trials: int, iters: int = DEFAULT_ITERS,
+                 sets: int = DEFAULT_SETS) -> CheckResult:
+    """The last launch's out[] against the replay, element for element (the values are exact: no tolerance)."""
+    want = replay(shape, threads=threads, trials=trials, iters=iters, sets=sets).reshape(-1)
+    got = np.asarray(got).reshape(-1)
+    if got.size != want.size:
+        return CheckResult(False, f"{got.size} accumulators came back, {want.size} expected")
+    bad = np.flatnonzero(got != want)
+    if bad.size == 0:
+        return CheckResult(True, f"every accumulator ({want.size}) equals the replay of {trials} trial(s) exactly")
+    first = int(bad[0])
+    thread, rest = divmod(first, sets * shape.acc_per_thread)
+    return CheckResult(False, f"{bad.size} of {want.size} accumulators differ from the replay of {trials} "
+                              f"trial(s), first thread {thread} register {rest}: {got[first]!r} != {want[first]!r}")

@@ -265,7 +265,7 @@ def _plan(cfg, backend, *, comm):
     from ert.measure.plan import plan
 
     return plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements,
-                launches_of=backend.launches)
+                launches_of=backend.launches, tensor_of=getattr(backend, "tensor_plan", None))
 
 
 def _rank_warnings(backend, skipped_warning, *, comm, placement) -> list:

@@ -40,6 +40,33 @@ LEVEL_METRICS = {
                ["lts__t_sectors_aperture_sysmem_op_read.sum", "lts__t_sectors_aperture_sysmem_op_write.sum"],
                ["lts__t_sectors_aperture_sysmem.op_read.sum", "lts__t_sectors_aperture_sysmem.op_write.sum"]],
 }
+# Tensor-pipe instructions (warp-level) by sub-pipe: the metric names ncu uses (Ampere+: _op_;
+# Hopper/Blackwell sections also show _subpipe_), and the key the FLOPs are kept under.
+TENSOR_METRICS = (
+    ("hmma", ("sm__inst_executed_pipe_tensor_op_hmma.sum", "sm__inst_executed_pipe_tensor_subpipe_hmma.sum"),
+     "tensor-fp16"),
+    ("dmma", ("sm__inst_executed_pipe_tensor_op_dmma.sum", "sm__inst_executed_pipe_tensor_subpipe_dmma.sum"),
+     "tensor-fp64"),
+)
+# Volta/Turing have one tensor sub-pipe (HMMA): the pipe's total counts it.
+TENSOR_TOTAL_METRIC = "sm__inst_executed_pipe_tensor.sum"
+# FLOPs per warp-level tensor instruction, by compute capability and sub-pipe (a multiply-add counted as 2):
+#   sm_70 (V100): 512 per HMMA instruction: NERSC's "Roofline on NVIDIA GPUs" (Nsight Compute metrics:
+#     sm__inst_executed_pipe_tensor.sum x 512); V100's 125 TFLOP/s = 80 SMs x 1530 MHz x 1024 FLOP/cycle,
+#     i.e. 2 HMMA instructions per SM per cycle.
+#   sm_80, sm_86, sm_89, sm_90 (mma.sync SASS): HMMA.16816 (m16n8k16, FP16/BF16) = 2 x 16 x 8 x 16 = 4096;
+#     DMMA.884 (m8n8k4, FP64) = 2 x 8 x 8 x 4 = 512 (PTX ISA, warp-level mma shapes).  The largest HMMA
+#     shape is assumed: a kernel issuing HMMA.1688 (m16n8k8, TF32 or FP16) does half as many FLOPs per
+#     instruction, so its FLOPs come out twice too high (stated in the kernel's notes).  Hopper's wgmma
+#     (HGMMA) instructions are not covered by this table.
+FLOPS_PER_TENSOR_INST = {
+    (7, 0): {"hmma": 512},
+    (8, 0): {"hmma": 4096, "dmma": 512}, (8, 6): {"hmma": 4096}, (8, 9): {"hmma": 4096},
+    (9, 0): {"hmma": 4096, "dmma": 512},
+}
+# Integer instructions per thread (IMAD, IADD3, LOP3, shifts ...), each counted as one integer operation.
+INTEGER_METRIC = "sm__sass_thread_inst_executed_op_integer_pred_on.sum"
+_CC_RE = re.compile(r"\bCC\s*(\d+)\.(\d+)")
 _THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$")
 
 
@@ -215,7 +242,8 @@ def read_ncu_files(files) -> list[KernelData]:
             entry[3] = entry[3] or device
     path = parsed[0][2]
     all_metrics = {m for entry in merged.values() for m in entry[1]}
-    if not any("sass_thread_inst_executed_op_" in m for m in all_metrics):
+    if not any("sass_thread_inst_executed_op_" in m or m.startswith("sm__inst_executed_pipe_tensor")
+               for m in all_metrics):
         raise ErtError("no FLOP counts in this file (no sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}"
                        "_pred_on.sum): a memory-only pass? give the FLOP pass too (ert profile MEM.csv FLOP.csv)",
                        path=path)
@@ -372,10 +400,57 @@ def _bytes_of(metrics: dict, name: str, where: str, path, seconds: float) -> dic
     return out
 
 
+def _compute_capability(metrics: dict, device: str | None, path) -> tuple[int, int] | None:
+    major = _metric(metrics, "device__attribute_compute_capability_major", kinds=("count",), path=path)
+    minor = _metric(metrics, "device__attribute_compute_capability_minor", kinds=("count",), path=path)
+    if major is not None and minor is not None:
+        return int(major), int(minor)
+    m = _CC_RE.search(device or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _tensor_and_integer_ops(metrics: dict, name: str, path, device: str | None) -> tuple[dict[str, float], list[str]]:
+    """Tensor FLOPs (by sub-pipe, from warp-level instruction counts x FLOPs per instruction) and integer ops."""
+    out, notes = {}, []
+    counts = {}
+    for pipe, names, key in TENSOR_METRICS:
+        value = next((v for m in names if (v := _metric(metrics, m, kinds=("count",), path=path)) is not None), None)
+        if value:
+            counts[pipe] = (value, next(m for m in names if m in metrics), key)
+    if not counts:
+        total = _metric(metrics, TENSOR_TOTAL_METRIC, kinds=("count",), path=path)
+        if total:
+            counts["hmma"] = (total, TENSOR_TOTAL_METRIC, "tensor-fp16")
+    if counts:
+        cc = _compute_capability(metrics, device, path)
+        table = FLOPS_PER_TENSOR_INST.get(cc, {}) if cc else {}
+        for pipe, (value, metric, key) in counts.items():
+            per = table.get(pipe)
+            if per is None:
+                notes.append(f"{metric} = {value:.4g} tensor instructions not placed: no FLOPs per {pipe.upper()} "
+                             f"instruction known for " + (f"sm_{cc[0]}{cc[1]}" if cc else
+                                                          "this GPU (its compute capability is not in the file)"))
+                continue
+            out[key] = out.get(key, 0.0) + value * per
+            assumed = " (the largest HMMA shape; HMMA.1688 does half)" if pipe == "hmma" and cc >= (8, 0) else ""
+            notes.append(f"{key} FLOPs = {metric} x {per} FLOPs per warp-level {pipe.upper()} instruction "
+                         f"(sm_{cc[0]}{cc[1]}{assumed})")
+    integer = _metric(metrics, INTEGER_METRIC, kinds=("count",), path=path)
+    if integer:
+        out["int32"] = integer
+        notes.append(f"int32 ops = {INTEGER_METRIC} (each integer instruction one operation; the integer roof "
+                     f"counts a multiply-add as 2, so IMAD-heavy code sits up to 2x lower than its work)")
+    return out, notes
+
+
 def _kernel_of(name: str, metrics: dict, where: str, path, device: str | None = None) -> KernelData:
     seconds = _seconds_of(metrics, name, where, path)
-    flops, ratios = _flops_of(metrics, name, where, path)
-    notes = []
+    extra, notes = _tensor_and_integer_ops(metrics, name, path, device)
+    if extra and not any("sass_thread_inst_executed_op_" in m and m != INTEGER_METRIC for m in metrics):
+        flops, ratios = {}, {}  # tensor or integer counts only: no vector FP counts to read
+    else:
+        flops, ratios = _flops_of(metrics, name, where, path)
+    flops = {**flops, **extra}
     if "DRAM" not in {lvl for lvl, alts in LEVEL_METRICS.items() for names in alts if all(m in metrics for m in names)} \
             and "dram__bytes.sum.per_second" in metrics:
         notes.append("DRAM bytes = dram__bytes.sum.per_second x kernel time")

@@ -59,12 +59,19 @@ def _rows(docs: list[dict]) -> list[Row]:
             row.wss[i] = tuple(e["wss_bytes"])
         for e in doc["ceilings"]["compute"]:
             key = ("compute", e["precision"], bool(e["fma"]))
-            # Schema 1.4: the integer add roof and the measured mixes are rows of their own.
+            # Schema 1.4: the integer add roof and the measured mixes are rows of their own; schema 1.5:
+            # so are tensor roofs, never set beside the vector roof of their precision.
             key += ((e["mix"],) if e.get("mix") else (("add",) if e.get("op") == "add" else ()))
+            key += ("tensor",) if e.get("pipe") == "tensor" else ()
             integer = e.get("unit") == "GIOP/s" or e["precision"] in ("int32", "int64")
-            label = (f"{e['precision']} {e['mix']} mix peak" if e.get("mix")
-                     else f"{e['precision']} {'add' if e.get('op') == 'add' else 'multiply-add'} peak" if integer
-                     else f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak")
+            if e.get("pipe") == "tensor":
+                shape = f" {e['mma_shape']}" if e.get("mma_shape") else ""
+                acc = f", {e['accumulate']} accumulate" if e.get("accumulate") else ""
+                label = f"{e['precision']} tensor{shape}{acc} peak"
+            else:
+                label = (f"{e['precision']} {e['mix']} mix peak" if e.get("mix")
+                         else f"{e['precision']} {'add' if e.get('op') == 'add' else 'multiply-add'} peak" if integer
+                         else f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak")
             unit = e.get("unit") or ("GIOP/s" if integer else "GFLOP/s")
             row = rows.setdefault(key, Row("compute", key, label, unit, [None] * n, [None] * n))
             row.values[i] = float(e["gflops_per_s"])
@@ -84,7 +91,8 @@ def _rows(docs: list[dict]) -> list[Row]:
         if row.kind == "memory":
             _, p, a, level = row.key
             return (0, prec.get(p, 9), a != "rw", level_rank.get(level, 99))  # ERT's read+write first
-        return (1, prec.get(row.key[1], 9), not row.key[2], 0)
+        extra = row.key[3:]  # (pipe, mix) of tensor and mix roofs: after the vector roofs
+        return (1, bool(extra), str(extra), prec.get(row.key[1], 9), not row.key[2])
 
     return sorted(rows.values(), key=order)
 

@@ -56,6 +56,19 @@ def to_ert(doc: dict, *, precision: str = "fp64", access: str = "rw") -> dict:
     for roof in roofs_mod.compute_roofs(doc):  # a precision measured without FMA only
         if not roof.fma and not any(d[0] == f"{roof.precision.upper()} GFLOPs" for d in gflops_data):
             gflops_data.append([f"{roof.precision.upper()} GFLOPs", round(roof.gflops_per_s, 2)])
+    # Tensor roofs (schema 1.5) are FLOP roofs: rows "FP16 Tensor GFLOPs" beside ERT's, as users extend
+    # gflops with named rows ("FP64 Vector GFLOPs FMA"); ERT's plot draws every row.  Their shapes and
+    # types sit in gflops.metadata.TENSOR.  Integer roofs are not FLOPs: gflops.metadata.INTEGER_GIOPS only.
+    tensor_meta, integer_meta = {}, {}
+    for extra in roofs_mod.extra_roofs(doc):
+        if extra.group == "tensor":
+            row = f"{extra.precision.upper()} Tensor GFLOPs"
+            if row not in tensor_meta:
+                gflops_data.append([row, round(extra.value, 2)])
+                tensor_meta[row] = {k: extra.entry[k] for k in ("mma_shape", "input_type", "accumulate",
+                                                                "flops_per_mma") if k in extra.entry}
+        elif extra.group == "integer":
+            integer_meta[extra.precision.upper()] = round(extra.value, 2)
     shared = {
         "ERT_VERSION": ERT_LAYOUT_VERSION,
         "GENERATOR": f"ert {meta.get('tool_version', '?')} (Python reimplementation of ERT)",
@@ -68,6 +81,10 @@ def to_ert(doc: dict, *, precision: str = "fp64", access: str = "rw") -> dict:
         "CONFIG": meta.get("config", {}),
     }
     gflops_meta = {"FLOPS": flops_of_peak, "NO_FMA_GFLOPS": no_fma}
+    if tensor_meta:
+        gflops_meta["TENSOR"] = tensor_meta
+    if integer_meta:
+        gflops_meta["INTEGER_GIOPS"] = integer_meta
     gbytes_meta = {"FLOPS": 1, "KERNEL": basis,
                    "WORKING_SET_BYTES": {row[0]: list(r.wss_bytes) for row, r in zip(gbytes_data, mem)}}
     return {"empirical": {"metadata": shared,
@@ -174,10 +191,12 @@ def to_csv(doc: dict) -> str:
         writer.writerow(["memory", name, e["level"], e.get("precision", ""), e.get("access", ""), "",
                          e["gbytes_per_s"], "GB/s", e["spread"], low, high, e.get("flops_per_element", 1),
                          e["n_points"]])
+    extra = {id(r.entry): r for r in roofs_mod.extra_roofs(doc)}
     for e in doc["ceilings"]["compute"]:
-        name = f"{e['precision'].upper()} {'FMA' if e['fma'] else 'no-FMA'}"
+        name = extra[id(e)].name if id(e) in extra else f"{e['precision'].upper()} {'FMA' if e['fma'] else 'no-FMA'}"
+        unit = extra[id(e)].unit if id(e) in extra else "GFLOP/s"
         writer.writerow(["compute", name, "", e["precision"], "", str(bool(e["fma"])).lower(), e["gflops_per_s"],
-                         "GFLOP/s", e["spread"], e.get("wss_bytes", ""), e.get("wss_bytes", ""),
+                         unit, e["spread"], e.get("wss_bytes", ""), e.get("wss_bytes", ""),
                          e.get("flops_per_element", ""), ""])
     return out.getvalue()
 

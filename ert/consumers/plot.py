@@ -93,6 +93,7 @@ def plot_roofline(doc: dict, out_path, *, kernels=None, precision: str = "fp64",
     _label_compute_roofs(ax, _compute_labels(r.comp), r.fastest, box)
     _draw_ridges(ax, r)
     _draw_kernels(ax, profiles)
+    _draw_extra_roofs(ax, r, box)
     fig.suptitle(f"Roofline: {roofs_mod.machine_label(doc)}", fontsize=12)
     links = "; link/peer/network roofs: blue, dash-dotted" if r.transfers else ""
     ax.set_title(f"memory roofs: {r.basis} bandwidth per level; compute roofs: FMA solid, no-FMA dashed{links}",
@@ -108,9 +109,10 @@ class _Roofs:
     basis: str  # the kernel their bandwidths come from
     comp: list  # compute roofs
     ridge_roof: object  # the compute roof the ridge points sit on
-    top: float  # the highest compute roof, GFLOP/s
+    top: float  # the highest compute roof, GFLOP/s (tensor and integer roofs included)
     fastest: float  # the highest memory roof, GB/s
     ridges: list[float]  # where each memory roof meets the ridge roof, FLOP/byte
+    extra: tuple = ()  # the integer, tensor and mix roofs drawn (EXTRA_PER_GROUP at most per group)
     transfers: list = ()  # link, peer and network roofs (schema 1.6): FLOP per byte that crosses them
 
 
@@ -131,10 +133,55 @@ def _roofline_roofs(doc: dict, *, precision: str, access: str) -> _Roofs:
     if not comp:
         raise ErtError("has no compute ceilings to draw", key="ceilings.compute")
     ridge_roof = roofs_mod.fma_roof(doc, precision) or max(comp, key=lambda r: r.gflops_per_s)
-    return _Roofs(mem=mem, basis=basis, comp=comp, ridge_roof=ridge_roof, top=max(r.gflops_per_s for r in comp),
+    extra = _extra_to_draw(doc)
+    return _Roofs(mem=mem, basis=basis, comp=comp, ridge_roof=ridge_roof,
+                  top=max([r.gflops_per_s for r in comp] + [e.value for e in extra]),
                   fastest=max(r.gbytes_per_s for r in mem),
-                  ridges=[ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem],
+                  ridges=[ridge_roof.gflops_per_s / r.gbytes_per_s for r in mem], extra=tuple(extra),
                   transfers=roofs_mod.transfer_roofs(doc))
+
+
+# Extra roofs (integer, tensor, mix) drawn per group, the fastest first: the chart stays readable.
+EXTRA_PER_GROUP = 3
+EXTRA_STYLES = {  # group: (colours, line style, legend title)
+    "tensor": (("#b2182b", "#d6604d", "#f4a582"), (0, (8, 2, 2, 2)), "tensor cores (GFLOP/s)"),
+    "integer": (("#1b7837", "#5aae61", "#a6dba0"), (0, (1, 2)), "integer (GIOP/s)"),
+    "mix": (("#636363", "#969696", "#bdbdbd"), (0, (3, 1, 1, 1, 1, 1)), "measured mixes"),
+}
+
+
+def _extra_to_draw(doc: dict) -> list:
+    out, seen = [], {}
+    for roof in roofs_mod.extra_roofs(doc):
+        seen[roof.group] = seen.get(roof.group, 0) + 1
+        if seen[roof.group] <= EXTRA_PER_GROUP:
+            out.append(roof)
+    return out
+
+
+def _draw_extra_roofs(ax, r: _Roofs, box: _Box) -> None:
+    """Integer, tensor and mix roofs: one style per group, one legend (outside the axes, below the kernels')."""
+    if not r.extra:
+        return
+    handles, counts = [], {}
+    for group in roofs_mod.EXTRA_GROUPS:
+        roofs = [e for e in r.extra if e.group == group]
+        if not roofs:
+            continue
+        colors, style, title = EXTRA_STYLES[group]
+        handles.append(ax.plot([], [], linestyle="none", label=title)[0])
+        for i, roof in enumerate(roofs):
+            color = colors[i % len(colors)]
+            ax.plot([roof.value / r.fastest, box.xmax], [roof.value] * 2, color=color, linewidth=2, linestyle=style)
+            handles.append(ax.plot([], [], color=color, linewidth=2, linestyle=style,
+                                   label=f"  {roof.name} {_fmt_rate(roof.value)} {roof.unit}")[0])
+        counts[group] = len(roofs)
+    # A figure legend placed in axes coordinates: the kernels' legend stays the axes' own, and both
+    # count for the saved image's tight bounding box.
+    ax.figure.legend(handles=handles, title="more compute roofs", loc="lower left", bbox_to_anchor=(1.01, 0.0),
+                     bbox_transform=ax.transAxes, fontsize=8, title_fontsize=8)
+    if "integer" in counts:
+        ax.set_ylabel("Performance [GFLOP/s; integer roofs GIOP/s]")
 
 
 def _roofline_box(r: _Roofs, profiles) -> _Box:
@@ -405,8 +452,8 @@ def _compute_panel(ax, points, doc, rates) -> None:
     series: dict[tuple[str, bool], dict[int, float]] = {}
     for r in points:
         spec = r["spec"]
-        if spec["access"] != "rw":
-            continue
+        if spec["access"] != "rw" or spec.get("pipe", "vector") != "vector":
+            continue  # tensor points (one MMA shape each) are not a FLOPs-per-element sweep
         fpe = spec["flops_per_element"]
         # 1 FLOP/element is one add, the start of both the FMA and the no-FMA series.
         for fma in ([True, False] if fpe == 1 else [bool(spec["fma"])]):
@@ -420,6 +467,8 @@ def _compute_panel(ax, points, doc, rates) -> None:
         ax.plot(xs, [best[x] for x in xs], marker="o" if fma else "s", color=color,
                 linestyle="-" if fma else "--", label=f"{p} {'FMA' if fma else 'no-FMA'}")
     for e in doc["ceilings"]["compute"]:
+        if e.get("pipe", "vector") != "vector":
+            continue  # tensor roofs: on the roofline (ert plot), not on this sweep
         color = PRECISION_COLORS.get(e["precision"], "black")
         ax.axhline(e["gflops_per_s"], color=color, linewidth=0.8, alpha=0.5,
                    linestyle="-" if e["fma"] else (0, (5, 3)))

@@ -51,6 +51,7 @@ class PrecisionResult:
     binding: str | None
     percent_of_attainable: float | None
     notes: list[str] = field(default_factory=list)
+    unit: str = "GFLOP/s"  # GIOP/s for integer operations (``int32``)
 
 
 @dataclass
@@ -75,6 +76,9 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
     for precision in sorted(kernel.flops, key=lambda p: -kernel.flops[p]):
         flops = kernel.flops[precision]
         notes = []
+        if precision.startswith("tensor-") or precision in ("int32", "int64"):
+            results.append(_extra_result(kernel, doc, precision, flops, access=access))
+            continue
         mem_roofs, basis = roofs_mod.memory_roofs(doc, precision=precision, access=access)
         levels = []
         for level, nbytes in kernel.bytes.items():
@@ -131,6 +135,49 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
                          device=kernel.device, notes=kernel_notes + _device_notes(kernel, doc))
 
 
+def _extra_result(kernel: KernelData, doc: dict, key: str, ops: float, *, access: str) -> PrecisionResult:
+    """Tensor FLOPs (``tensor-fp16``, ``tensor-fp64``) under the tensor roof of that input type, or integer
+    operations (``int32``) under the integer multiply-add roof (GIOP/s), with the memory levels' bounds."""
+    tensor = key.startswith("tensor-")
+    base = key.split("-", 1)[1] if tensor else key
+    roof = roofs_mod.tensor_roof(doc, base) if tensor else roofs_mod.integer_roof(doc, base)
+    mem_roofs, basis = roofs_mod.memory_roofs(doc, precision=base, access=access)
+    notes, levels = [], []
+    for level, nbytes in kernel.bytes.items():
+        mroof = roofs_mod.match_level(level, mem_roofs)
+        ai = ops / nbytes
+        if mroof is None:
+            notes.append(f"no {level} ceiling in the ceilings file: {level} bytes do not bound this kernel here")
+        levels.append(LevelResult(level=level, bytes=nbytes, ai_flops_per_byte=ai,
+                                  roof_level=mroof.level if mroof else None,
+                                  roof_gbytes_per_s=mroof.gbytes_per_s if mroof else None,
+                                  bound_gflops_per_s=ai * mroof.gbytes_per_s if mroof else None))
+    name = f"{roof.name} peak" if roof else None
+    if roof is None:
+        what = f"{base} tensor" if tensor else f"{base} integer"
+        notes.append(f"no {what} ceiling in the ceilings file (measure it: "
+                     f"{'ert-run configs/gpu-tensor.yaml' if tensor else 'ert-run configs/integer-cpu.yaml'}): "
+                     f"only memory bounds apply")
+    bounds = [(lv.bound_gflops_per_s, f"{lv.roof_level} bandwidth") for lv in levels
+              if lv.bound_gflops_per_s is not None]
+    if roof is not None:
+        bounds.append((roof.value, name))
+    attainable, binding = min(bounds, key=lambda b: b[0]) if bounds else (None, None)
+    rate = ops / kernel.seconds / 1e9
+    if attainable and rate > attainable * 1.005:
+        notes.insert(0, f"WARNING: achieved {_num(rate)} exceeds the attainable {_num(attainable)} ({binding}): "
+                        f"these ceilings do not describe the device this kernel ran on, or a count is missing")
+    return PrecisionResult(precision=key, flops=ops, gflops_per_s=rate, levels=levels, compute_ceiling=name,
+                           compute_gflops_per_s=roof.value if roof else None, fma_peak_gflops_per_s=None,
+                           fma_ratio=None, fma_ratio_source=None, attainable_gflops_per_s=attainable,
+                           binding=binding, percent_of_attainable=100.0 * rate / attainable if attainable else None,
+                           notes=[f"memory roofs: {basis}"] + notes + list(kernel.notes), unit=_unit(key))
+
+
+def _unit(key: str) -> str:
+    return "GIOP/s" if key in ("int32", "int64") else "GFLOP/s"
+
+
 _CPU_BACKENDS = ("numba-cpu", "cpu", "cpu-rated")
 
 
@@ -184,7 +231,9 @@ def format_profiles(profiles: list[KernelProfile], doc: dict) -> str:
         for res in prof.results:
             launches = f", {prof.launches} launches" if prof.launches > 1 else ""
             lines += ["", f"kernel {prof.name}  ({res.precision}, {_num(prof.seconds * 1e3)} ms{launches})"]
-            header = ("level", "bytes", "AI FLOP/byte", "roof GB/s", "bound GFLOP/s")
+            unit = res.unit
+            op = "IOP" if unit == "GIOP/s" else "FLOP"
+            header = ("level", "bytes", f"AI {op}/byte", "roof GB/s", f"bound {unit}")
             rows = [(lv.level if lv.roof_level in (None, lv.level) else f"{lv.level} ({lv.roof_level})",
                      _bytes(lv.bytes), _num(lv.ai_flops_per_byte), _num(lv.roof_gbytes_per_s),
                      _num(lv.bound_gflops_per_s)) for lv in res.levels]
@@ -193,9 +242,9 @@ def format_profiles(profiles: list[KernelProfile], doc: dict) -> str:
                 lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                               for i, (c, w) in enumerate(zip(row, widths))))
             if res.compute_ceiling:
-                lines.append(f"  compute ceiling: {res.compute_ceiling} = {_num(res.compute_gflops_per_s)} GFLOP/s")
-            lines.append(f"  achieved {_num(res.gflops_per_s)} GFLOP/s; attainable {_num(res.attainable_gflops_per_s)}"
-                         f" GFLOP/s, bound by {res.binding or '-'}; "
+                lines.append(f"  compute ceiling: {res.compute_ceiling} = {_num(res.compute_gflops_per_s)} {unit}")
+            lines.append(f"  achieved {_num(res.gflops_per_s)} {unit}; attainable {_num(res.attainable_gflops_per_s)}"
+                         f" {unit}, bound by {res.binding or '-'}; "
                          f"{_num(res.percent_of_attainable, 3)}% of attainable")
             lines += [f"  note: {n}" for n in res.notes]
         lines += [f"  {n}" for n in prof.notes]

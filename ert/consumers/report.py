@@ -210,9 +210,19 @@ def _compute_section(entries: list[dict]) -> list[str]:
     if not entries:
         return ["Compute: none measured"]
     mixes = [e for e in entries if e.get("mix")]
+    tensor = [e for e in entries if e.get("pipe") == "tensor"]
     ints = [e for e in entries if _is_int_entry(e) and not e.get("mix")]
-    entries = [e for e in entries if not _is_int_entry(e) and not e.get("mix")]
+    entries = [e for e in entries if not _is_int_entry(e) and not e.get("mix") and e.get("pipe") != "tensor"]
     lines = _float_compute_section(entries) if entries else []
+    if tensor:
+        rows = [[str(e.get("precision", _MISSING)), str(e.get("input_type", _MISSING)),
+                 str(e.get("accumulate", _MISSING)), str(e.get("mma_shape", _MISSING)),
+                 format_rate(e.get("gflops_per_s")), _format_spread(e.get("spread")),
+                 _format_count(e.get("flops_per_mma", e.get("flops_per_element"))), _format_flag(e.get("noisy"))]
+                for e in tensor]
+        lines += ([""] if lines else []) + ["Tensor-core compute (warp-level MMA; a multiply-add is 2 FLOPs)"]
+        lines += _table(["precision", "input", "accumulate", "shape", "GFLOP/s", "spread", "FLOPs/MMA", "noisy"],
+                        rows, [False, False, False, False, True, True, True, False])
     if ints:
         rows = [[f"{e.get('precision', _MISSING)} {'add' if e.get('op') == 'add' else 'multiply-add'}", format_rate(e.get("gflops_per_s")), _format_spread(e.get("spread")),
                  _format_count(e.get("flops_per_element")), _format_bytes(e.get("wss_bytes")),
@@ -258,6 +268,8 @@ def _memory_name(e: dict) -> str:
 
 
 def _compute_name(e: dict) -> str:
+    if e.get("pipe") == "tensor":
+        return f"{e.get('precision', _MISSING)} tensor peak"
     if e.get("mix"):
         return f"{e.get('precision', _MISSING)} {e['mix']} mix peak"
     if _is_int_entry(e):

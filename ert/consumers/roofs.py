@@ -138,19 +138,26 @@ def memory_roofs(doc: dict, *, precision: str = "fp64", access: str = "rw") -> t
     return roofs, basis_label(*chosen)
 
 
-def compute_roofs(doc: dict) -> list[ComputeRoof]:
-    """Every floating-point compute ceiling: by precision (fp64 first), FMA before no-FMA.
+def is_vector_fp(entry: dict) -> bool:
+    """Whether a compute entry is a floating-point roof of the vector units (what "the FP64 FMA roof" means).
 
-    Integer roofs (schema 1.3, ``unit: GIOP/s``) are left out: a FLOP
-    roofline, its exports and its profiles are in FLOPs; ``ert show`` and
-    ``ert compare`` list the integer roofs.  Measured mixes (schema 1.4,
-    ``mix``) are left out too: none of them is "the FP64 FMA roof".
+    Not: integer roofs (schema 1.3, ``unit: GIOP/s``), tensor-core roofs
+    (schema 1.5, ``pipe: tensor``), and measured mixes (entries with ``mix``).
+    """
+    return (entry.get("unit") != "GIOP/s" and entry.get("precision") not in ("int32", "int64")
+            and entry.get("pipe", "vector") == "vector" and not entry.get("mix"))
+
+
+def compute_roofs(doc: dict) -> list[ComputeRoof]:
+    """Every floating-point compute ceiling of the vector units: by precision (fp64 first), FMA before no-FMA.
+
+    Integer, tensor and mix roofs are left out (``is_vector_fp``): they are
+    ``extra_roofs``, which ``ert plot`` draws in their own groups and
+    ``ert profile`` places integer and tensor work under.
     """
     roofs = [ComputeRoof(precision=e["precision"], fma=bool(e["fma"]), gflops_per_s=float(e["gflops_per_s"]),
                          flops_per_element=e.get("flops_per_element"))
-             for e in doc.get("ceilings", {}).get("compute", [])
-             if e.get("unit") != "GIOP/s" and e.get("precision") not in ("int32", "int64")
-             and not e.get("mix")]  # schema 1.4 mixes are not the FMA / no-FMA roof of their precision
+             for e in doc.get("ceilings", {}).get("compute", []) if is_vector_fp(e)]
     rank = {p: i for i, p in enumerate(PRECISIONS)}
     roofs.sort(key=lambda r: (rank.get(r.precision, 9), not r.fma))
     return roofs
@@ -161,6 +168,67 @@ def fma_roof(doc: dict, precision: str) -> ComputeRoof | None:
     roofs = [r for r in compute_roofs(doc) if r.precision == precision]
     with_fma = [r for r in roofs if r.fma]
     return (with_fma or roofs or [None])[0]
+
+
+@dataclass(frozen=True)
+class ExtraRoof:
+    """A compute roof beside the vector FP ones: integer (GIOP/s), tensor core, or a measured mix."""
+
+    group: str           # "integer", "tensor" or "mix"
+    precision: str
+    value: float         # in ``unit``
+    unit: str            # "GFLOP/s" or "GIOP/s"
+    name: str            # "FP16 tensor (m16n8k16, f32 accumulate)", "INT32 multiply-add"
+    entry: dict
+
+
+EXTRA_GROUPS = ("integer", "tensor", "mix")
+
+
+def _extra_of(entry: dict) -> ExtraRoof | None:
+    precision = str(entry.get("precision", "?"))
+    value = float(entry["gflops_per_s"])
+    if entry.get("pipe") == "tensor":
+        detail = ", ".join(str(x) for x in (entry.get("mma_shape"),
+                                           f"{entry['accumulate']} accumulate" if entry.get("accumulate") else None)
+                           if x)
+        return ExtraRoof("tensor", precision, value, "GFLOP/s",
+                         f"{precision.upper()} tensor" + (f" ({detail})" if detail else ""), entry)
+    if entry.get("mix"):  # schema 1.4: fma+add (GFLOP/s), int32+fp32 / int64+fp64 (GOP/s)
+        return ExtraRoof("mix", precision, value, str(entry.get("unit", "GFLOP/s")),
+                         f"{precision.upper()} {entry['mix']} mix", entry)
+    if entry.get("unit") == "GIOP/s" or precision in ("int32", "int64"):
+        kind = "add" if entry.get("op") == "add" else "multiply-add"
+        return ExtraRoof("integer", precision, float(entry.get("giops_per_s", value)), "GIOP/s",
+                         f"{precision.upper()} {kind}", entry)
+    return None
+
+
+def extra_roofs(doc: dict) -> list[ExtraRoof]:
+    """Every integer, tensor and mix roof, grouped (integer, tensor, mix), fastest first within a group."""
+    out = [r for e in doc.get("ceilings", {}).get("compute", []) if (r := _extra_of(e)) is not None]
+    out.sort(key=lambda r: (EXTRA_GROUPS.index(r.group), -r.value))
+    return out
+
+
+def tensor_roof(doc: dict, precision: str) -> ExtraRoof | None:
+    """The tensor roof of one input type (fp16, bf16, tf32, fp64, fp8); fp16 and bf16 stand in for each other."""
+    roofs = [r for r in extra_roofs(doc) if r.group == "tensor"]
+    for want in (precision, {"fp16": "bf16", "bf16": "fp16"}.get(precision)):
+        found = [r for r in roofs if r.precision == want]
+        if found:
+            return found[0]
+    return None
+
+
+def integer_roof(doc: dict, precision: str = "int32") -> ExtraRoof | None:
+    """The integer roof of one precision (int32, int64): its multiply-add roof, else its add roof.
+
+    An integer instruction count is placed under the fastest of them: Nsight
+    Compute's integer count mixes adds, multiply-adds and logic, each one op.
+    """
+    roofs = [r for r in extra_roofs(doc) if r.group == "integer" and r.precision == precision]
+    return max(roofs, key=lambda r: r.value) if roofs else None
 
 
 def match_level(app_level: str, roofs: list[MemoryRoof]) -> MemoryRoof | None:

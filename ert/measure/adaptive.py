@@ -77,8 +77,12 @@ class AdaptivePlanner:
 
     def __init__(self, candidates: list[Point], *, growth: float, cache_resident_bytes: int):
         self._stride = max(1, round(math.log(COARSE_FACTOR) / math.log(growth)))
+        # Tensor-core points have no working-set grid: every one is measured in the coarse pass.
+        self._tensor = [p for p in candidates if p.spec.tensor]
         by_spec: dict = defaultdict(dict)
         for p in candidates:
+            if p.spec.tensor:
+                continue
             by_spec[p.spec].setdefault(p.wss_bytes, []).append(p)
         grids = {spec: [_Slot(w, pts) for w, pts in sorted(slots.items())] for spec, slots in by_spec.items()}
         # The bandwidth curves are the kernels the analysis reads bandwidth from:
@@ -137,7 +141,7 @@ class AdaptivePlanner:
         for group in self._compute:
             for spec, grid, target in group[:2]:
                 out += grid[target].points
-        return out
+        return out + self._tensor
 
     def _refine(self, known: dict[str, dict]) -> list[Point]:
         out = []

@@ -28,7 +28,8 @@ def _plan_for(config, backend, comm, threads: int):
     # lines up across counts (aggregate sets scale with the count), and all reach max_bytes.
     min_bytes = max(1, config.working_set.min_bytes * threads // max(counts)) if counts else None
     return plan(config, workers=threads * comm.size, granule_elements_of=backend.granule_elements,
-                launches_of=backend.launches, thread_tag=tag, min_bytes=min_bytes)
+                launches_of=backend.launches, thread_tag=tag, min_bytes=min_bytes,
+                tensor_of=getattr(backend, "tensor_plan", None))
 
 
 def run_all(*, config, run_dir: Path, backend, make_backend, comm, header: dict | None, progress=None,
@@ -89,7 +90,8 @@ def hold_targets(raw) -> list[HoldTarget]:
     picks: list[tuple[str, str]] = []
     compute = doc["ceilings"]["compute"]
     if compute:
-        best = next((c for c in compute if c["precision"] == "fp64" and c["fma"]), compute[0])
+        vector = [c for c in compute if c.get("pipe", "vector") == "vector"] or compute  # not a tensor roof
+        best = next((c for c in vector if c["precision"] == "fp64" and c["fma"]), vector[0])
         picks.append(("compute", best["evidence"]["point_id"]))
     memory = [m for m in doc["ceilings"]["memory"] if m.get("evidence", {}).get("point_ids")]
     if memory:

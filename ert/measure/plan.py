@@ -100,8 +100,15 @@ def interleaved(n: int) -> list[int]:
     return sorted(range(n), key=lambda i: (i * golden) % 1.0)
 
 
+def tensor_specs(config: RunConfig) -> list[KernelSpec]:
+    """The tensor-core kernels the config asks for (``tensor``), one per MMA input type."""
+    from ert.backends.cuda_tensor import SHAPES
+
+    return [KernelSpec(name, SHAPES[name].flops_per_mma, True, "rw", pipe="tensor") for name in config.tensor]
+
+
 def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=None,
-         thread_tag: int | None = None, min_bytes: int | None = None) -> list[Point]:
+         thread_tag: int | None = None, min_bytes: int | None = None, tensor_of=None) -> list[Point]:
     """All points, spec by spec, each spec's working sets in interleaved order.
 
     ``workers`` is threads x ranks (each owns one block); ``granule_elements_of``
@@ -111,6 +118,11 @@ def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=No
     each becomes its own point, and the analysis keeps the best per working set.
     ``thread_tag`` (thread-scaling runs) goes into every point's id;
     ``min_bytes`` overrides the config's smallest working set.
+
+    Tensor kernels (``config.tensor``) have no working set to sweep: they come
+    last, one point per launch geometry, from ``tensor_of(spec)`` (the
+    backend's ``tensor_plan``): (MMAs per trial, bytes of the accumulators
+    stored, launch geometries), each geometry running the same MMAs.
     """
     points: list[Point] = []
     ws = config.working_set
@@ -127,4 +139,13 @@ def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=No
             for launch in launches:
                 key = tuple(launch.items()) if launch else None
                 points.append(Point(spec, sizes[i], per_thread, key, thread_tag))
+    tensors = tensor_specs(config)
+    if tensors and tensor_of is None:
+        from ert.errors import ErtError
+
+        raise ErtError("tensor roofs are measured by the cuda backend only", key="tensor")
+    for spec in tensors:
+        mmas, out_bytes, launches = tensor_of(spec)
+        for launch in launches:
+            points.append(Point(spec, out_bytes, mmas, tuple(launch.items()), thread_tag))
     return points

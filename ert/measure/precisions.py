@@ -15,6 +15,8 @@ def supported_precisions(cfg, backend):
     from ert.spec import KernelSpec
 
     cfg, extra = _kernels_supported(cfg, backend)
+    cfg, tensor_warning = _tensor_supported(cfg, backend)
+    extra = "; ".join(w for w in (extra, tensor_warning) if w) or None
     dropped = [p for p in cfg.precisions if not backend.supports(KernelSpec(p, 1, False))]
     if not dropped:
         return cfg, extra
@@ -24,7 +26,7 @@ def supported_precisions(cfg, backend):
                        key="precisions")
     note = f"{why}: its {', '.join(dropped)} points are skipped"
     return with_overrides(cfg, precisions=[p for p in cfg.precisions if p not in dropped]), \
-        f"{extra}; {note}" if extra else note
+        "; ".join(w for w in (extra, note) if w)
 
 
 def _kernels_supported(cfg, backend):
@@ -45,3 +47,21 @@ def _kernels_supported(cfg, backend):
     if not changes:
         return cfg, None
     return with_overrides(cfg, **changes), "; ".join(notes)
+
+
+def _tensor_supported(cfg, backend):
+    """(config without the tensor types this GPU lacks, a warning or None); ErtError on a backend with no tensor cores."""
+    from ert.config import with_overrides
+    from ert.measure.plan import tensor_specs
+
+    if not cfg.tensor:
+        return cfg, None
+    if getattr(backend, "tensor_plan", None) is None:
+        raise ErtError(f"the {backend.name} backend has no tensor cores: tensor roofs are measured by the cuda "
+                       f"backend only (remove `tensor`, or use backend: cuda)", key="tensor")
+    dropped = [s.precision for s in tensor_specs(cfg) if not backend.supports(s)]
+    if not dropped:
+        return cfg, None
+    why = "; ".join(backend.unsupported_reason(f"{p} tensor") for p in dropped)
+    return with_overrides(cfg, tensor=[p for p in cfg.tensor if p not in dropped]), \
+        f"{why}: its {', '.join(dropped)} tensor points are skipped"
