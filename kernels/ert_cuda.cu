@@ -12,6 +12,22 @@
 //                     compiler never fuses                               default 1
 //   ERT_RO         0: read+write (ERT's kernel ert_rw), 1: load-only sum (ert_ro)
 //                  instead                                               default 0
+//   ERT_INT        1: integer kernels (ERT_PRECISION 32: int32, 64: int64), read+write
+//                  only, no fused form (ERT_FMA 0, its default here)     default 0
+//   ERT_ADD_OPS    integer only: K > 0 makes ert_rw the add-only roof, K dependent
+//                  adds b = b + c_t per element (ERT_FLOPS == K); 0: multiply-adds
+//                                                                        default 0
+//
+// Integer kernels (schema 1.3/1.4 integer roofs, as on numba-cpu and OpenCL):
+// the arithmetic is unsigned (wrapping modulo 2^bits, never undefined), and
+// the bits are the int32/int64 the host replays (ert.backends.check.replay_rw_int):
+//   ERT_FLOPS = 2K:              K x  b = b * a + c_t   (a madd: mad.lo / IMAD, 2 ops)
+//   ERT_FLOPS = 1:               b = b + c_t            (1 op)
+//   ERT_ADD_OPS = ERT_FLOPS = K: K x  b = b + c_t       (K ops, each an inline PTX add.s32 /
+//                                                        add.s64 NVVM cannot fold into b + K c_t)
+// with a = 1103515245 and c = 12345 passed at run time (the compiler cannot
+// prove them constant) and c_t = +c on even trials, -c on odd ones.  Element e
+// starts at 3 + 1000003 (e mod 16); ert_check compares every element exactly.
 //
 //
 // The host also compiles with --maxrregcount = 64K registers / threads per SM
@@ -74,11 +90,17 @@
 #ifndef ERT_FLOPS
 #define ERT_FLOPS 2
 #endif
+#ifndef ERT_INT
+#define ERT_INT 0
+#endif
 #ifndef ERT_FMA
-#define ERT_FMA 1
+#define ERT_FMA (!ERT_INT)   // integers have no fused form
 #endif
 #ifndef ERT_RO
 #define ERT_RO 0
+#endif
+#ifndef ERT_ADD_OPS
+#define ERT_ADD_OPS 0
 #endif
 
 // No __launch_bounds__: it would override --maxrregcount (see above), and
@@ -89,7 +111,43 @@
 #error "ERT_FLOPS must be a power of two from 1 to 1024"
 #endif
 
-#if ERT_PRECISION == 64
+#if ERT_INT && (ERT_RO || ERT_FMA && ERT_FLOPS > 1)
+#error "integer kernels are read+write and never fused (ERT_RO 0, ERT_FMA 0)"
+#endif
+#if ERT_ADD_OPS && (!ERT_INT || ERT_ADD_OPS != ERT_FLOPS || ERT_FLOPS < 2)
+#error "ERT_ADD_OPS is the integer add-only kernel: ERT_INT 1 and ERT_ADD_OPS == ERT_FLOPS >= 2"
+#endif
+
+#if ERT_INT && ERT_PRECISION == 32
+typedef unsigned int unit_t;         // int32 bits, wrapping arithmetic
+typedef long long scalar_arg_t;      // a and c arrive as 64-bit integers, converted (wrapping)
+__device__ __forceinline__ unit_t ert_init_unit(long long u) { return (unit_t)(3 + 1000003 * (u & 15)); }
+__device__ __forceinline__ unit_t ert_add_asm(unit_t x, unit_t y) {
+    unit_t r;
+    asm("add.s32 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+    return r;
+}
+__device__ __forceinline__ unit_t ert_madd_int(unit_t x, unit_t a, unit_t c) { return x * a + c; }  // mad.lo.s32
+#elif ERT_INT && ERT_PRECISION == 64
+typedef unsigned long long unit_t;   // int64 bits, wrapping arithmetic
+typedef long long scalar_arg_t;
+__device__ __forceinline__ unit_t ert_init_unit(long long u) { return (unit_t)(3 + 1000003 * (u & 15)); }
+__device__ __forceinline__ unit_t ert_add_asm(unit_t x, unit_t y) {
+    unit_t r;
+    asm("add.s64 %0, %1, %2;" : "=l"(r) : "l"(x), "l"(y));
+    return r;
+}
+// NVVM writes a 64-bit x * a + c as mul.lo.s64 + add.s64, indistinguishable
+// in the PTX from the index arithmetic; one mad.lo.s64 says what it is (ptxas
+// expands it into the same 32-bit IMADs either way).
+__device__ __forceinline__ unit_t ert_madd_int(unit_t x, unit_t a, unit_t c) {
+    unit_t r;
+    asm("mad.lo.s64 %0, %1, %2, %3;" : "=l"(r) : "l"(x), "l"(a), "l"(c));
+    return r;
+}
+#elif ERT_INT
+#error "integer kernels are 32 or 64 bits (ERT_PRECISION)"
+#elif ERT_PRECISION == 64
 typedef double unit_t;    // one element per unit
 typedef double acc_t;     // the load-only sum's per-trial accumulator
 __device__ __forceinline__ unit_t ert_from_double(double x) { return x; }
@@ -166,12 +224,15 @@ __device__ __forceinline__ double ert_lane(unit_t x, int lane) {
 #else
 #error "ERT_PRECISION must be 64, 32 or 16"
 #endif
-#if ERT_PRECISION == 16
+#if !ERT_INT
+typedef double scalar_arg_t;         // a and c of the floating-point kernels
+#endif
+#if ERT_PRECISION == 16 && !ERT_INT
 #define ERT_LANES 2   // elements per unit
 #else
 #define ERT_LANES 1
 #endif
-#if ERT_PRECISION == 16
+#if ERT_PRECISION == 16 && !ERT_INT
 __device__ __forceinline__ unit_t ert_init_unit(long long u) {
     // Unit u holds elements 2u (low half) and 2u + 1; element e starts at 0.5 + (e mod 16) / 16.
     const long long e = 2 * u;
@@ -205,6 +266,23 @@ extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_init)(unit_t *data, long long
 // `tolerance` (or NaN) counted in bad[0], the lowest such element kept in
 // bad[1] (the host starts it at ~0).  Only on a mismatch does the host copy
 // the data back to say more; a passing point moves two words, not the set.
+#if ERT_INT
+// The integer form: every element equal to the replay's value, bit for bit
+// (expected16 holds the 16 values as 64-bit words; int32 ones sign-extended,
+// compared in their low 32 bits); ``tolerance`` is ignored.
+extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_check)(const unit_t *data, long long n_units,
+                                                          const unsigned long long *expected16,
+                                                          double tolerance, unsigned long long *bad)
+{
+    (void)tolerance;
+    for (long long u = ERT_FIRST; u < n_units; u += ERT_STRIDE) {
+        if (data[u] != (unit_t)expected16[u & 15]) {
+            atomicAdd(&bad[0], 1ULL);
+            atomicMin(&bad[1], (unsigned long long)u);
+        }
+    }
+}
+#else
 extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_check)(const unit_t *data, long long n_units, const double *expected16,
                                                           double tolerance, unsigned long long *bad)
 {
@@ -221,6 +299,7 @@ extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_check)(const unit_t *data, lo
         }
     }
 }
+#endif
 
 // A busy launch of known length: every thread spins on the global nanosecond
 // timer for `duration_ns`, so the SMs issue instructions the whole time and
@@ -242,19 +321,37 @@ extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_spin)(long long duration_ns, 
 #if !ERT_RO
 // Read+write: every unit is loaded, run through ERT_FLOPS FLOPs per element and stored, every trial.
 extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_rw)(unit_t *data, long long n_units, long long ntrials, long long trial_offset,
-                                  double a_value, double c_value)
+                                  scalar_arg_t a_value, scalar_arg_t c_value)
 {
     const long long first = ERT_FIRST;
     const long long stride = ERT_STRIDE;
+#if ERT_INT
+    const unit_t a = (unit_t)a_value;
+    const unit_t c_even = (unit_t)c_value;
+    const unit_t c_odd = (unit_t)0 - (unit_t)c_value;  // -c, wrapping
+#else
     const unit_t a = ert_from_double(a_value);
     const unit_t c_even = ert_from_double(c_value);
     const unit_t c_odd = ert_from_double(-c_value);
+#endif
     (void)a;
     for (long long t = 0; t < ntrials; ++t) {
         const unit_t c = ((trial_offset + t) & 1) ? c_odd : c_even;
         for (long long u = first; u < n_units; u += stride) {
             unit_t b = data[u];
-#if ERT_FLOPS == 1
+#if ERT_INT && ERT_FLOPS == 1
+            b = b + c;
+#elif ERT_ADD_OPS
+#pragma unroll
+            for (int k = 0; k < ERT_ADD_OPS; ++k) {
+                b = ert_add_asm(b, c);
+            }
+#elif ERT_INT
+#pragma unroll
+            for (int k = 0; k < ERT_FLOPS / 2; ++k) {
+                b = ert_madd_int(b, a, c);
+            }
+#elif ERT_FLOPS == 1
             b = ert_add(b, c);
 #else
 #pragma unroll

@@ -17,9 +17,9 @@ import numpy as np
 from ert.backends import cuda_host as host
 from ert.backends import cuda_tensor
 from ert.backends import grow_buffer
-from ert.backends.check import (A, C, NUMPY_DTYPE, CheckResult, relative_errors, replay_rw, ro_errors, ro_tolerance,
+from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, relative_errors, replay_rw, ro_errors, ro_tolerance,
                                 rw_tolerance, verdict)
-from ert.spec import KernelSpec
+from ert.spec import KernelSpec, is_integer
 
 NAME = "cuda"
 # CuPy compile options beside the -D defines; __has_include needs C++17.
@@ -186,9 +186,16 @@ class CupyDevice:
 
     def check_rw(self, function, data, *, n_units: int, expected16: np.ndarray, tolerance: float,
                  blocks: int, threads: int) -> tuple[int, int]:
-        """(mismatching elements, the first of them) from ert_check on the device; two words come back."""
+        """(mismatching elements, the first of them) from ert_check on the device; two words come back.
+
+        Integer values go as their 64-bit words (the integer ert_check reads the same 16 x 8 bytes as
+        unsigned long long and compares exactly).
+        """
+        expected16 = np.asarray(expected16)
+        words = (expected16.astype(np.int64).view(np.float64) if expected16.dtype.kind in "iu"
+                 else np.ascontiguousarray(expected16, dtype=np.float64))
         with self._stream:
-            self._expected.set(np.ascontiguousarray(expected16, dtype=np.float64), stream=self._stream)
+            self._expected.set(words, stream=self._stream)
             self._words.set(np.array([0, np.iinfo(np.uint64).max], dtype=np.uint64), stream=self._stream)
             function((blocks,), (threads,), (data, np.int64(n_units), self._expected, np.float64(tolerance),
                                              self._words))
@@ -300,7 +307,7 @@ class CudaBackend:
                       f"{WARMUP_SECONDS * 1e3:.0f} ms busy launch (clocks up) and a 1-trial warm-up launch "
                       f"are untimed",
             "check": "read+write: every element compared on the GPU with the 16 replay values (copied back "
-                     "only on a mismatch); read-only: every thread's sum copied back",
+                     "only on a mismatch; integers exactly); read-only: every thread's sum copied back",
             "nvml": self._dev.nvml,
             **self._dev.versions,
         }
@@ -314,17 +321,21 @@ class CudaBackend:
         return host.granule_elements(spec)
 
     def supports(self, spec: KernelSpec) -> bool:
+        """fp64, fp32 and fp16 (half2) on every GPU it runs on; int32 and int64 (IMAD, IADD3) read+write
+        multiply-add and add-only kernels; the tensor shapes of this compute capability; no measured mixes."""
         if spec.tensor:  # mma.sync shapes of this compute capability (sm_80+, FP8 sm_89+)
             shape = cuda_tensor.SHAPES.get(spec.precision)
             return shape is not None and shape.supported(self._dev.info.compute_capability)
-        return spec.precision in host.NUMPY_DTYPE  # fp64, fp32 and fp16 (half2) on every GPU it runs on
+        if spec.mix or spec.precision not in host.HOST_DTYPE:
+            return False
+        return spec.access == "rw" if is_integer(spec.precision) else spec.op == "madd"
 
     def unsupported_reason(self, precision: str) -> str:
         if precision.endswith(" tensor"):
             shape = cuda_tensor.SHAPES.get(precision.split()[0])
             need = f"sm_{shape.min_cc[0]}{shape.min_cc[1]}" if shape else "a known shape"
             return f"{NAME}: {precision} mma.sync needs {need}; this GPU is {self._dev.info.arch}"
-        return f"{NAME} runs {', '.join(host.NUMPY_DTYPE)} only, not {precision}"
+        return f"{NAME} runs {', '.join(host.HOST_DTYPE)} only, not {precision}"
 
     # -- tensor cores (schema 1.5) -------------------------------------------------
     def tensor_plan(self, spec: KernelSpec) -> tuple[int, int, list[dict]]:
@@ -415,6 +426,8 @@ class CudaBackend:
         n, t = np.int64(self._n_units), np.int64(trials)
         if self._spec.access == "ro":
             return (self._data, n, t, self._sums)
+        if is_integer(self._spec.precision):  # a and c as 64-bit integers, converted (wrapping) on the device
+            return (self._data, n, t, np.int64(self._trials_done), np.int64(A_INT), np.int64(C_INT))
         return (self._data, n, t, np.int64(self._trials_done), np.float64(A), np.float64(C))
 
     def run(self, trials: int) -> float:
@@ -455,15 +468,21 @@ class CudaBackend:
         expected16 = replay_rw(spec, trials=trials)
         tolerance = rw_tolerance(spec)
         # ert_check computes ert.backends.check.relative_errors on the device and counts those above tolerance.
+        integer = is_integer(spec.precision)
         bad, first = self._dev.check_rw(self._functions["check"], self._data, n_units=self._n_units,
-                                        expected16=expected16.astype(np.float64), tolerance=tolerance,
-                                        blocks=self._blocks, threads=self._threads)
+                                        expected16=expected16 if integer else expected16.astype(np.float64),
+                                        tolerance=tolerance, blocks=self._blocks, threads=self._threads)
         if bad == 0:
+            if integer:
+                return CheckResult(True, "every element equals the replay (exact integers)")
             return CheckResult(True, f"every element within {tolerance:.2g} of the replay")
         # Only now is anything copied back: the first bad element, to say what it holds.
         lo = first * spec.itemsize
-        value = float(self._dev.read(self._data, lo, lo + spec.itemsize).view(NUMPY_DTYPE[spec.precision])[0])
-        want = float(expected16[first % 16])
+        raw = self._dev.read(self._data, lo, lo + spec.itemsize).view(host.HOST_DTYPE[spec.precision])[0]
+        if integer:  # exact: any difference fails (int64 values do not fit a float64's error metric)
+            return verdict(error=float("inf"), tolerance=0.0, count=bad, what=f"element {first}", got=int(raw),
+                           expected=int(expected16[first % 16]), trials=trials)
+        value, want = float(raw), float(expected16[first % 16])
         return verdict(error=float(relative_errors([value], [want])[0]), tolerance=tolerance, count=bad,
                        what=f"element {first}", got=value, expected=want, trials=trials)
 
@@ -477,7 +496,7 @@ class CudaBackend:
             self._dev.write(self._sums, (self._blocks * self._threads) // 2, np.array([12345.0]))
         else:
             element = self._n_units * host.UNIT_ELEMENTS[spec.precision] // 2 + 5
-            bad = np.array([3.0], dtype=NUMPY_DTYPE[spec.precision]).view(np.uint8)
+            bad = np.array([3], dtype=host.HOST_DTYPE[spec.precision]).view(np.uint8)
             self._dev.write(self._data, element * spec.itemsize, bad)
 
     def close(self) -> None:

@@ -7,13 +7,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ert.errors import ErtError
-from ert.backends.check import NUMPY_DTYPE, initial_values  # noqa: F401  (what ert_init writes)
-from ert.spec import KernelSpec
+from ert.backends.check import INT_DTYPE, NUMPY_DTYPE, initial_values  # noqa: F401  (what ert_init writes)
+from ert.spec import KernelSpec, is_integer
 
 KERNEL_FILE = "ert_cuda.cu"
-PRECISION_BITS = {"fp64": 64, "fp32": 32, "fp16": 16}
+PRECISION_BITS = {"fp64": 64, "fp32": 32, "fp16": 16, "int32": 32, "int64": 64}
 # Elements per kernel unit: FP16 runs on half2 pairs (see kernels/ert_cuda.cu).
-UNIT_ELEMENTS = {"fp64": 1, "fp32": 1, "fp16": 2}
+UNIT_ELEMENTS = {"fp64": 1, "fp32": 1, "fp16": 2, "int32": 1, "int64": 1}
+# The numpy type of one element of every precision the kernels run.
+HOST_DTYPE = {**NUMPY_DTYPE, **INT_DTYPE}
 
 
 # ERT's shipped CUDA config (V100): blocks 80..2560 = SMs x 1..32, threads
@@ -56,6 +58,29 @@ FLOPS_PER_CYCLE_PER_SM = {
     (9, 0): {"fp64": 128, "fp32": 256, "fp16": 512},
 }
 
+# 32-bit integer instructions per clock cycle per SM (CUDA C++ Programming
+# Guide, "Arithmetic Instructions", table "Throughput of Native Arithmetic
+# Instructions (Number of Results per Clock Cycle per Multiprocessor)"):
+# "32-bit integer add, extended-precision add, subtract" (IADD3, IADD3.X) and
+# "32-bit integer multiply, multiply-add" (IMAD) are 64 on compute capability
+# 7.x, 8.x and 9.0.  Architectures not listed get no rated integer value.
+INT32_PER_CYCLE_PER_SM = {cc: {"add": 64, "madd": 64} for cc in
+                          ((7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0))}
+# What ptxas makes of the kernels' integer arithmetic (sm_75 to sm_100, the
+# SASS checked by tests/test_cuda_int.py with cuobjdump), per operation counted:
+# * int32 madd: one IMAD per multiply-add (2 operations);
+# * int32 add: two dependent adds of c_t become one three-input IADD3 (x + c + c):
+#   2 adds per add instruction;
+# * int64 add: two dependent adds become IADD3 + IADD3.X (carries between the
+#   halves): 1 add per add instruction;
+# * int64 madd: emulated, IMAD.WIDE.U32 + 2 IMAD + an add per multiply-add, on
+#   pipes whose rates the guide does not give (no rated value).
+INT_OPS_PER_INSTRUCTION = {("int32", "madd"): 2, ("int32", "add"): 2, ("int64", "add"): 1}
+INT_INSTRUCTION = {("int32", "madd"): ("IMAD", "one IMAD per multiply-add"),
+                   ("int32", "add"): ("IADD3", "ptxas packs two dependent adds into one three-input IADD3"),
+                   ("int64", "add"): ("IADD3/IADD3.X", "two dependent 64-bit adds are IADD3 + IADD3.X")}
+INT_SOURCE = "CUDA C++ Programming Guide, Arithmetic Instructions throughput table"
+
 # A memory bus this wide is stacked memory (HBM: 3072 to 8192 bits); GDDR
 # boards stop at 512 bits.
 HBM_MIN_BUS_BITS = 1024
@@ -76,8 +101,11 @@ def memory_name(bus_bits: int | None, *, host_unified: bool = False) -> str:
 # ----------------------------------------------------------------------------- kernel variants
 def compile_defines(spec: KernelSpec) -> tuple[str, ...]:
     """The -D options that specialise kernels/ert_cuda.cu for one KernelSpec."""
-    return (f"-DERT_PRECISION={PRECISION_BITS[spec.precision]}", f"-DERT_FLOPS={spec.flops_per_element}",
-            f"-DERT_FMA={int(spec.fma)}", f"-DERT_RO={int(spec.access == 'ro')}")
+    defines = (f"-DERT_PRECISION={PRECISION_BITS[spec.precision]}", f"-DERT_FLOPS={spec.flops_per_element}",
+               f"-DERT_FMA={int(spec.fma)}", f"-DERT_RO={int(spec.access == 'ro')}")
+    if is_integer(spec.precision):
+        defines += ("-DERT_INT=1", f"-DERT_ADD_OPS={spec.add_ops_per_element}")
+    return defines
 
 
 def max_registers(max_threads_per_sm: int) -> int:
@@ -244,6 +272,7 @@ def rated_peaks(info: DeviceInfo) -> dict:
         # A separate multiply and add take two issue slots for 2 FLOPs.
         compute.append({"precision": precision, "fma": False, "gflops_per_s": round(gflops / 2, 1),
                         "derivation": base + " / 2: a multiply and an add issue separately)"})
+    compute += rated_integer(info)
     memory = {"level": info.memory_name, "gbytes_per_s": None, "derivation": "memory clock or bus width unknown"}
     if info.memory_clock_khz and info.memory_bus_bits:
         gbytes = info.memory_clock_khz * 1e3 * 2 * info.memory_bus_bits / 8 / 1e9
@@ -252,6 +281,42 @@ def rated_peaks(info: DeviceInfo) -> dict:
                                  f"{info.memory_bus_bits}-bit bus / 8")
     return {"compute": compute, "memory": [memory],
             "clock_source": info.sources.get("clockRate", "unknown")}
+
+
+def rated_integer(info: DeviceInfo) -> list[dict]:
+    """Rated integer roofs (GIOP/s): int32/int64 multiply-add and add, each derived or None with why.
+
+    SMs x clock (the same clock as the FP rated values) x instructions per
+    cycle per SM (INT32_PER_CYCLE_PER_SM) x operations per instruction
+    (INT_OPS_PER_INSTRUCTION, from the SASS ptxas makes of the kernels).
+    """
+    mhz = info.sm_clock_khz / 1000
+    rates = INT32_PER_CYCLE_PER_SM.get(info.compute_capability)
+    out = []
+    for precision in ("int32", "int64"):
+        for op in ("madd", "add"):
+            entry = {"precision": precision, "fma": False, **({"op": op} if op != "madd" else {}),
+                     "unit": "GIOP/s", "gflops_per_s": None}
+            per_instruction = INT_OPS_PER_INSTRUCTION.get((precision, op))
+            if per_instruction is None:
+                entry["derivation"] = ("no rated value: 64-bit integer multiply is emulated (IMAD.WIDE.U32 + "
+                                       "2 x IMAD + an add per multiply-add, on pipes whose rates the CUDA guide "
+                                       "does not give)")
+            elif rates is None:
+                entry["derivation"] = (f"no rated value: no per-SM integer instruction rate recorded for "
+                                       f"{info.arch}")
+            elif not mhz:
+                entry["derivation"] = "no rated value: SM clock unknown"
+            else:
+                per_sm = rates[op]
+                giops = info.sm_count * mhz * 1e6 * per_sm * per_instruction / 1e9
+                name, why = INT_INSTRUCTION[precision, op]
+                entry.update(gflops_per_s=round(giops, 1),
+                             derivation=f"{info.sm_count} SMs x {mhz:.0f} MHz x {per_sm} {name}/cycle/SM x "
+                                        f"{per_instruction} {precision} op(s) per instruction ({info.arch}: {why}; "
+                                        f"{per_sm} from the {INT_SOURCE})")
+            out.append(entry)
+    return out
 
 
 # ----------------------------------------------------------------------------- launches and ranks
