@@ -112,16 +112,37 @@ def _fma_decl(module, vecty):
     return existing or ir.Function(module, ir.FunctionType(vecty, [vecty] * 3), name=name)
 
 
+def _pieces(width: int) -> list[tuple[int, int]]:
+    """``(start, size)`` of the power-of-two pieces a ``width``-element register state is held in.
+
+    LLVM splits a power-of-two vector type cleanly into registers, but a
+    vector of 12 or 24 registers' worth (``<48 x double>`` on AVX2) is
+    widened and shuffled through memory: measured on a Haswell-target build,
+    12-chain multiply-adds ran at 1/8 of the 8-chain rate.  Every piece has
+    the size of the lowest set bit of ``width``, so 16-chain and 8-chain
+    states stay one vector and 12 chains become three 4-register pieces.
+    """
+    size = width & -width
+    return [(start, size) for start in range(0, width, size)]
+
+
 def _hsum(builder, vec):
     """Sum of a vector's lanes by halving (log2 W vector adds); exact here (see FP32_EXACT_ADDS)."""
     width = vec.type.count
+    odd = []  # the last lane of an odd width, added at the end (halving alone would drop it)
     while width > 1:
+        if width % 2:
+            odd.append(builder.extract_element(vec, ir.Constant(ir.IntType(32), width - 1)))
+            width -= 1
         half = width // 2
         lo = builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half))))
         hi = builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(ir.IntType(32), half),
                                                           list(range(half, width))))
         vec, width = builder.fadd(lo, hi), half
-    return builder.extract_element(vec, ir.Constant(ir.IntType(32), 0))
+    out = builder.extract_element(vec, ir.Constant(ir.IntType(32), 0))
+    for lane in odd:
+        out = builder.fadd(out, lane)
+    return out
 
 
 def _literal(ty) -> int:
@@ -142,24 +163,31 @@ def sub_madd(typingctx, arr, i0, k_ops, a, c, width_lit, fused_lit):
 
     def codegen(context, builder, sig, args):
         arrty = sig.args[0]
-        vecty = ir.VectorType(context.get_value_type(arrty.dtype), width)
+        scal = context.get_value_type(arrty.dtype)
         align = arrty.dtype.bitwidth // 8
-        ptr = _vector_ptr(context, builder, arrty, args[0], args[1], vecty)
+        size = _pieces(width)[0][1]
+        vecty = ir.VectorType(scal, size)
         # Numba widens an int32 -c to int64: the scalars are cast to the element type.
         va = _splat(builder, context.cast(builder, args[3], sig.args[3], arrty.dtype), vecty)
         vc = _splat(builder, context.cast(builder, args[4], sig.args[4], arrty.dtype), vecty)
-        state = cgutils.alloca_once(builder, vecty)  # promoted to registers by mem2reg
-        builder.store(builder.load(ptr, align=align), state)
+        ptrs, states = [], []
+        for start, _ in _pieces(width):
+            index = builder.add(args[1], ir.Constant(args[1].type, start))
+            ptrs.append(_vector_ptr(context, builder, arrty, args[0], index, vecty))
+            states.append(cgutils.alloca_once(builder, vecty))  # promoted to registers by mem2reg
+            builder.store(builder.load(ptrs[-1], align=align), states[-1])
         with cgutils.for_range(builder, args[2]):
-            x = builder.load(state)
-            if isinstance(vecty.element, ir.IntType):
-                y = builder.add(builder.mul(x, va), vc)  # no nsw/nuw: wraps modulo 2**bits
-            elif fused:
-                y = builder.call(_fma_decl(builder.module, vecty), [x, va, vc])
-            else:
-                y = builder.fadd(builder.fmul(x, va), vc)  # no flags: never contracted
-            builder.store(y, state)
-        builder.store(builder.load(state), ptr, align=align)
+            for state in states:
+                x = builder.load(state)
+                if isinstance(vecty.element, ir.IntType):
+                    y = builder.add(builder.mul(x, va), vc)  # no nsw/nuw: wraps modulo 2**bits
+                elif fused:
+                    y = builder.call(_fma_decl(builder.module, vecty), [x, va, vc])
+                else:
+                    y = builder.fadd(builder.fmul(x, va), vc)  # no flags: never contracted
+                builder.store(y, state)
+        for ptr, state in zip(ptrs, states):
+            builder.store(builder.load(state), ptr, align=align)
         return context.get_dummy_value()
 
     return types.void(arr, i0, k_ops, a, c, width_lit, fused_lit), codegen
@@ -258,32 +286,41 @@ def sub_mix(typingctx, arr, i0, k_ops, a, c, ai, ci, width_lit, kind_lit):
     def codegen(context, builder, sig, args):
         arrty = sig.args[0]
         fty = context.get_value_type(arrty.dtype)
-        vecty = ir.VectorType(fty, half)
-        ity = ir.VectorType(ir.IntType(arrty.dtype.bitwidth), half)
+        size = _pieces(half)[0][1]
+        vecty = ir.VectorType(fty, size)
+        ity = ir.VectorType(ir.IntType(arrty.dtype.bitwidth), size)
         align = arrty.dtype.bitwidth // 8
-        p0 = _vector_ptr(context, builder, arrty, args[0], args[1], vecty)
-        p1 = _vector_ptr(context, builder, arrty, args[0], builder.add(args[1], ir.Constant(args[1].type, half)),
-                         vecty)
         va = _splat(builder, context.cast(builder, args[3], sig.args[3], arrty.dtype), vecty)
         vc = _splat(builder, context.cast(builder, args[4], sig.args[4], arrty.dtype), vecty)
         int_nb = types.int64 if arrty.dtype.bitwidth == 64 else types.int32
         vai = _splat(builder, context.cast(builder, args[5], sig.args[5], int_nb), ity)
         vci = _splat(builder, context.cast(builder, args[6], sig.args[6], int_nb), ity)
-        x = cgutils.alloca_once(builder, vecty)
-        y = cgutils.alloca_once(builder, vecty if kind == 0 else ity)
-        builder.store(builder.load(p0, align=align), x)
-        second = builder.load(p1, align=align)
-        builder.store(second if kind == 0 else builder.bitcast(second, ity), y)
         fma = _fma_decl(builder.module, vecty)
+        # Power-of-two pieces of each half (see _pieces); the halves' pieces alternate in the loop body.
+        xs, ys = [], []
+        for start, _ in _pieces(half):
+            i_x = builder.add(args[1], ir.Constant(args[1].type, start))
+            i_y = builder.add(args[1], ir.Constant(args[1].type, half + start))
+            p_x = _vector_ptr(context, builder, arrty, args[0], i_x, vecty)
+            p_y = _vector_ptr(context, builder, arrty, args[0], i_y, vecty)
+            x = cgutils.alloca_once(builder, vecty)
+            y = cgutils.alloca_once(builder, vecty if kind == 0 else ity)
+            builder.store(builder.load(p_x, align=align), x)
+            second = builder.load(p_y, align=align)
+            builder.store(second if kind == 0 else builder.bitcast(second, ity), y)
+            xs.append((p_x, x))
+            ys.append((p_y, y))
         with cgutils.for_range(builder, args[2]):
-            builder.store(builder.call(fma, [builder.load(x), va, vc]), x)
-            if kind == 0:
-                builder.store(builder.fadd(builder.load(y), vc), y)
-            else:
-                builder.store(builder.add(builder.mul(builder.load(y), vai), vci), y)
-        builder.store(builder.load(x), p0, align=align)
-        out = builder.load(y)
-        builder.store(out if kind == 0 else builder.bitcast(out, vecty), p1, align=align)
+            for (_, x), (_, y) in zip(xs, ys):
+                builder.store(builder.call(fma, [builder.load(x), va, vc]), x)
+                if kind == 0:
+                    builder.store(builder.fadd(builder.load(y), vc), y)
+                else:
+                    builder.store(builder.add(builder.mul(builder.load(y), vai), vci), y)
+        for (p_x, x), (p_y, y) in zip(xs, ys):
+            builder.store(builder.load(x), p_x, align=align)
+            out = builder.load(y)
+            builder.store(out if kind == 0 else builder.bitcast(out, vecty), p_y, align=align)
         return context.get_dummy_value()
 
     return types.void(arr, i0, k_ops, a, c, ai, ci, width_lit, kind_lit), codegen

@@ -200,7 +200,7 @@ ASM_SCRIPT = textwrap.dedent("""
     import json, re, sys, warnings
     import numpy as np
     from numba import types
-    from ert.backends.numba_cpu import chain_candidates, configure_numba_env, effective_codegen, vector_isa
+    from ert.backends.numba_cpu import Geometry, chain_candidates, configure_numba_env, effective_codegen, vector_isa
     configure_numba_env(2)
     from ert.kernels import numba_cpu as k
     vector_bytes, registers = vector_isa(effective_codegen()["cpu_features"])
@@ -225,7 +225,7 @@ ASM_SCRIPT = textwrap.dedent("""
                 sig = (arr[prec], i64, i64, i64, i64, i64, scalar[prec], scalar[prec])
                 out[f"{prec}-{name}-c{chains}"] = asm_of(k.make_rw_madd(chains * lanes, fused), sig)
         out[f"{prec}-add"] = asm_of(k.make_rw_add(8 * lanes), (arr[prec], i64, i64, i64, i64, scalar[prec]))
-        acc = max(chain_candidates(registers))
+        acc = Geometry(vector_bytes, registers).ro_accumulators
         out[f"{prec}-ro"] = asm_of(k.make_ro_sum(acc * lanes), (arr[prec], i64, i64, i64, i64, types.float64[::1]))
     print(json.dumps(out))
 """)
@@ -253,6 +253,38 @@ def asm(tmp_path_factory):
 # features (LLVM's for the CPU name) with 512-bit vectors preferred.
 SAPPHIRE_RAPIDS = {"NUMBA_CPU_NAME": "sapphirerapids",
                    "NUMBA_CPU_FEATURES": "+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,+avx,-prefer-256-bit"}
+
+
+# An AVX2 core with 16 vector registers (Haswell/Broadwell; Zen 2/3 likewise): chains 8 and 12.
+HASWELL = {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx2,+fma,+avx,+sse4.2,+popcnt,+bmi2,+f16c"}
+
+
+@pytest.fixture(scope="module")
+def avx2_asm(tmp_path_factory):
+    if not X86:
+        pytest.skip("cross-compiling for an x86 target needs an x86 LLVM host here")
+    return compile_asm(tmp_path_factory, **HASWELL)
+
+
+@needs_x86
+@pytest.mark.parametrize("precision", ["fp64", "fp32"])
+def test_avx2_target_12_chains_stay_in_registers(avx2_asm, precision):
+    """12 chains (not a power of two) on 16 ymm registers: held in power-of-two pieces, never spilled.
+
+    Held as one <12 x lanes> vector, LLVM widened and shuffled it through the
+    stack: the 12-chain kernels ran at 1/8 of the 8-chain rate (Haswell-target
+    build on Zen 5: 15.6 against 125 GFLOP/s FP64 FMA; after the fix 131).
+    """
+    assert avx2_asm["cpu_name"] == "haswell" and avx2_asm["vector_bytes"] == 32
+    for chains in (8, 12):
+        _check_madd(avx2_asm[f"{precision}-fma-c{chains}"], min_chains=chains, register="y")
+        text, _ = avx2_asm[f"{precision}-nofma-c{chains}"]
+        suffix = "pd" if precision == "fp64" else "ps"
+        facts = loop_facts(hot_loop(text, f"vmul{suffix}"), f"vmul{suffix}")
+        assert facts["memory_ops"] == 0 and facts["chains"] >= chains and facts["wide"] == {"y"}, facts
+    ro = loop_facts(hot_loop(avx2_asm[f"{precision}-ro"][0], f"vadd{precision == 'fp64' and 'pd' or 'ps'}",
+                             from_memory=True), f"vadd{precision == 'fp64' and 'pd' or 'ps'}")
+    assert ro["stores"] == 0 and ro["loads"] == ro["ops"] and ro["chains"] >= 8 and ro["wide"] == {"y"}, ro
 
 
 @pytest.fixture(scope="module")

@@ -118,9 +118,11 @@ class Geometry:
     def __init__(self, vector_bytes: int, vector_registers: int):
         self.vector_bytes, self.vector_registers = vector_bytes, vector_registers
         self.chains = chain_candidates(vector_registers)
-        # Load-only accumulators: as many as the compute chains' largest
-        # candidate (two loads per cycle x add latency 4 needs 8; 16 leave headroom).
-        self.ro_accumulators = max(self.chains)
+        # Load-only accumulators: the largest power of two up to the compute
+        # chains' largest candidate (two loads per cycle x add latency 4 needs 8;
+        # 16 leave headroom), so the accumulator is one power-of-two vector (see
+        # kernels.numba_cpu._pieces): 16 with 32 vector registers, 8 with 16.
+        self.ro_accumulators = 1 << (max(self.chains).bit_length() - 1)
 
     @classmethod
     def of_host(cls) -> "Geometry":

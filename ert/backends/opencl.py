@@ -33,8 +33,10 @@ DEFAULT_CHAINS = {"cpu": 6, "other": 4}
 # Elements read back per step of the check (bounded host memory for 1 GiB sets).
 CHECK_CHUNK_ELEMENTS = 1 << 22
 
-# Built programs, keyed by a hash of source, build options and device; a build
-# happens in prepare(), never in a timed region (PyOpenCL adds its own disk cache).
+# Built programs, keyed by a hash of source, build options, device and context (a
+# program belongs to the context it was built in: another backend instance's
+# context gets INVALID_CONTEXT from it); a build happens in prepare(), never in a
+# timed region (PyOpenCL adds its own disk cache).
 _PROGRAMS: dict[str, object] = {}
 
 
@@ -193,6 +195,7 @@ class OpenCLBackend:
         options = self.build_options(spec)
         device_id = "|".join(str(self.info[k]) for k in ("platform", "platform_version", "device", "driver_version"))
         key = hashlib.sha256("\0".join([self._source, " ".join(options), device_id]).encode()).hexdigest()
+        key += f"@{self.context.int_ptr:x}"  # the cached program keeps its context alive, so the pointer is unique
         if key not in _PROGRAMS:
             # A failed build is one line naming the device and the log's first error (ErtError).
             _PROGRAMS[key] = build_program(self.context, self.device, self._source, options,
