@@ -94,6 +94,12 @@ def test_cpu_device_numbers_carry_a_caveat(opencl_run):
     assert ref.get("gflops_per_s", 0) > 0 or "error" in ref
     # On a CPU device the levels are named from the host's caches (L1 and more).
     assert {c["level"] for c in info["caches"]} >= {1}
+    # ... and its ceilings are rated against the host CPU (the same cores), where ert's table knows it.
+    if "gflops_per_s" in ref and (info.get("rated") or {}).get("compute"):
+        assert info["rated"]["per_core"] is False and "host CPU" in info["rated"]["source"]
+        fma = next(c for c in doc["ceilings"]["compute"] if c["precision"] == "fp64" and c["fma"])
+        assert fma["rated"]["gflops_per_s"] > 0 and 0 < fma["rated"]["ratio"] <= 1.05, fma["rated"]
+        assert "GHz" in fma["rated"]["derivation"]
 
 
 @needs_device

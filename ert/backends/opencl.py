@@ -427,7 +427,15 @@ class OpenCLBackend:
         }
         info["fp_contract_off_checked"] = dict(self.contract)
         if self.kind == "cpu" and self._measured_cpu_reference() is not None:
-            info["cpu_reference"] = self._cpu_reference
+            ref = dict(self._cpu_reference)
+            rated = ref.pop("rated", None)
+            info["cpu_reference"] = ref
+            if isinstance(rated, dict):
+                # The CPU device runs on these cores: its ceilings are rated against what they can do
+                # (numba-cpu's microarchitecture table x the clock measured in the reference child),
+                # as one device per rank (the driver's threads span this rank's cores).
+                info["rated"] = {**rated, "per_core": False,
+                                 "source": "host CPU: the OpenCL CPU device runs on these cores"}
         return info
 
     @property

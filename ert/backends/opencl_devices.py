@@ -438,7 +438,15 @@ def _measure_cpu_reference(threads: int) -> dict:
     if not backend.check().ok:
         return {"error": "numba-cpu reference kernel failed its check"}
     gflops = spec.gflops_per_s(elements=per_thread * threads, trials=trials, seconds=seconds)
-    return {"backend": "numba-cpu", "kernel": spec.key, "threads": threads, "gflops_per_s": round(gflops, 2)}
+    out = {"backend": "numba-cpu", "kernel": spec.key, "threads": threads, "gflops_per_s": round(gflops, 2)}
+    try:
+        # What these cores can physically do (ert.backends.cpu_rated's table x the measured clock):
+        # an OpenCL CPU device runs on the same cores, so its ceilings are rated against it too.
+        out["rated"] = backend.rated()
+    except Exception as exc:  # noqa: BLE001 - a reference without a rated value is still a reference
+        out["rated_error"] = f"{type(exc).__name__}: {_short(exc)}"
+    backend.close()
+    return out
 
 
 if __name__ == "__main__":
