@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from ert.backends import REGISTRY, links
+    from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
     from ert.config import from_dict
 
     sizes = links.link_sizes(min_bytes=args.min_bytes, max_bytes=args.max_bytes)
@@ -64,12 +65,12 @@ def main(argv=None) -> int:
         for r in records:
             grouped[(r["level"], r["variant"])][r["bytes"]] = r
         for key, per_size in grouped.items():
-            rates = [links.rate_gbytes_per_s(per_size[n]) for n in plateau_sizes if n in per_size]
+            rates = [transfer_gbytes_per_s(per_size[n]) for n in plateau_sizes if n in per_size]
             plateau = statistics.median(rates)
             ref = statistics.median(reference[n] for n in plateau_sizes)
             by_key[key].append({"plateau": plateau, "ratio": plateau / ref, "reference": ref,
-                                "latency_us": links.latency_us(per_size[min(per_size)]),
-                                "curve": {n: links.rate_gbytes_per_s(r) for n, r in sorted(per_size.items())}})
+                                "latency_us": transfer_latency_us(per_size[min(per_size)]),
+                                "curve": {n: transfer_gbytes_per_s(r) for n, r in sorted(per_size.items())}})
     print(f"\n{'level':<11} {'variant':<9} {'plateau GB/s':>12} {'memcpy GB/s':>11} {'ratio':>6} "
           f"{'latency us':>10}  rated")
     for (level, variant), rows in sorted(by_key.items()):

@@ -60,6 +60,22 @@ class RawWriter:
         self._fh.close()
 
 
+def transfer_gbytes_per_s(record: dict) -> float:
+    """GB/s (1e9) of a "transfer" record at its best sample: moved_bytes x repeats / seconds.min.
+
+    A ping-pong records one-way trips as ``repeats`` (two per round trip), so the
+    same rule gives its one-way bandwidth.  The one definition, for the
+    backends that measure links, the network stage and the analysis.
+    """
+    seconds = record["seconds"]["min"]
+    return record["moved_bytes"] * record["repeats"] / seconds / 1e9 if seconds > 0 else float("inf")
+
+
+def transfer_latency_us(record: dict) -> float:
+    """One transfer's time in microseconds: the median sample over its repeats (a ping-pong's half round trip)."""
+    return record["seconds"]["median"] / record["repeats"] * 1e6
+
+
 def _iter_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
     with open(path, "rb") as fh:
         data = fh.read()

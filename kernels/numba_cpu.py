@@ -127,22 +127,15 @@ def _pieces(width: int) -> list[tuple[int, int]]:
 
 
 def _hsum(builder, vec):
-    """Sum of a vector's lanes by halving (log2 W vector adds); exact here (see FP32_EXACT_ADDS)."""
+    """Sum of a power-of-two vector's lanes by halving (log2 W vector adds); exact here (see FP32_EXACT_ADDS)."""
     width = vec.type.count
-    odd = []  # the last lane of an odd width, added at the end (halving alone would drop it)
     while width > 1:
-        if width % 2:
-            odd.append(builder.extract_element(vec, ir.Constant(ir.IntType(32), width - 1)))
-            width -= 1
         half = width // 2
         lo = builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half))))
         hi = builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(ir.IntType(32), half),
                                                           list(range(half, width))))
         vec, width = builder.fadd(lo, hi), half
-    out = builder.extract_element(vec, ir.Constant(ir.IntType(32), 0))
-    for lane in odd:
-        out = builder.fadd(out, lane)
-    return out
+    return builder.extract_element(vec, ir.Constant(ir.IntType(32), 0))
 
 
 def _literal(ty) -> int:
@@ -336,6 +329,8 @@ def block_sum(typingctx, arr, trials, flush, width_lit):
     so the steady-state cost is only the loads, the adds and a counter.
     """
     width = _literal(width_lit)
+    if width & (width - 1):  # the halving sum and the register split both need a power of two (_pieces)
+        raise errors.TypingError(f"block_sum: width {width} is not a power of two")
 
     def codegen(context, builder, sig, args):
         arrty = sig.args[0]

@@ -72,6 +72,8 @@ def test_every_backend_class_has_every_protocol_member(name):
 KERNELS = [KernelSpec(p, f, fma, access) for p in ITEMSIZE
            for f, fma, access in ((1, False, "rw"), (8, True, "rw"), (8, False, "rw"), (1, False, "ro"))
            if not (fma and p.startswith("int"))]  # integers have no fused form
+# The integer add roof (schema 1.4): K dependent adds per element.
+KERNELS += [KernelSpec(p, 8, False, op="add") for p in ITEMSIZE if p.startswith("int")]
 
 
 @pytest.mark.parametrize("spec", KERNELS, ids=lambda s: s.key)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONFIGS, TINY, command, numba_plan, raw_lines, run_cmd, stderr_lines, write_config
+from conftest import TINY, command, numba_plan, run_cmd, stderr_lines
 
 
 def files_under(path: Path) -> set[str]:

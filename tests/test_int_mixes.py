@@ -142,33 +142,3 @@ def test_mix_and_add_run_end_to_end(tmp_path):
     assert shown.returncode == 0 and "fp32 fma+add" in shown.stdout and "int32 add" in shown.stdout
     cmp = run_cmd("ert", "compare", tmp_path / "run", tmp_path / "run")
     assert cmp.returncode == 0 and "fma+add mix" in cmp.stdout, cmp.stderr
-
-
-@pytest.mark.opencl_device
-def test_opencl_integer_kernels_check_exactly():
-    from ert.backends import opencl as ocl
-    from ert.backends.opencl_devices import build_problem
-
-    cfg = from_dict({"precisions": ["int32", "int64"], "opencl": {"cpu_reference": False}})
-    try:
-        b = ocl.create(config=cfg)
-    except ErtError as exc:
-        pytest.skip(f"no OpenCL device: {exc}")
-    problem = build_problem(b.device) if callable(build_problem) else None
-    if problem:
-        pytest.skip(problem)
-    for i, spec in enumerate((KernelSpec("int32", 8, False), KernelSpec("int64", 8, False, op="add"),
-                              KernelSpec("int32", 1, False))):
-        g = b.granule_elements(spec)
-        try:
-            b.prepare(spec, elements_per_thread=g * 4, launch=b.launches(spec, g * 4)[0])
-        except Exception as exc:  # the selected driver cannot build here (PyPI's PoCL 3.0 on Zen 5)
-            if i:
-                raise
-            pytest.skip(f"the selected OpenCL device cannot build the kernel: {str(exc).splitlines()[0]}")
-        b.run(3)
-        b.run(2)
-        assert b.check().ok, b.check().detail
-        b.corrupt_for_test()
-        assert not b.check().ok
-    b.close()

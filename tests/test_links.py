@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ert.backends import links
+from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
 
 
 def test_sizes_are_geometric_page_multiples_and_increasing():
@@ -30,8 +31,8 @@ def test_record_follows_the_contract_and_its_rate_and_latency():
     assert r["seconds"] == {"min": 0.002, "median": 0.0021, "max": 0.0025}
     assert math.isclose(r["spread"], 0.25) and r["noisy"]
     # 2 MiB moved x 10 repeats in 2 ms (best sample)
-    assert math.isclose(links.rate_gbytes_per_s(r), (2 << 20) * 10 / 0.002 / 1e9)
-    assert math.isclose(links.latency_us(r), 210.0)
+    assert math.isclose(transfer_gbytes_per_s(r), (2 << 20) * 10 / 0.002 / 1e9)
+    assert math.isclose(transfer_latency_us(r), 210.0)
     peer = links.transfer_record(level="peer-d2d", kind="peer", variant="p2p", method="m", nbytes=4096,
                                  moved_bytes=4096, repeats=1, samples=[1e-5], valid=True, check="ok", pair=(0, 1),
                                  peer_access=True)

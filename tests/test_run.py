@@ -15,7 +15,7 @@ from ert.ceilings_io import SCHEMA_VERSION
 from ert.ceilings_io import load_ceilings
 from ert.config import load
 
-from conftest import (TINY, command, numba_plan, point_records, raw_lines, raw_records, run_cmd, stderr_lines,
+from conftest import (command, numba_plan, point_records, raw_lines, raw_records, run_cmd, stderr_lines,
                       write_config)
 
 pytestmark = pytest.mark.slow
@@ -284,7 +284,7 @@ def test_ctrl_c_leaves_a_valid_partial_run_that_resume_completes(tmp_path):
 
 def test_resume_of_a_complete_run_measures_nothing(tiny_copy):
     before = (tiny_copy / "raw.jsonl").read_text()
-    proc = resume(tiny_copy)
+    resume(tiny_copy)  # asserts a clean exit
     after = (tiny_copy / "raw.jsonl").read_text()
     assert after.startswith(before)
     added = [json.loads(line) for line in after[len(before):].splitlines()]

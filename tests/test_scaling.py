@@ -18,7 +18,7 @@ from ert.measure.driver import _cache_resident_bytes
 from ert.consumers.report import format_ceilings
 from ert.measure.modes import _plan_for
 
-from conftest import command, numba_plan, point_records, raw_records, run_cmd, stderr_lines, write_config
+from conftest import command, numba_plan, point_records, raw_records, run_cmd, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,8 @@ import pytest
 from conftest import command
 from ert import config as config_mod
 from ert.analysis.ceilings import build
-from ert.analysis.transfers import (best_pair, plateau_of_largest, record_latency_us, record_rate,
-                                    transfer_ceilings)
+from ert.analysis.transfers import best_pair, plateau_of_largest, transfer_ceilings
+from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
 from ert.ceilings_io import SCHEMA_VERSION, load_ceilings, validate, write_ceilings
 from ert.consumers import roofs
 from ert.consumers.compare import format_comparison
@@ -52,11 +52,11 @@ def curve(level, variant, gbs_by_size, *, pair=None, **extra):
 # ----------------------------------------------------------------------------- the analysis
 def test_rate_and_latency_follow_the_contract():
     r = rec("link-h2d", "pinned", 1_000_000, 0.001, repeats=10)
-    assert record_rate(r) == pytest.approx(10.0)  # 1e6 B x 10 / 1 ms
-    assert record_latency_us(r) == pytest.approx(101.0)  # median 1.01 ms / 10
+    assert transfer_gbytes_per_s(r) == pytest.approx(10.0)  # 1e6 B x 10 / 1 ms
+    assert transfer_latency_us(r) == pytest.approx(101.0)  # median 1.01 ms / 10
     # A ping-pong counts one-way trips: 100 round trips of 8 B in 0.4 ms -> 2 us one way.
     pp = rec("net-intra-node", "p2p", 8, 0.0004, repeats=200)
-    assert record_latency_us(pp) == pytest.approx(2.02)
+    assert transfer_latency_us(pp) == pytest.approx(2.02)
 
 
 def test_plateau_is_the_largest_sizes_within_ten_percent():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
 from ert.spec import plateau_spread
 
 KINDS = ("link", "peer", "network")
@@ -21,20 +22,6 @@ LEVEL_ORDER = ("link-h2d", "link-d2h", "link-bidir", "peer-d2d", "net-intra-node
 # A size joins the plateau of the largest sizes while its rate stays within this of the plateau's median.
 PLATEAU_TOLERANCE = 0.10
 SHARED_MEMORY_REASON = "no rated value: ranks on one node exchange through shared memory"
-
-
-def record_rate(rec: dict) -> float:
-    """GB/s of a transfer record's best sample: moved bytes x repeats / fastest sample (1 GB = 1e9 B).
-
-    A ping-pong records one-way trips as ``repeats`` (two per round trip), so the
-    same rule gives its one-way bandwidth.
-    """
-    return rec["moved_bytes"] * rec["repeats"] / rec["seconds"]["min"] / 1e9
-
-
-def record_latency_us(rec: dict) -> float:
-    """One transfer's time in microseconds: the median sample over its repeats (a ping-pong's half round trip)."""
-    return rec["seconds"]["median"] / rec["repeats"] * 1e6
 
 
 def kind_of(rec: dict) -> str:
@@ -56,8 +43,8 @@ def plateau_of_largest(recs: list[dict], tolerance: float = PLATEAU_TOLERANCE) -
     ordered = sorted(recs, key=lambda r: r["bytes"])
     chosen = [ordered[-1]]
     for rec in reversed(ordered[:-1]):
-        centre = statistics.median(record_rate(r) for r in chosen)
-        if abs(record_rate(rec) - centre) > tolerance * centre:
+        centre = statistics.median(transfer_gbytes_per_s(r) for r in chosen)
+        if abs(transfer_gbytes_per_s(rec) - centre) > tolerance * centre:
             break
         chosen.append(rec)
     return sorted(chosen, key=lambda r: r["bytes"])
@@ -133,7 +120,7 @@ def transfer_ceilings(transfers: list[dict], meta: dict) -> tuple[list[dict], li
         recs = sorted(recs, key=lambda r: r["bytes"])
         kind = kind_of(recs[0])
         chosen = plateau_of_largest(recs)
-        rates = [record_rate(r) for r in chosen]
+        rates = [transfer_gbytes_per_s(r) for r in chosen]
         rate = statistics.median(rates)
         smallest = recs[0]
         entry = {
@@ -146,7 +133,7 @@ def transfer_ceilings(transfers: list[dict], meta: dict) -> tuple[list[dict], li
             "wss_bytes": [int(chosen[0]["bytes"]), int(chosen[-1]["bytes"])],
             "n_points": len(chosen),
             "noisy_points": sum(1 for r in chosen if r.get("noisy")),
-            "latency_us": round(record_latency_us(smallest), 4),
+            "latency_us": round(transfer_latency_us(smallest), 4),
             "latency_bytes": int(smallest["bytes"]),
             "evidence": {"point_ids": [r["id"] for r in chosen]},
             "basis": _basis(level, variant, chosen, len(recs)),
@@ -193,7 +180,7 @@ def best_pair(recs: list[dict]) -> tuple[list[dict], dict | None]:
     pairs = _by_pair(recs)
     if len(pairs) < 2:
         return recs, None
-    plateaus = {pair: statistics.median(record_rate(r) for r in plateau_of_largest(rs))
+    plateaus = {pair: statistics.median(transfer_gbytes_per_s(r) for r in plateau_of_largest(rs))
                 for pair, rs in pairs.items()}
     best = max(plateaus, key=plateaus.get)
     devices = sorted({d for pair in pairs for d in pair})

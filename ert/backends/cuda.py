@@ -126,30 +126,28 @@ class CupyDevice:
             self._expected = cupy.zeros(16, dtype=cupy.float64)
         self._stream.synchronize()
 
-    def functions(self, spec: KernelSpec) -> dict:
-        """The module's kernels by role (kernel, init, check, spin), compiled once per source, options and device."""
-        source, digest = kernel_source()
-        options = host.compile_options(spec, max_threads_per_sm=self.info.max_threads_per_sm) + COMPILE_OPTIONS
+    def _module(self, kernel_file: str, options: tuple):
+        """``kernel_file`` compiled with ``options`` for this GPU, once per source, options and device."""
+        source, digest = kernel_source(kernel_file)
         key = (digest, options, self.index)
         module = _MODULES.get(key)
         if module is None:
             module = self._cp.RawModule(code=source, options=options)
             module.compile()
             _MODULES[key] = module
+        return module
+
+    def functions(self, spec: KernelSpec) -> dict:
+        """The module's kernels by role (kernel, init, check, spin)."""
+        options = host.compile_options(spec, max_threads_per_sm=self.info.max_threads_per_sm) + COMPILE_OPTIONS
+        module = self._module(host.KERNEL_FILE, options)
         return {"kernel": module.get_function(host.kernel_name(spec)), "init": module.get_function("ert_init"),
                 "check": module.get_function("ert_check"), "spin": module.get_function("ert_spin")}
 
     def tensor_function(self, shape: cuda_tensor.MmaShape):
-        """ert_mma of kernels/ert_cuda_tensor.cu specialised for one MMA shape, compiled once per device."""
-        source, digest = kernel_source(cuda_tensor.KERNEL_FILE)
-        options = cuda_tensor.compile_defines(shape) + COMPILE_OPTIONS
-        key = (digest, options, self.index)
-        module = _MODULES.get(key)
-        if module is None:
-            module = self._cp.RawModule(code=source, options=options)
-            module.compile()
-            _MODULES[key] = module
-        return module.get_function(cuda_tensor.KERNEL_NAME)
+        """ert_mma of kernels/ert_cuda_tensor.cu specialised for one MMA shape."""
+        return self._module(cuda_tensor.KERNEL_FILE, cuda_tensor.compile_defines(shape) + COMPILE_OPTIONS) \
+            .get_function(cuda_tensor.KERNEL_NAME)
 
     def zeros(self, count: int, dtype):
         """``count`` zeros of ``dtype`` on the device, written on the kernels' stream."""

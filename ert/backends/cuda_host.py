@@ -182,7 +182,8 @@ class DeviceInfo:
         return out
 
 
-def _text(value) -> str:
+def text_of(value) -> str:
+    """A C string from CUDA or NVML (bytes up to the first NUL) as text; anything else as str()."""
     if isinstance(value, (bytes, bytearray)):
         return value.split(b"\0", 1)[0].decode(errors="replace")
     return str(value)
@@ -212,7 +213,7 @@ def device_info(props: dict, *, attributes: dict | None = None, nvml: dict | Non
         return 0
 
     return DeviceInfo(
-        name=_text(props.get("name", "unknown GPU")),
+        name=text_of(props.get("name", "unknown GPU")),
         compute_capability=(int(props["major"]), int(props["minor"])),
         sm_count=int(props["multiProcessorCount"]),
         sm_clock_khz=clock("clockRate", "clock_rate_khz", "max_sm_clock_mhz"),
@@ -479,19 +480,37 @@ def open_sm_clock(pci_bus_id: str) -> SmClock | None:
 
 
 
-def read_nvml(pci_bus_id: str) -> dict:
-    """Driver version, maximum clocks and power limit from NVML; {} where pynvml is absent or fails."""
+def nvml_read(pci_bus_id: str, read) -> dict:
+    """``read(pynvml, handle, out)`` for the GPU at ``pci_bus_id`` inside one NVML session; ``out`` returned.
+
+    {} where pynvml is absent (NVML is optional: it only refines what the
+    runtime says); {"error": ...} where NVML cannot start or find the GPU.
+    ``read`` fills ``out``; a field one GPU or driver lacks is its own to skip.
+    """
     try:
         import pynvml
-    except Exception:  # optional: NVML only refines what the runtime already says
+    except Exception:
         return {}
-    out: dict = {}
     try:
         pynvml.nvmlInit()
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
+    out: dict = {}
     try:
-        handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if pci_bus_id else b"")
+        read(pynvml, pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if pci_bus_id else b""), out)
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return out
+
+
+def read_nvml(pci_bus_id: str) -> dict:
+    """Driver version, maximum clocks and power limit from NVML; {} where pynvml is absent."""
+    def read(pynvml, handle, out: dict) -> None:
         probes = {
             "driver_version": lambda: pynvml.nvmlSystemGetDriverVersion(),
             "max_sm_clock_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
@@ -501,15 +520,9 @@ def read_nvml(pci_bus_id: str) -> dict:
         for key, get in probes.items():
             try:
                 value = get()
-                out[key] = _text(value) if isinstance(value, (bytes, bytearray)) else value
+                out[key] = text_of(value) if isinstance(value, (bytes, bytearray)) else value
             except Exception:  # a field this GPU or driver does not report
                 continue
-    except Exception as exc:
-        out["error"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-    return out
+
+    return nvml_read(pci_bus_id, read)
 

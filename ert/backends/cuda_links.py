@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ert.backends import cuda_host as host
 from ert.backends import links
 
 LINK_LEVELS = ("link-h2d", "link-d2h", "link-bidir")
@@ -163,15 +164,7 @@ def link_rated_of(*, name: str, nvml_link: dict, pci_bus_id: str, sysfs_root: st
 
 def read_nvml_link(pci_bus_id: str) -> dict:
     """PCIe generation and width (current and maximum), C2C mode and NVLink states from NVML; {} without it."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # optional: sysfs and the name remain
-        return {}
-    out: dict = {}
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if pci_bus_id else b"")
+    def read(pynvml, handle, out: dict) -> None:
         for key, fn in (("current_generation", "nvmlDeviceGetCurrPcieLinkGeneration"),
                         ("current_width", "nvmlDeviceGetCurrPcieLinkWidth"),
                         ("max_generation", "nvmlDeviceGetMaxPcieLinkGeneration"),
@@ -184,38 +177,30 @@ def read_nvml_link(pci_bus_id: str) -> dict:
             out["c2c_enabled"] = bool(pynvml.nvmlDeviceGetC2cModeInfoV(handle).isC2cEnabled)
         except Exception:  # older NVML, or no C2C
             pass
-        states = []
-        for link in range(int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
-            try:
-                active = pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
-            except Exception:
-                break  # no NVLink here, or past the last link
-            entry = {"link": link, "active": bool(active)}
-            try:
-                remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link)
-                entry["remote_bus_id"] = links_text(remote.busId)
-                entry["version"] = int(pynvml.nvmlDeviceGetNvLinkVersion(handle, link))
-                kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
-                entry["remote_is_switch"] = kind == getattr(pynvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 1)
-            except Exception:
-                pass
-            states.append(entry)
+        states = list(_nvlink_states(pynvml, handle))
         if states:
             out["nvlinks"] = states
-    except Exception as exc:
-        out["error"] = f"{type(exc).__name__}: {exc}"
-    finally:
+
+    return host.nvml_read(pci_bus_id, read)
+
+
+def _nvlink_states(pynvml, handle):
+    """Each NVLink of the GPU: active or not, and where readable its remote bus id, version and switch flag."""
+    for link in range(int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
         try:
-            pynvml.nvmlShutdown()
+            active = pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
+        except Exception:
+            return  # no NVLink here, or past the last link
+        entry = {"link": link, "active": bool(active)}
+        try:
+            remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link)
+            entry["remote_bus_id"] = host.text_of(remote.busId)
+            entry["version"] = int(pynvml.nvmlDeviceGetNvLinkVersion(handle, link))
+            kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+            entry["remote_is_switch"] = kind == getattr(pynvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 1)
         except Exception:
             pass
-    return out
-
-
-def links_text(value) -> str:
-    if isinstance(value, (bytes, bytearray)):
-        return value.split(b"\0", 1)[0].decode(errors="replace")
-    return str(value)
+        yield entry
 
 
 def read_topology(runtime, *, bus_ids: list[str], nvml: list[dict]) -> PeerTopology:

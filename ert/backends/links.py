@@ -11,7 +11,7 @@ Words (as in raw.jsonl's "transfer" records): a **transfer** is one copy of
 calibrated by doubling until a sample lasts ``min_seconds``); a size is timed
 in ``samples`` samples (the config's ``timing.repeats``).  **moved_bytes** is
 what one repetition moves in total (both directions of a bidirectional one).
-Rates and latencies are computed by ``rate_gbytes_per_s`` / ``latency_us``;
+Rates and latencies are computed by ``ert.rawio.transfer_gbytes_per_s`` / ``transfer_latency_us``;
 the backends only time.
 """
 
@@ -62,17 +62,6 @@ def link_sizes(*, min_bytes: int = 4096, max_bytes: int = 256 << 20, per_octave:
 
 
 # ----------------------------------------------------------------------------- arithmetic
-def rate_gbytes_per_s(record: dict) -> float:
-    """GB/s (1e9) of a transfer record at its best sample: moved_bytes x repeats / seconds.min."""
-    seconds = record["seconds"]["min"]
-    return record["moved_bytes"] * record["repeats"] / seconds / 1e9 if seconds > 0 else float("inf")
-
-
-def latency_us(record: dict) -> float:
-    """One transfer's time in microseconds at the record's median sample (median / repeats)."""
-    return record["seconds"]["median"] / record["repeats"] * 1e6
-
-
 def record_id(level: str, variant: str, nbytes: int, pair: tuple[int, int] | None = None) -> str:
     """``level:variant:bytes``, or ``level:variant:a-b:bytes`` for a device pair."""
     if pair is not None:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from ert.errors import ErtError
-from ert.rawio import RAW_NAME, RawWriter, read_raw
+from ert.rawio import RAW_NAME, RawWriter, read_raw, transfer_gbytes_per_s, transfer_latency_us
 from ert.spec import timing_spread
 
 NODE_OVERRIDE_VAR = "ERT_TEST_NODE_ID"
@@ -196,15 +196,11 @@ def _links(cfg, backend, comm, writer, done, say) -> None:
             if writer:
                 writer.append(record)
             say(f"links: {record['level']} {record.get('variant', '')} {record['bytes']} B -> "
-                f"{_rate(record):.2f} GB/s" + ("" if record.get("valid") else " CHECK FAILED"))
+                f"{transfer_gbytes_per_s(record):.2f} GB/s" + ("" if record.get("valid") else " CHECK FAILED"))
 
         backend.transfer_levels(sizes, min_seconds=cfg.transfer.min_seconds, repeats=cfg.transfer.samples,
                                 emit=emit, skip=frozenset(done))
     _gentle_barrier(comm)
-
-
-def _rate(rec: dict) -> float:
-    return rec["moved_bytes"] * rec["repeats"] / rec["seconds"]["min"] / 1e9
 
 
 def _gentle_barrier(comm) -> None:
@@ -317,8 +313,7 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
                     for _ in range(n):
                         sub.Recv(rbuf, source=partner, tag=3)
                     sub.Send(ack, dest=partner, tag=4)
-            mine = time.perf_counter() - t0
-            return mine
+            return time.perf_counter() - t0
 
         # Calibrate: double the repeats until the slowest rank's sample lasts min_seconds (also a warm-up).
         n = 1
@@ -346,9 +341,9 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
             record["id"] = rid
             if writer:
                 writer.append(record)
-            rate = _rate(record)
+            rate = transfer_gbytes_per_s(record)
             say(f"network: {level} {size} B -> {rate:.3f} GB/s, "
-                f"{record['seconds']['median'] / record['repeats'] * 1e6:.2f} us per transfer"
+                f"{transfer_latency_us(record):.2f} us per transfer"
                 + ("" if ok else " CHECK FAILED"))
 
 
