@@ -158,6 +158,14 @@ class TransferOptions(_Strict):
         return out
 
 
+class RatedOptions(_Strict):
+    """Rated values the machine cannot report itself (ert.dram_rated)."""
+
+    dram_gbytes_per_s: Optional[float] = Field(
+        None, gt=0, le=100000, description="the host's DRAM bandwidth, GB/s (channels x MT/s x 8 B); it takes "
+                                           "precedence over what SMBIOS shows")
+
+
 class RunConfig(_Strict):
     """One sweep: the cartesian product of working sets, FLOPs per element, precisions, FMA and access."""
 
@@ -195,6 +203,7 @@ class RunConfig(_Strict):
                                           "of these input types (fp16/bf16/tf32/fp8 accumulate in FP32, fp64 in FP64)")
     opencl: OpenCLOptions = Field(default_factory=OpenCLOptions)
     cuda: CudaOptions = Field(default_factory=CudaOptions)
+    rated: Optional[RatedOptions] = Field(None, description="rated values given by the user: dram_gbytes_per_s")
 
     @field_validator("flops_per_element")
     @classmethod
@@ -290,7 +299,10 @@ class RunConfig(_Strict):
         return {"on": [True], "off": [False], "both": [True, False]}[self.fma]
 
     def to_dict(self) -> dict:
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        if data.get("rated") is None:
+            data.pop("rated", None)  # absent, as before the key existed: the hash of older configs is unchanged
+        return data
 
     def sha256(self) -> str:
         """Hash of the resolved config, independent of key order and formatting."""

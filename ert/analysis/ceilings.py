@@ -300,7 +300,7 @@ def build(raw: RawData) -> dict:
     checked: dict[int, tuple[list[dict], list[str], dict | None]] = {}
     for count, recs in groups.items():
         rated = scaled_rated(meta, threads_per_rank=count or own)
-        valid_recs, rated_warnings = invalidate_above_rated(recs, rated)
+        valid_recs, rated_warnings = invalidate_above_rated(recs, rated, caches=caches, memory_name=memory_name)
         checked[count] = (valid_recs, rated_warnings, rated)
     per_count = {}
     if len(groups) > 1:

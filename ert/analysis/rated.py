@@ -8,9 +8,12 @@ they are scaled to the workers a set of records ran on and applied:
   hardware cannot do that, so work was removed (a compiler fusing trials, a
   kernel skipping elements).  Bandwidth points are held to the fastest level's
   rated value (the L1), since no level is faster;
-* a compute or L1 ceiling below ``BELOW_RATED`` x its rated value gets a
-  warning naming the ceiling, the rated value and how it was derived: the
-  kernel, not the machine, is then the limit;
+* a bandwidth point measured well inside a lower level (L2, L3, DRAM: see
+  ``inside_level``) is also held to that level's rated value;
+* a compute, L1, L2, L3 or DRAM ceiling below ``BELOW_RATED`` x its rated
+  value gets a warning naming the ceiling, the rated value and how it was
+  derived: the kernel (or, for DRAM, other work on a shared host) is then the
+  limit;
 * every ceiling carries ``rated``: the value, measured/rated, and the
   derivation, or the reason there is none.
 """
@@ -21,6 +24,13 @@ from ert.spec import is_integer, ops_unit
 
 ABOVE_RATED = 1.05
 BELOW_RATED = 0.75
+# A point is "inside" a cache level when its working set per thread is at least this many times the
+# level above's share (so no line of it stays in the faster cache) and at most the level's own share.
+PAST_ABOVE = 2.0
+# ... and inside DRAM past this many times the last cache's aggregate capacity: a VM may report a host's
+# cache, and victim caches add the L2s, so the last break can lie well past the hint (issue 21).
+PAST_LAST_CACHE = 8.0
+_WARNED_LEVELS = ("L1", "L2", "L3")
 
 
 def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
@@ -59,11 +69,15 @@ def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
         value = entry.get("gflops_per_s")
         out["tensor"][entry.get("precision")] = {**entry, "gflops_per_s": round(value * factor, 1) if value else None,
                                                 "derivation": _rescaled(entry, factor, note), "ranks": ranks}
+    hosts = max(len(meta.get("hosts") or []), 1)
     for entry in rated.get("memory", []):
         value = entry.get("gbytes_per_s")
+        # DRAM is the host's, whatever cores the run uses: one per host.
+        scale, why = ((hosts, f" ({hosts} hosts)" if hosts > 1 else "") if entry.get("scope") == "host"
+                      else (factor, note))
         out["memory"][(entry.get("level"), entry.get("access"))] = {
-            "gbytes_per_s": round(value * factor, 1) if value else None,
-            "derivation": _rescaled(entry, factor, note)}
+            "gbytes_per_s": round(value * scale, 1) if value else None,
+            "derivation": _rescaled(entry, scale, why), "scope": entry.get("scope")}
     return out
 
 
@@ -101,11 +115,45 @@ def compute_key(entry: dict) -> tuple:
 
 
 def _memory_rated(rated: dict, level: str, access: str | None) -> dict | None:
-    return rated["memory"].get((level, access)) or rated["memory"].get((level, None))
+    base = level.rstrip("abcdefghijklmnopqrstuvwxyz") or level  # L2b, a second plateau of L2, is L2's
+    return (rated["memory"].get((level, access)) or rated["memory"].get((level, None))
+            or rated["memory"].get((base, access)) or rated["memory"].get((base, None)))
 
 
-def invalidate_above_rated(points: list[dict], rated: dict | None) -> tuple[list[dict], list[str]]:
-    """Points above ABOVE_RATED x rated marked invalid (copies), and one warning per kind of excess."""
+def inside_level(rec: dict, caches: list | None, memory_name: str = "DRAM") -> str | None:
+    """The level (L2, L3 ... or ``memory_name``) whose range a point's working set lies well inside, or None.
+
+    ``caches`` are the run's cache hints (ert.hwinfo.CacheInfo) for the
+    point's access pattern.  L1 is not named: every point is held to it already.
+    """
+    from ert.hwinfo import aggregate_capacity_bytes
+
+    if not caches:
+        return None
+    threads = max(int(rec.get("threads_per_rank", 1)) * int(rec.get("ranks", 1)), 1)
+    by_level = {}
+    for c in caches:
+        if c.kind != "Instruction" and (c.level not in by_level or c.kind == "Data"):
+            by_level[c.level] = c
+    levels = sorted(by_level)
+    wss = rec["wss_bytes"]
+    for above, level in zip(levels, levels[1:]):
+        lo = PAST_ABOVE * aggregate_capacity_bytes(by_level[above], threads)
+        if lo <= wss <= aggregate_capacity_bytes(by_level[level], threads):
+            return f"L{level}"
+    if levels and wss >= PAST_LAST_CACHE * aggregate_capacity_bytes(by_level[levels[-1]], threads):
+        return memory_name
+    return None
+
+
+def invalidate_above_rated(points: list[dict], rated: dict | None, *, caches=None,
+                           memory_name: str = "DRAM") -> tuple[list[dict], list[str]]:
+    """Points above ABOVE_RATED x rated marked invalid (copies), and one warning per kind of excess.
+
+    ``caches`` (per access pattern, as ert.analysis.ceilings.caches_by_access
+    gives them) let a point inside L2, L3 or DRAM be held to that level's rated
+    value too; without them only the compute and L1 limits apply.
+    """
     from ert.spec import rates
 
     if not rated:
@@ -128,6 +176,13 @@ def invalidate_above_rated(points: list[dict], rated: dict | None) -> tuple[list
         if limit is None or not (measured > ABOVE_RATED * limit):
             if l1 and l1["gbytes_per_s"] and gbs > ABOVE_RATED * l1["gbytes_per_s"]:
                 limit, what, measured = l1["gbytes_per_s"], f"{spec['access']} GB/s (the L1's rate)", gbs
+        if limit is None or not (measured > ABOVE_RATED * limit):
+            hints = caches.get(spec["access"], caches.get(None)) if isinstance(caches, dict) else caches
+            level = inside_level(rec, hints, memory_name)
+            own = _memory_rated(rated, level, spec["access"]) if level else None
+            if own and own["gbytes_per_s"] and gbs > ABOVE_RATED * own["gbytes_per_s"]:
+                limit, what, measured = (own["gbytes_per_s"], f"{spec['access']} GB/s of {level} (a point inside "
+                                         f"it; {own['derivation']})", gbs)
         if limit and measured > ABOVE_RATED * limit:
             rec = dict(rec, valid=False,
                        check=f"{measured:.4g} is {measured / limit:.2f}x the rated {what} {limit:.4g}: "
@@ -140,7 +195,7 @@ def invalidate_above_rated(points: list[dict], rated: dict | None) -> tuple[list
 
 
 def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) -> list[str]:
-    """Put ``rated`` on every ceiling; warnings for compute and L1 ceilings below BELOW_RATED x rated."""
+    """Put ``rated`` on every ceiling; warnings for compute, L1-L3 and DRAM ceilings below BELOW_RATED x rated."""
     warnings = []
     for c in compute:
         if c.get("pipe") == "tensor":
@@ -153,7 +208,9 @@ def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) ->
         r = _memory_rated(rated, m["level"], m.get("access")) if rated else None
         access = {"rw": "read+write", "ro": "read-only"}.get(m.get("access"), m.get("access") or "")
         name = f"{m.get('precision', '')} {access} {m['level']}".strip()
-        warnings += _attach(m, r, "gbytes_per_s", name, "GB/s", warn=m["level"] == "L1")
+        base = m["level"].rstrip("abcdefghijklmnopqrstuvwxyz") or m["level"]
+        warn = base in _WARNED_LEVELS or bool(r and r.get("scope") == "host")
+        warnings += _attach(m, r, "gbytes_per_s", name, "GB/s", warn=warn)
     return warnings
 
 
@@ -190,7 +247,8 @@ def _attach(ceiling: dict, rated_entry: dict | None, key: str, name: str, unit: 
     if warn and ratio is not None and ratio < BELOW_RATED:
         noisy = ceiling.get("noisy") or (ceiling.get("noisy_points", 0) * 2 > ceiling.get("n_points", 1))
         cause = ("most of its points stayed noisy: other work sharing the cores may be the limit; measure again"
-                 if noisy else "the kernel, not the hardware, limits it")
+                 if noisy else "other work sharing the host's memory (a shared or virtual host?) or the kernel "
+                 "limits it" if rated_entry.get("scope") == "host" else "the kernel, not the hardware, limits it")
         return [f"{name}: {ceiling[key]:.4g} {unit} is {ratio:.0%} of the rated {value:.4g} {unit} "
                 f"({rated_entry.get('derivation', '')}): {cause}"]
     return []

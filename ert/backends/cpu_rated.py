@@ -2,8 +2,8 @@
 
 A rated ceiling is the hardware's limit, not ours: FLOPs per cycle per core
 (SIMD lanes x FMA units x 2, or what a separate multiply and add can issue)
-and L1 bytes per cycle per core (load ports x width, plus the store port for
-read+write), times the clock the cores sustain under vector load, times the
+L1 bytes per cycle per core (load ports x width, plus the store port for
+read+write), and the L2 and L3 fill and write-back bytes per cycle per core, times the clock the cores sustain under vector load, times the
 cores in use.  Every value carries how it was derived, and a CPU that is not
 in the table gets no value and says why.
 
@@ -144,6 +144,122 @@ TABLE: dict[str, Microarch] = {
     "apple-m3": Microarch("Apple M3 (P-core)", 128, 4, 4, 0, None, None, "Apple M1 measurements (Dougall Johnson)"),
 }
 
+
+@dataclass(frozen=True)
+class CacheRates:
+    """Bytes per cycle per core between one cache and the level above it (the hardware's), with the source.
+
+    ``fill`` moves lines up (L2 -> L1, or L3 -> L2): it bounds a read-only
+    sweep.  ``write_back`` moves dirty lines down; where it is a separate path
+    a read+write sweep is bounded by fill + write-back (each element's line
+    comes up once and goes down once), where it shares the fill path by the
+    fill alone.  None: not published in a form ert is sure of (no rated value,
+    with ``why_none``).
+    """
+
+    fill: float | None
+    write_back: float | None
+    separate_paths: bool | None  # None: not known whether fills and write-backs share one path
+    source: str
+    why_none: str = ""
+
+    def bytes_per_cycle(self, access: str) -> float | None:
+        if self.fill is None:
+            return None
+        if access == "ro":
+            return self.fill
+        if self.separate_paths is None or (self.separate_paths and self.write_back is None):
+            return None
+        return self.fill + self.write_back if self.separate_paths else self.fill
+
+
+_ZEN_L2 = ("AMD Software Optimization Guide for family 17h (55723) and 19h (56665, 57647): the L2 fills the L1 at "
+           "32 B/cycle and takes write-backs at 32 B/cycle; corroborated by Chips and Cheese (Zen 2 L2, one thread: "
+           "31.6 B/cycle) and by this project's Zen 4 (fp64 read-only L2 31.8, read+write 61.8 B/cycle/core: the "
+           "write-back is a separate path)")
+_ZEN_L3 = ("AMD Software Optimization Guide for family 17h (55723) and 19h (56665, 57647): the L3 moves 32 B/cycle "
+           "per core to the L2 and 32 B/cycle back; corroborated by this project's Zen 4 (read+write L3 "
+           "50 B/cycle/core, above one 32-byte path)")
+_INTEL_L2 = ("Intel 64 and IA-32 Architectures Optimization Reference Manual, cache table of the core: L2 peak "
+             "64 B/cycle (to the L1)")
+_INTEL_L2_RW = ("no rated value: Intel's manual gives one L2 figure (64 B/cycle), not whether L1 write-backs "
+                "share it with the fills")
+_INTEL_L3 = ("no rated value: Intel publishes no peak L3 (mesh) bytes per cycle per core for this core, only "
+             "sustained figures")
+_ARM_L2 = ("no rated value: the Arm Neoverse Software Optimization Guide gives no L2 -> L1 bytes per cycle ert is "
+           "sure of (Chips and Cheese measured 19.3 B/cycle from Neoverse N1's L2; the interface width is inferred)")
+_ARM_L3 = "no rated value: the system-level cache's bandwidth per core depends on the mesh (CMN) the SoC uses"
+
+
+def _unrated(why: str) -> CacheRates:
+    return CacheRates(None, None, None, "", why)
+
+
+# Lower cache levels per microarchitecture (keyed by Microarch.name): (L2, L3).
+LOWER_LEVELS: dict[str, tuple[CacheRates, CacheRates]] = {
+    **{name: (CacheRates(32, 32, True, _ZEN_L2), CacheRates(32, 32, True, _ZEN_L3))
+       for name in ("Zen 2", "Zen 3", "Zen 4")},
+    "Zen 5": (CacheRates(64, 64, True,
+                         "AMD Software Optimization Guide for family 1Ah (58455) and AMD's Zen 5 disclosure: L2 -> L1 "
+                         "64 B/cycle, twice Zen 4's; AIDA64 on a Ryzen 5 9600X (6 cores, up to 5.4 GHz) read "
+                         "1875 GB/s and wrote 1795 GB/s from L2 (about 58 and 55 B/cycle/core), so write-backs "
+                         "have their own 64-byte path"),
+              _unrated("no rated value: AMD publishes no L3 -> L2 width for Zen 5 ert is sure of")),
+    **{name: (CacheRates(64, None, None, _INTEL_L2, _INTEL_L2_RW), _unrated(_INTEL_L3))
+       for name in ("Skylake-SP", "Cascade Lake", "Cooper Lake", "Ice Lake-SP", "Sapphire Rapids",
+                    "Emerald Rapids", "Granite Rapids", "Granite Rapids-D")},
+    **{name: (_unrated(_ARM_L2), _unrated(_ARM_L3))
+       for name in ("Neoverse N1", "Neoverse N2", "Neoverse V1", "Neoverse V2")},
+}
+
+
+def lower_level_rates(arch_name: str | None) -> dict[str, CacheRates]:
+    """{"L2": ..., "L3": ...} for a microarchitecture's name (its one-FMA variant included), each maybe unrated."""
+    base = (arch_name or "").split(" (")[0]
+    l2, l3 = LOWER_LEVELS.get(base, (None, None))
+    why = f"no rated value: {arch_name or 'this CPU'}'s L2 and L3 widths are not in ert's table"
+    return {"L2": l2 or _unrated(why), "L3": l3 or _unrated(why)}
+
+
+def lower_level_entries(*, arch_name: str | None, base: str, cores: int, clock_ghz: float | None) -> list[dict]:
+    """``rated.memory`` entries of L2 and L3 per access: cores x clock x bytes per cycle, each derived."""
+    out = []
+    for level, rates in lower_level_rates(arch_name).items():
+        above = "L1" if level == "L2" else "L2"
+        for access in ("rw", "ro"):
+            entry = {"level": level, "access": access}
+            per_cycle = rates.bytes_per_cycle(access)
+            if per_cycle is None or not clock_ghz:
+                why = (rates.why_none or "no rated value") if per_cycle is None else \
+                    "no rated value: the sustained clock was not measured"
+                out.append({**entry, "gbytes_per_s": None, "derivation": why})
+                continue
+            if access == "ro":
+                how = f"{level} -> {above} fill {rates.fill:g} B/cycle"
+            else:
+                how = (f"{level} -> {above} fill {rates.fill:g} + {above} -> {level} write-back "
+                       f"{rates.write_back:g} B/cycle on separate paths" if rates.separate_paths else
+                       f"fill and write-back share one {rates.fill:g} B/cycle path")
+            out.append({**entry, "gbytes_per_s": round(cores * clock_ghz * per_cycle, 1),
+                        "bytes_per_cycle_per_core": per_cycle,
+                        "derivation": f"{base} x {per_cycle:g} B/cycle ({arch_name}: {how}; {rates.source})"})
+    return out
+
+
+def complete_rated(rated: dict) -> dict:
+    """A CPU's ``backend_info.rated`` with the L2 and L3 entries added where it has none (a run made before ert
+    rated them): same table, same measured clock, same cores.  Anything else is returned unchanged."""
+    if not isinstance(rated, dict) or not rated.get("per_core"):
+        return rated
+    memory = list(rated.get("memory", []))
+    if any(m.get("level") in ("L2", "L3") for m in memory):
+        return rated
+    clock, cores = rated.get("clock_ghz"), int(rated.get("cores_per_rank") or 1)
+    base = f"{cores} core(s) x {clock:.2f} GHz ({rated.get('clock_source', '')})" if clock else ""
+    memory += lower_level_entries(arch_name=rated.get("microarchitecture"), base=base, cores=cores, clock_ghz=clock)
+    return {**rated, "memory": memory}
+
+
 # Skylake-SP and Cascade Lake parts with one 512-bit FMA unit per core (Intel ARK's
 # "# of AVX-512 FMA Units: 1"): Bronze, Silver, and Gold 5xxx except 5122 and 5222.
 _ONE_FMA = re.compile(r"(bronze|silver)|gold\s+5(?!122|222)\d{3}", re.IGNORECASE)
@@ -179,6 +295,9 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
                 compute.append({"precision": p, "fma": True, "mix": mix, "gflops_per_s": None, "derivation": why})
         for access in ("rw", "ro"):
             memory.append({"level": "L1", "access": access, "gbytes_per_s": None, "derivation": why})
+        for level in ("L2", "L3"):
+            for access in ("rw", "ro"):
+                memory.append({"level": level, "access": access, "gbytes_per_s": None, "derivation": why})
         return {"compute": compute, "memory": memory, "clock_ghz": clock_ghz, "clock_source": clock_how,
                 "microarchitecture": arch.name if arch else None}
     base = f"{cores} core(s) x {clock_ghz:.2f} GHz ({clock_how})"
@@ -223,6 +342,7 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
         memory.append({"level": "L1", "access": access, "gbytes_per_s": round(cores * clock_ghz * per_cycle, 1),
                        "bytes_per_cycle_per_core": per_cycle,
                        "derivation": f"{base} x {per_cycle} B/cycle ({arch.name}: {how} per cycle)"})
+    memory += lower_level_entries(arch_name=arch.name, base=base, cores=cores, clock_ghz=clock_ghz)
     return {"compute": compute, "memory": memory, "clock_ghz": round(clock_ghz, 3), "clock_source": clock_how,
             "microarchitecture": arch.name, "table_source": arch.source}
 

@@ -98,6 +98,7 @@ def cmd_analyze(args) -> int:
     if args.cache:
         raw.header["metadata"]["caches_reported"] = [_cache_hint(text) for text in args.cache]
         raw.header["metadata"].get("backend_info", {}).pop("caches", None)
+    _complete_rated(raw.header["metadata"])
     doc = build(raw)
     validate(doc)
     if args.save_raw:
@@ -111,6 +112,20 @@ def cmd_analyze(args) -> int:
         if args.output:
             print(f"\nceilings: {args.output}")
     return 0
+
+
+def _complete_rated(meta: dict) -> None:
+    """A CPU run made before ert rated L2 and L3 gets them from the same table and measured clock (in place)."""
+    from ert.backends.cpu_rated import complete_rated
+
+    info = meta.get("backend_info")
+    if isinstance(info, dict) and isinstance(info.get("rated"), dict):
+        info["rated"] = complete_rated(info["rated"])
+        memory = info["rated"].setdefault("memory", [])
+        if info["rated"].get("per_core") and not any(m.get("level") == "DRAM" for m in memory):
+            memory.append({"level": "DRAM", "access": None, "scope": "host", "gbytes_per_s": None,
+                           "derivation": "no rated value: the run recorded none (made before ert rated DRAM; "
+                                         "rated.dram_gbytes_per_s or ert-run --rated-dram gives one)"})
 
 
 def _save_raw(raw, path: Path) -> None:

@@ -37,6 +37,9 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--levels", metavar="NAME[,NAME...]", type=_level_names,
                    help="what to measure (overrides the config's levels): memory (the sweep), links "
                         "(host<->device copies, device backends), network (MPI, 2+ ranks); e.g. links,network")
+    p.add_argument("--rated-dram", metavar="GBPS", type=_gbytes_per_s,
+                   help="the host's rated DRAM bandwidth in GB/s (channels x MT/s x 8 B); sets the config's "
+                        "rated.dram_gbytes_per_s, which takes precedence over what SMBIOS (dmidecode) shows")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
 
 
@@ -80,6 +83,16 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not 0 < value <= 86400:
         raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400 seconds: {text!r}")
+    return value
+
+
+def _gbytes_per_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a bandwidth in GB/s: {text!r}") from None
+    if not 0 < value <= 100000:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 100000 GB/s: {text!r}")
     return value
 
 
@@ -175,6 +188,8 @@ def _new_run(args, comm, placement):
     if args.threads is not None:  # N: one count, as before; N,M,...: thread scaling up to the largest
         counts = args.threads if isinstance(args.threads, list) else None
         data.update(threads=max(counts) if counts else args.threads, thread_counts=counts)
+    if getattr(args, "rated_dram", None) is not None:  # the flag wins over the config's value
+        data["rated"] = {**(data.get("rated") or {}), "dram_gbytes_per_s": args.rated_dram}
     cfg = config_mod.with_overrides(config_mod.from_dict(data, source="command line"), backend=args.backend,
                                     sustain_seconds=args.sustain, levels=args.levels)
     cfg = select.resolve(cfg, source=source, backend_flag=bool(args.backend), placement=placement)
@@ -295,9 +310,22 @@ def _start_run_dir(cfg, run_dir: Path, backend, *, comm, placement, rank_warning
         header["metadata"]["backend_info"] = {**header["metadata"].get("backend_info", {}),
                                               "link_rated": extra.pop("link_rated")}
     header["metadata"].update(extra)
+    _rate_dram(cfg, header["metadata"])
     if comm.rank == 0:
         rundir.create(run_dir, cfg)
     return header
+
+
+def _rate_dram(cfg, meta: dict) -> None:
+    """A CPU backend's rated values get the host's DRAM (ert.dram_rated): the user's, SMBIOS's, or why none."""
+    from ert import dram_rated
+
+    rated = (meta.get("backend_info") or {}).get("rated")
+    if not isinstance(rated, dict) or not rated.get("per_core"):
+        return  # a device backend rates its own memory
+    user = cfg.rated.dram_gbytes_per_s if cfg.rated else None
+    text, why = dram_rated.read_smbios()  # named beside a user's value too
+    rated.setdefault("memory", []).append(dram_rated.dram_entry(user_gbps=user, smbios_text=text, smbios_why=why))
 
 
 def _announce(cfg, run_dir: Path, *, comm, rank_warnings) -> None:

@@ -340,22 +340,31 @@ def _rated_section(doc: dict) -> list[str]:
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
         value, ratio, how = rated.get(key), rated.get("ratio"), str(rated.get("derivation", ""))
         if value is None:
-            rows.append([f"{name} {unit}", format_rate(e.get(key)), _MISSING, _MISSING, ""])
-            if how.startswith("no rated value:") and how not in reasons:
+            known = how.startswith("no rated value:")
+            if known and how not in reasons:
                 reasons.append(how)
+            rows.append([f"{name} {unit}", format_rate(e.get(key)), _MISSING, _MISSING,
+                         f"[{reasons.index(how) + 1}]" if known else ""])
             continue
         if how not in derivations:
             derivations.append(how)
         rows.append([f"{name} {unit}", format_rate(e.get(key)), format_rate(value),
                      f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING,
-                     f"[{derivations.index(how) + 1}]"])
+                     f"({derivations.index(how) + 1})"])
     if not derivations:
         # Say why there is nothing to compare with (a CPU not in the table, say).
         return ["Measured against rated (what the hardware can physically do)"] + [f"  {r}" for r in reasons] \
             if reasons else []
+    # One numbering: the derivations first, then the reasons some ceilings have none (an unrated L3, DRAM).
+    notes = derivations + reasons
+    for row in rows:
+        if row[-1].startswith("["):
+            row[-1] = f"[{len(derivations) + int(row[-1][1:-1])}]"
+        elif row[-1].startswith("("):
+            row[-1] = f"[{row[-1][1:-1]}]"
     lines = ["Measured against rated (what the hardware can physically do)"] + _table(
         ["ceiling", "measured", "rated", "of rated", "from"], rows, [False, True, True, True, False])
-    lines += [f"  [{i}] {how}" for i, how in enumerate(derivations, 1)]
+    lines += [f"  [{i}] {how}" for i, how in enumerate(notes, 1)]
     return lines
 
 
