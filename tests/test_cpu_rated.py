@@ -92,7 +92,7 @@ def test_rated_ceilings_arithmetic_and_derivation():
     fma = next(e for e in rated["compute"] if e["precision"] == "fp64" and e["fma"])
     assert fma["gflops_per_s"] == pytest.approx(2 * 3.56 * 32, abs=0.1)  # 227.8: the issue's 228
     assert "2 core(s) x 3.56 GHz" in fma["derivation"] and "8 lanes x 2 FMA unit(s) x 2" in fma["derivation"]
-    l1 = {e["access"]: e["gbytes_per_s"] for e in rated["memory"]}
+    l1 = {e["access"]: e["gbytes_per_s"] for e in rated["memory"] if e["level"] == "L1"}
     assert l1["rw"] == pytest.approx(911.4, abs=0.1) and l1["ro"] == pytest.approx(911.4, abs=0.1)
 
 
@@ -292,3 +292,215 @@ def test_without_a_clock_there_is_no_rated_value_and_the_run_says_why(monkeypatc
     assert all(e["gflops_per_s"] is None for e in rated["compute"])
     assert all(e["derivation"].startswith("no rated value: ") for e in rated["compute"] + rated["memory"])
     backend.close()
+
+
+# --------------------------------------------------------------------------- rated L2, L3 and DRAM (issue 21)
+from ert import dram_rated  # noqa: E402
+from ert.errors import ErtError  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+_SOURCED = ("Optimization", "AIDA64", "Chips and Cheese")
+
+
+@pytest.mark.parametrize("cpu", ["znver2", "znver3", "znver4", "znver5", "skylake-avx512", "cascadelake",
+                                 "icelake-server", "sapphirerapids", "emeraldrapids", "graniterapids",
+                                 "neoverse-n1", "neoverse-v1", "neoverse-v2"])
+def test_every_lower_level_is_rated_with_its_source_or_says_why_not(cpu):
+    arch, _ = cpu_rated.lookup(cpu)
+    rated = cpu_rated.rated_ceilings(arch=arch, why_none="", clock_ghz=3.0, clock_how="measured", cores=2)
+    lower = [m for m in rated["memory"] if m["level"] in ("L2", "L3")]
+    assert {(m["level"], m["access"]) for m in lower} == {(lv, a) for lv in ("L2", "L3") for a in ("rw", "ro")}
+    for m in lower:
+        if m["gbytes_per_s"] is None:
+            assert m["derivation"].startswith("no rated value: "), m
+        else:
+            assert any(s in m["derivation"] for s in _SOURCED), m
+            assert m["gbytes_per_s"] == pytest.approx(2 * 3.0 * m["bytes_per_cycle_per_core"], abs=0.05)
+
+
+@pytest.mark.parametrize("cpu, l2_ro, l2_rw, l3_ro", [("znver4", 32, 64, 32), ("znver5", 64, 128, None),
+                                                      ("sapphirerapids", 64, None, None),
+                                                      ("neoverse-v2", None, None, None)])
+def test_lower_level_bytes_per_cycle(cpu, l2_ro, l2_rw, l3_ro):
+    arch, _ = cpu_rated.lookup(cpu)
+    rated = cpu_rated.rated_ceilings(arch=arch, why_none="", clock_ghz=1.0, clock_how="x", cores=1)
+    got = {(m["level"], m["access"]): m.get("bytes_per_cycle_per_core") for m in rated["memory"]}
+    assert (got[("L2", "ro")], got[("L2", "rw")], got[("L3", "ro")]) == (l2_ro, l2_rw, l3_ro)
+
+
+def test_the_zen4_rw_l2_derivation_says_fill_and_write_back_are_separate():
+    arch, _ = cpu_rated.lookup("znver4")
+    rated = cpu_rated.rated_ceilings(arch=arch, why_none="", clock_ghz=3.69, clock_how="measured", cores=2)
+    (l2,) = [m for m in rated["memory"] if (m["level"], m["access"]) == ("L2", "rw")]
+    assert l2["gbytes_per_s"] == pytest.approx(472.3)
+    assert "fill 32 + L1 -> L2 write-back 32 B/cycle on separate paths" in l2["derivation"]
+    assert "57647" in l2["derivation"]
+
+
+def test_an_older_runs_rated_values_get_l2_and_l3_from_the_table():
+    old = {"per_core": True, "cores_per_rank": 2, "clock_ghz": 3.692, "clock_source": "measured",
+           "microarchitecture": "Zen 4", "memory": [{"level": "L1", "access": "ro", "gbytes_per_s": 472.6}]}
+    new = cpu_rated.complete_rated(old)
+    l2 = {m["access"]: m for m in new["memory"] if m["level"] == "L2"}
+    assert l2["ro"]["gbytes_per_s"] == pytest.approx(236.3) and "3.69 GHz (measured)" in l2["ro"]["derivation"]
+    assert cpu_rated.complete_rated(new) == new  # once only
+    assert cpu_rated.complete_rated({"memory": []}) == {"memory": []}  # not a CPU's
+
+
+# Made-up dmidecode output (not copied from a machine): two DDR5 DIMMs, one empty slot.
+DMI_SERVER = """# dmidecode 3.4
+Getting SMBIOS data from sysfs.
+
+Handle 0x0040, DMI type 17, 92 bytes
+Memory Device
+\tTotal Width: 80 bits
+\tData Width: 64 bits
+\tSize: 32 GB
+\tLocator: DIMM_A1
+\tType: DDR5
+\tSpeed: 5600 MT/s
+\tConfigured Memory Speed: 4800 MT/s
+
+Handle 0x0041, DMI type 17, 92 bytes
+Memory Device
+\tData Width: 64 bits
+\tSize: No Module Installed
+\tLocator: DIMM_A2
+\tSpeed: Unknown
+
+Handle 0x0042, DMI type 17, 92 bytes
+Memory Device
+\tData Width: 64 bits
+\tSize: 32 GB
+\tLocator: DIMM_B1
+\tSpeed: 5600 MT/s
+\tConfigured Memory Speed: 4800 MT/s
+"""
+DMI_GUEST = """Handle 0x1100, DMI type 17, 40 bytes
+Memory Device
+\tData Width: Unknown
+\tSize: 16 GB
+\tLocator: DIMM 0
+\tSpeed: Unknown
+\tManufacturer: Made Up Hypervisor
+"""
+
+
+def test_dmidecode_devices_give_channels_x_rate_x_width():
+    devices = dram_rated.parse_dmidecode(DMI_SERVER)
+    assert [d.locator for d in devices] == ["DIMM_A1", "DIMM_B1"]
+    assert devices[0].mts == 4800 and devices[0].data_width_bits == 64  # configured, not the rated 5600
+    gbps, how = dram_rated.rate_devices(devices)
+    assert gbps == pytest.approx(76.8)
+    assert how.startswith("2 populated memory device(s) x 4800 MT/s x 8 B per transfer (SMBIOS type 17")
+
+
+def test_a_vm_guests_devices_without_speed_are_no_rating():
+    gbps, how = dram_rated.rate_devices(dram_rated.parse_dmidecode(DMI_GUEST))
+    assert gbps is None and "not their transfer rate" in how
+    assert dram_rated.rate_devices([])[0] is None
+
+
+def test_dram_precedence_user_then_smbios_then_why_not():
+    user = dram_rated.dram_entry(user_gbps=90.0, smbios_text=DMI_SERVER)
+    assert user["gbytes_per_s"] == 90.0 and "given by the user" in user["derivation"]
+    assert "SMBIOS gives 76.8 GB/s" in user["derivation"] and user["scope"] == "host"
+    assert dram_rated.dram_entry(user_gbps=None, smbios_text=DMI_SERVER)["gbytes_per_s"] == 76.8
+    none = dram_rated.dram_entry(user_gbps=None, smbios_text=None, smbios_why="dmidecode is not installed")
+    assert none["gbytes_per_s"] is None
+    assert none["derivation"] == ("no rated value: dmidecode is not installed and the config has no "
+                                  "rated.dram_gbytes_per_s (or pass ert-run --rated-dram GBPS)")
+
+
+def test_the_configs_rated_dram_is_validated_and_absent_by_default():
+    assert from_dict({"rated": {"dram_gbytes_per_s": 120}}).rated.dram_gbytes_per_s == 120.0
+    assert "rated" not in from_dict({}).to_dict()  # older configs keep their hash
+    with pytest.raises(ErtError) as err:
+        from_dict({"rated": {"dram_gbytes_per_s": -3}}, source="run.yaml")
+    assert "run.yaml" in str(err.value) and "rated.dram_gbytes_per_s" in str(err.value)
+    with pytest.raises(ErtError, match="rated.dram_gbps"):
+        from_dict({"rated": {"dram_gbps": 3}}, source="run.yaml")
+
+
+def test_the_rated_dram_flag_overrides_the_config(tmp_path):
+    import argparse
+
+    from ert.cli.run import _add_run_arguments, _new_run
+    from ert.measure.comm import world
+
+    cfg = write_config(tmp_path / "c.yaml", dict(MICRO, rated={"dram_gbytes_per_s": 50}), backend="numba-cpu")
+    parser = argparse.ArgumentParser()
+    _add_run_arguments(parser)
+    for argv, want in (([], 50.0), (["--rated-dram", "75.5"], 75.5)):
+        args = parser.parse_args([str(cfg), "--out", str(tmp_path / f"run{len(argv)}")] + argv)
+        resolved, _ = _new_run(args, world(), None)
+        assert resolved.rated.dram_gbytes_per_s == want
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--rated-dram", "0"])
+
+
+CACHES3 = CACHES + [dict(level=3, kind="Unified", size_bytes=32 << 20, shared_cpu_count=2)]
+RATED3 = dict(RATED, memory=RATED["memory"] + [
+    {"level": "L2", "access": "rw", "gbytes_per_s": 500.0, "derivation": "2 cores x 64 B (L2 source)"},
+    {"level": "L3", "access": "rw", "gbytes_per_s": 400.0, "derivation": "2 cores x 64 B (L3 source)"},
+    {"level": "DRAM", "access": None, "scope": "host", "gbytes_per_s": 100.0, "derivation": "4 x 3200 x 8 B"}])
+
+
+def _doc3(points):
+    for p in points:
+        p["threads_per_rank"] = 2
+    cfg = from_dict({"backend": "numba-cpu", "precisions": ["fp64"], "threads": 2})
+    meta = {"threads_per_rank": 2, "ranks": 1, "caches_reported": CACHES3, "config": cfg.to_dict(),
+            "backend_info": {"rated": RATED3}}
+    return build(RawData(path=None, header={"metadata": meta, "planned_points": len(points)}, points=points, ends=[]))
+
+
+def test_a_point_inside_l2_above_its_rated_value_is_invalid():
+    # 2 threads: L1 96 KiB, L2 4 MiB, L3 32 MiB in all.  A point at 1 MiB is inside L2 (past 2 x L1).
+    points = [_point(ADD, 1 << 20, 600.0)]  # 600 > 1.05 x 500, though under the L1's 800
+    points += [_point(ADD, 1 << 20, 400.0), _point(ADD, 64 << 10, 700.0)]
+    for i, p in enumerate(points):
+        p["id"] += f"-{i}"
+    doc = _doc3(points)
+    assert doc["metadata"]["points"]["invalid"] == 1
+    assert any("above 1.05 x the rated rw GB/s of L2" in w for w in doc["warnings"])
+
+
+def test_a_point_just_past_l1_is_not_held_to_l2():
+    # 128 KiB over 2 threads is under 2 x the L1s: some lines may still hit the L1.
+    doc = _doc3([_point(ADD, 128 << 10, 700.0)])
+    assert doc["metadata"]["points"]["invalid"] == 0
+
+
+def test_lower_roofs_below_three_quarters_of_rated_are_warned_with_the_derivation():
+    points = [_point(ADD, w, 700.0) for w in (16 << 10, 32 << 10, 64 << 10)]
+    points += [_point(ADD, w, 350.0) for w in (512 << 10, 1 << 20, 2 << 20, 3 << 20)]  # L2 at 70 % of 500
+    points += [_point(ADD, w, 250.0) for w in (8 << 20, 16 << 20, 24 << 20)]  # L3 at 62 % of 400
+    points += [_point(ADD, w, 50.0) for w in (512 << 20, 1 << 30, 2 << 30)]  # DRAM at 50 % of 100
+    doc = _doc3(points)
+    warnings = [w for w in doc["warnings"] if "of the rated" in w]
+    assert any("L2: 350 GB/s is 70% of the rated 500 GB/s (2 cores x 64 B (L2 source))" in w for w in warnings)
+    assert any("L3: 250 GB/s is 62% of the rated 400 GB/s (2 cores x 64 B (L3 source))" in w for w in warnings)
+    dram = [w for w in warnings if "DRAM" in w]
+    assert dram and "(4 x 3200 x 8 B)" in dram[0] and "shared or virtual host" in dram[0]
+
+
+def test_dram_rated_is_per_host_not_per_core():
+    one = scaled_rated({"ranks": 1, "hosts": ["a"], "backend_info": {"rated": RATED3}}, threads_per_rank=1)
+    assert one["memory"][("DRAM", None)]["gbytes_per_s"] == 100.0
+    assert one["memory"][("L2", "rw")]["gbytes_per_s"] == 250.0
+
+
+def test_ert_analyze_of_a_bare_zen4_run_shows_rated_l2_l3_and_why_no_dram(tmp_path):
+    """fp64 FLOPs-1 points of a real bare ert-run on a 2-core Zen 4 (3.69 GHz), made before L2/L3 were rated."""
+    out = tmp_path / "ceilings.json"
+    proc = run_cmd("ert", "analyze", DATA / "bare-zen4-fp64.raw.jsonl", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    memory = json.loads(out.read_text())["ceilings"]["memory"]
+    got = {(m["level"], m["access"]): m["rated"] for m in memory}
+    assert got[("L2", "ro")]["gbytes_per_s"] == pytest.approx(236.3)
+    assert 0.95 < got[("L2", "ro")]["ratio"] <= 1.05
+    assert 0.8 < got[("L2", "rw")]["ratio"] <= 1.05
+    assert got[("L3", "rw")]["gbytes_per_s"] == pytest.approx(472.6)
+    assert got[("DRAM", "ro")]["derivation"].startswith("no rated value: the run recorded none")
+    assert "[" in proc.stdout and "no rated value: the run recorded none" in proc.stdout

@@ -130,7 +130,7 @@ def inside_level(rec: dict, caches: list | None, memory_name: str = "DRAM") -> s
 
     if not caches:
         return None
-    threads = max(int(rec.get("threads_per_rank", 1)) * int(rec.get("ranks", 1)), 1)
+    threads = max(int(rec.get("threads") or rec.get("threads_per_rank") or 1) * int(rec.get("ranks", 1)), 1)
     by_level = {}
     for c in caches:
         if c.kind != "Instruction" and (c.level not in by_level or c.kind == "Data"):
