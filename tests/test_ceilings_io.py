@@ -115,7 +115,7 @@ def test_schema_returns_a_private_copy():
 
 def test_realistic_doc_validates(doc):
     # A 1.0 file (the fixture) still validates: 1.1 only added optional fields.
-    assert doc["schema_version"] == "1.0" and SCHEMA_VERSION == "1.6"
+    assert doc["schema_version"] == "1.0" and SCHEMA_VERSION == "1.7"
     validate(doc)
 
 

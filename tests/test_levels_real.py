@@ -5,8 +5,8 @@ tests/data/c-kernel-zen5-*.raw.jsonl were measured on a 2-core AMD EPYC
 caches the OS reported recorded in the header (48 KiB L1d, 1 MiB L2, 32 MiB
 L3).  Both start with an overhead ramp below 3 KiB; the fp32 curve's memory
 changed speed during the run (about 30 then 55 GB/s).  The reference values
-are medians of the raw points well inside each cache, computed here without
-the plateau fit.
+are the raw points well inside each cache, computed here without the plateau
+fit.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ DATA = Path(__file__).parent / "data"
 KiB, MiB = 1024, 1024**2
 # Well inside each level on this machine, clear of the transitions.
 INSIDE = {"L1": (12 * KiB, 40 * KiB), "L2": (96 * KiB, 400 * KiB), "L3": (3 * MiB, 10 * MiB)}
+# Rule 6's windows (2 x the cache before, up to the cache): on Zen 5 L2 has a faster regime at 0.45-0.7 x L2.
+WINDOW = {"L2": (96 * KiB, 1 * MiB), "L3": (2 * MiB, 32 * MiB)}
 
 
 @pytest.mark.parametrize("name", ["c-kernel-zen5-fp64-1t.raw.jsonl", "c-kernel-zen5-fp32-1t.raw.jsonl"])
@@ -38,8 +40,16 @@ def test_real_c_kernel_curve_has_exactly_the_caches_plus_memory(name):
     gbs = np.array([rates(p).gbytes_per_s for p in raw.points])
     for level in memory[:3]:
         lo, hi = INSIDE[level["level"]]
-        reference = float(np.median(gbs[(wss >= lo) & (wss <= hi)]))
-        assert level["gbytes_per_s"] == pytest.approx(reference, rel=0.03), level["level"]
+        inside = gbs[(wss >= lo) & (wss <= hi)]
+        reference = float(np.median(inside))
+        if level["level"] == "L1":
+            assert level["gbytes_per_s"] == pytest.approx(reference, rel=0.03), level["level"]
+        else:
+            # Rule 6: a cache below L1 is roofed by the rate three of its points reach, an upper bound of
+            # the level that still ignores one or two fast points: from its median to its fastest point.
+            window = gbs[(wss >= WINDOW[level["level"]][0]) & (wss <= max(WINDOW[level["level"]][1],
+                                                                          level["wss_bytes"][1]))]
+            assert 0.97 * reference <= level["gbytes_per_s"] <= window.max(), level["level"]
     beyond = gbs[wss >= 128 * MiB]
     assert beyond.min() <= memory[3]["gbytes_per_s"] <= beyond.max()
     assert not any(c["level"][-1].islower() for c in memory)

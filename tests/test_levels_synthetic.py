@@ -60,7 +60,7 @@ def shared_machine(wss, truth, *, seed: int, noise: float = 0.04, outliers: int 
     return gbps
 
 
-def by_construction(truth: np.ndarray, gbps: np.ndarray, values) -> list[float]:
+def by_construction(truth: np.ndarray, gbps: np.ndarray, values, judged=(1, 2)) -> list[float]:
     """What each level's plateau holds by construction: the median of the measured points whose true bandwidth is it.
 
     The points where the noiseless curve lies within 1 % of the level's value
@@ -68,9 +68,16 @@ def by_construction(truth: np.ndarray, gbps: np.ndarray, values) -> list[float]:
     included.  With 4 % noise and 8-20 points a level's median is off its
     true value by 1-2 % (one standard error), so 3 % of the truth would fail a
     few seeds in ten through no fault of the analysis; 3 % of this reference
-    is the analysis's own error.
+    is the analysis's own error.  ``judged`` are the positions of the
+    cache levels after the first (rule 6).
     """
-    return [float(np.median(gbps[np.abs(np.log(truth / v)) < 0.01])) for v in values]
+    out = []
+    for k, v in enumerate(values):
+        interior = gbps[np.abs(np.log(truth / v)) < 0.01]
+        # Rule 6 (ert.analysis.regimes): a cache level after the first is roofed by the rate three
+        # of its points reach; the first cache and the memory keep their median.
+        out.append(float(np.sort(interior)[-3] if k in judged else np.median(interior)))
+    return out
 
 
 def records(wss, gbps) -> list[dict]:
@@ -109,7 +116,8 @@ def test_smooth_overhead_ramp_is_part_of_l1(seed):
     gbps = shared_machine(wss, truth, seed=seed)
     names, values, ceilings, warnings = levels_of(wss, gbps, ZEN5_CACHES, 1)
     assert names == ["L1", "L2", "L3", "DRAM"], warnings
-    assert values == pytest.approx(by_construction(truth, gbps, [v for v, _ in ZEN5_1T]), rel=0.03)
+    # 4 %: a rule-6 roof (the third-fastest point) wanders about twice as far with 4 % noise as a median.
+    assert values == pytest.approx(by_construction(truth, gbps, [v for v, _ in ZEN5_1T]), rel=0.04)
     # The ramp's points are left out of L1 and reported.
     assert ceilings[0]["wss_bytes"][0] > 2 * KiB
     assert any("L1: from 1 KiB to" in w and "overhead-bound" in w for w in warnings)
@@ -201,7 +209,8 @@ def test_a_cache_the_hints_do_not_list_is_still_a_level_and_warned_about(seed):
     gbps = shared_machine(wss, truth, seed=seed, noise=0.02)
     names, values, ceilings, warnings = levels_of(wss, gbps, ZEN5_CACHES, 1)
     assert names == ["L1", "L1b", "L2", "L3", "DRAM"], warnings
-    assert values == pytest.approx(by_construction(truth, gbps, [500.0, 400.0, 300.0, 210.0, 58.0]), rel=0.03)
+    assert values == pytest.approx(by_construction(truth, gbps, [500.0, 400.0, 300.0, 210.0, 58.0], judged=(2, 3)),
+                                  rel=0.03)
     (extra,) = [w for w in warnings if "plateaus map to L1" in w]
     assert "named L1, L1b" in extra and "a level the cache hints do not list" in extra
 
@@ -213,4 +222,6 @@ def test_pure_staircase_without_artefacts_has_no_notes():
                                            ZEN5_CACHES, 1)
     assert names == ["L1", "L2", "L3", "DRAM"]
     assert values == pytest.approx([v for v, _ in ZEN5_1T], rel=0.03)
-    assert warnings == []
+    # The only note: the points of the transitions between levels, which belong to none (rule 6).
+    assert len(warnings) == 1 and "point(s) in no level" in warnings[0] and "transition" in warnings[0], warnings
+    assert "ramp" not in warnings[0] and "outlier" not in warnings[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import copy
 import statistics
 from collections import defaultdict
@@ -9,6 +11,7 @@ from collections import defaultdict
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
+from ert.analysis.regimes import judge_levels, unassigned_points
 from ert.analysis.transfers import transfer_ceilings
 from ert.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
@@ -146,7 +149,22 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
                             f"curve; its levels are measured over that curve's level ranges")
         else:
             warnings.extend(own_warnings)
-        for lvl in named:
+        wss = [r["wss_bytes"] for r in curve]
+        gbs = [rates(r).gbytes_per_s for r in curve]
+        noisy = [r["noisy"] for r in curve]
+        judged, regime_warnings = judge_levels(named, _for_access(caches, access), workers=workers, wss_bytes=wss,
+                                               gbytes_per_s=gbs, noisy=noisy, label=label)
+        warnings.extend(regime_warnings)
+        named = [j.level for j in judged]
+        left_out = unassigned_points(named, wss, gbs, noisy)
+        if left_out:
+            reasons = sorted({u["why"] for u in left_out})
+            warnings.append(f"{label}: {len(left_out)} point(s) in no level: " + "; ".join(
+                f"{sum(1 for u in left_out if u['why'] == why)} {why} "
+                f"({fmt_bytes(min(u['wss_bytes'] for u in left_out if u['why'] == why))} - "
+                f"{fmt_bytes(max(u['wss_bytes'] for u in left_out if u['why'] == why))})" for why in reasons))
+        for j in judged:
+            lvl = j.level
             p = lvl.plateau
             entry = {
                 "level": lvl.name,
@@ -161,6 +179,9 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
                 "basis": lvl.basis,
                 "evidence": {"point_ids": [curve[i]["id"] for i in p.indices]},
             }
+            if j.regimes:  # schema 1.7: rule 6 judged this cache level
+                entry["regimes"] = [r.as_dict() for r in j.regimes]
+                entry["range_gbytes_per_s"] = [round(j.range_gbytes_per_s[0], 4), round(j.range_gbytes_per_s[1], 4)]
             ceilings.append(entry)
             scattered = tail is not None and (p is tail or tail in lvl.pieces)  # the tail has its own warning
             if p.spread > NOT_FLAT_SPREAD and not scattered:
@@ -169,7 +190,34 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
                                 f"during the run; read it as a range")
             if p.noisy_points:
                 warnings.append(f"{label} {lvl.name}: built on {p.noisy_points} noisy point(s) of {p.n_points}")
-    return ceilings, warnings
+    return ceilings, warnings + _changed_under_run(ceilings, memory_name)
+
+
+# Two precisions' curves move the same bytes: the same level differing between them by more than
+# this many sigmas of their combined noise (and by CHANGED_MIN) means the machine changed.
+CHANGED_SIGMAS = 3.0
+CHANGED_MIN = 0.10
+_SPREAD_TO_SIGMA = 2.563  # p90 - p10 of a Gaussian, in sigmas
+
+
+def _changed_under_run(ceilings: list[dict], memory_name: str) -> list[str]:
+    """Warnings for the memory or the largest cache level reading differently on two precisions of one access."""
+    cache_levels = [c["level"] for c in ceilings if c["level"] != memory_name and c["level"][1:].isdigit()]
+    largest = max(cache_levels, key=lambda name: int(name[1:]), default=None)
+    warnings = []
+    for level in (largest, memory_name):
+        for access in ("rw", "ro"):
+            same = [c for c in ceilings if c["level"] == level and c["access"] == access]
+            for a, b in zip(same, same[1:]):
+                ratio = max(a["gbytes_per_s"], b["gbytes_per_s"]) / min(a["gbytes_per_s"], b["gbytes_per_s"])
+                sigma = math.hypot(a["spread"], b["spread"]) / _SPREAD_TO_SIGMA
+                if math.log(ratio) > max(CHANGED_SIGMAS * sigma, math.log1p(CHANGED_MIN)):
+                    warnings.append(
+                        f"{level} {_label(a['precision'], access)} {a['gbytes_per_s']:.4g} GB/s against "
+                        f"{_label(b['precision'], access)} {b['gbytes_per_s']:.4g} GB/s: the same bytes at "
+                        f"{ratio:.2f}x the rate, beyond both curves' noise. {level} bandwidth changed during the "
+                        f"run (other work on a shared host?); neither value is the machine's alone")
+    return warnings
 
 
 # A tensor ceiling's shape and types, from the MMA it ran (ert.backends.cuda_tensor.SHAPES).

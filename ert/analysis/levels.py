@@ -125,7 +125,7 @@ class _Match:
     right_break: float | None  # bytes; None for the last plateau
 
 
-def _hints(caches: Sequence[CacheInfo], workers: int) -> list[_Hint]:
+def cache_hints(caches: Sequence[CacheInfo], workers: int) -> list[_Hint]:
     """One hint per cache level (the data cache where a level has several), by level."""
     by_level: dict[int, CacheInfo] = {}
     for cache in caches:
@@ -202,6 +202,8 @@ def _match_caches(plateaus: list[Plateau], hints: list[_Hint]) -> list[_Match]:
                 basis = f"break at {fmt_bytes(right)} is {off:.1f}x off {hint.describe()}; named by order"
                 warning = (f"the break at {fmt_bytes(right)} is {off:.1f}x off the L{hint.level} hint "
                            f"({fmt_bytes(hint.capacity_bytes)} = {hint.describe()}); named L{hint.level} by order")
+                if j == largest and right > hint.capacity_bytes:
+                    warning += _past_last_cache(right, hints)
             matches.append(_Match(j, basis, warning, right))
             previous = j
             # A break at the cache's boundary: what follows lies beyond this cache.
@@ -230,6 +232,18 @@ def _match_caches(plateaus: list[Plateau], hints: list[_Hint]) -> list[_Match]:
         matches.append(_Match(j, basis, warning, None))
         previous = j
     return matches
+
+
+def _past_last_cache(brk: float, hints: list[_Hint]) -> str:
+    """What a last-level break far past the largest cache's hint suggests, from the numbers at hand."""
+    last = hints[-1]
+    with_l2 = last.capacity_bytes + (hints[-2].capacity_bytes if len(hints) > 1 else 0)
+    reasons = [f"an exclusive or victim L{last.level} adds the L{hints[-2].level}s to it "
+               f"({fmt_bytes(with_l2)} together)" if len(hints) > 1 else None,
+               f"the cores sit on {max(2, round(brk / last.capacity_bytes))} dies (CCDs) with an "
+               f"L{last.level} each (the guest reports one)",
+               f"the guest reports a cache size other than the one its cores use"]
+    return ". What the data suggests: " + "; or ".join(r for r in reasons if r)
 
 
 def _extra_level_evidence(a: Plateau, b: Plateau, curve: tuple) -> str | None:
@@ -318,7 +332,7 @@ def name_levels(
     plateaus = list(plateaus)
     if not plateaus:
         return [], ["no plateaus: no levels to name"]
-    hints = _hints(caches, workers)
+    hints = cache_hints(caches, workers)
     if not hints:
         levels, positional = _positional(plateaus, memory_name)
         return levels, positional + _rises(levels)

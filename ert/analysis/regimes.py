@@ -1,0 +1,212 @@
+"""The roof of a cache level: the best regime it sustains inside its cache's working-set range.
+
+A roof is an upper bound.  Inside one cache the kernel's bandwidth need not
+be flat: a prefetcher that needs a long stream to ramp up, a write-back
+path that only saturates once the level is busy, or a step the plateau fit
+took for a transition can all put two regimes inside one cache (measured on
+Zen 5: read+write 570-760 GB/s from just past L1 to 0.4 x L2, then 940-1036
+GB/s at 0.45-0.7 x L2).  The plateau fit keeps the longest flat stretch and
+drops short ones as "transition fragments", so the level's value then
+depended on which regime happened to form a plateau in a given run (601 or
+928 GB/s between runs on the same machine).  Rule 6 of ert.analysis.levels,
+applied here after the levels are named:
+
+* **Window.**  A cache level L_k other than the first (whose value already
+  excludes its overhead ramp, rule 3) is judged over the points whose
+  working set lies from 2 x the aggregate capacity of L_(k-1) (past the
+  transition out of the cache before it) up to the larger of L_k's
+  aggregate capacity and its own last point, and that no other named level
+  holds.  The memory (DRAM, HBM) is never judged this way: rule 5 stands.
+* **Regimes.**  The window's clean points (all points when fewer than three
+  are clean), in working-set order, are split into constant stretches by the
+  same optimal partition the plateau fit uses (L1 misfit in log rate plus a
+  penalty of 3 sigma ln n per stretch, sigma the stretch-to-stretch noise of
+  the window's points, at least 1 %); neighbouring stretches within
+  max(3 sigma, 5 %) of each other are one regime.  A regime needs at least
+  ``MIN_REGIME_POINTS`` (3) neighbouring points: one or two fast points are
+  an outlier, never a roof.
+* **Roof.**  A regime's rate is the rate at least ``MIN_REGIME_POINTS`` of
+  its clean points reach (its third-fastest point).  Other tenants of a
+  shared host only slow a kernel down, and on such a host the points of one
+  cache scatter by 10-30 % from one working set to the next (Zen 4 read+write
+  L2: 300-454 GB/s at random), so a median reads the host's load, not the
+  cache; one or two fast points alone still make no roof.  The level's value
+  is the rate of its fastest regime.  Its
+  points are its own plus the whole window, its spread is over all of them
+  and ``range_gbytes_per_s`` gives their lowest and highest clean rates, so
+  a slower regime still shows as a range, and ``regimes`` lists each regime's
+  working sets, value and points.  A warning names the regimes when there
+  are several.
+
+Points of a curve that end up in no level are listed per curve with the
+reason (``unassigned_points``): the overhead ramp below the first level, the
+transition between two levels, or past the last one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+
+from ert.analysis.levels import NamedLevel, cache_hints, fmt_bytes
+from ert.analysis.plateaus import Plateau, _log_noise, _median_cost_table, _partition
+from ert.hwinfo import CacheInfo
+from ert.spec import plateau_spread
+
+# A regime is at least this many neighbouring points: with one point in a
+# window lifted by chance (a quiet moment on a shared host), three points
+# agreeing is the least that says the level sustains the rate.
+MIN_REGIME_POINTS = 3
+# The window of L_k starts at this multiple of L_(k-1)'s aggregate capacity:
+# transitions between levels span a factor of about 1.5-2 past a capacity.
+WINDOW_START_FACTOR = 2.0
+# Neighbouring stretches closer than this (log) are one regime; and at least
+# this many sigmas of the window's noise.
+_SAME_REGIME = math.log1p(0.05)
+_SAME_REGIME_SIGMAS = 3.0
+_PENALTY_SIGMAS_PER_LOG_N = 3.0
+_MIN_SIGMA = 0.01
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A constant stretch of a cache level's window; its rate is the one ``MIN_REGIME_POINTS`` of its points reach."""
+
+    gbytes_per_s: float
+    wss_bytes: tuple[int, int]
+    n_points: int
+    indices: tuple[int, ...]  # into the curve, ascending working set
+
+    def as_dict(self) -> dict:
+        return {"wss_bytes": [int(self.wss_bytes[0]), int(self.wss_bytes[1])],
+                "gbytes_per_s": round(self.gbytes_per_s, 4), "n_points": self.n_points}
+
+
+def find_regimes(wss_bytes: Sequence[int], gbytes_per_s: Sequence[float], indices: Sequence[int], *,
+                 noisy: Sequence[bool] | None = None) -> list[Regime]:
+    """The regimes (ascending working set) of the curve's points ``indices``; stretches too short are left out."""
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+    idx = np.array([i for i in indices if np.isfinite(bw[i]) and bw[i] > 0], dtype=int)
+    idx = idx[np.argsort(wss[idx], kind="stable")]
+    clean = idx[~flags[idx]]
+    fit = clean if clean.size >= MIN_REGIME_POINTS else idx
+    if fit.size < MIN_REGIME_POINTS:
+        return []
+    y = np.log(bw[fit])
+    sigma = max(_log_noise(y), _MIN_SIGMA)
+    segments = _partition(_median_cost_table(y), _PENALTY_SIGMAS_PER_LOG_N * sigma * math.log(max(y.size, 3)))
+    same = max(_SAME_REGIME, _SAME_REGIME_SIGMAS * sigma)
+    merged: list[list[int]] = []
+    for start, end in segments:
+        if merged and abs(float(np.median(y[merged[-1][0]:merged[-1][1]])) - float(np.median(y[start:end]))) < same:
+            merged[-1][1] = end
+        else:
+            merged.append([start, end])
+    regimes = []
+    for start, end in merged:
+        if end - start < MIN_REGIME_POINTS:
+            continue
+        members = fit[start:end]
+        # Other work on the host only ever slows a kernel down: the rate the
+        # regime sustains is the one MIN_REGIME_POINTS of its points reach.
+        regimes.append(Regime(gbytes_per_s=float(np.sort(bw[members])[-MIN_REGIME_POINTS]),
+                              wss_bytes=(int(wss[members].min()), int(wss[members].max())),
+                              n_points=int(members.size), indices=tuple(int(i) for i in members)))
+    return regimes
+
+
+@dataclass(frozen=True)
+class JudgedLevel:
+    """A named level after rule 6: the level, its regimes (empty when it was not judged) and its rate range."""
+
+    level: NamedLevel
+    regimes: tuple[Regime, ...] = ()
+    range_gbytes_per_s: tuple[float, float] | None = None
+
+
+def _window(level: NamedLevel, capacities: dict[int, int], taken: set[int], wss: np.ndarray) -> np.ndarray | None:
+    """The curve indices rule 6 judges ``level`` over, or None when the level is not a judged cache level."""
+    name = level.name
+    if not (name.startswith("L") and name[1:].isdigit()):
+        return None  # the memory, or a level the hints do not list (L2b)
+    k = int(name[1:])
+    if k not in capacities or k - 1 not in capacities:
+        return None  # the first cache, or a level without a known cache before it
+    lo = WINDOW_START_FACTOR * capacities[k - 1]
+    hi = max(capacities[k], level.plateau.wss_bytes[1])
+    inside = np.flatnonzero((wss >= lo) & (wss <= hi))
+    return np.array([i for i in inside if i not in taken], dtype=int)
+
+
+def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, workers: int,
+                 wss_bytes: Sequence[int], gbytes_per_s: Sequence[float], noisy: Sequence[bool],
+                 label: str) -> tuple[list[JudgedLevel], list[str]]:
+    """Rule 6 over one curve's named levels: each judged cache level valued at its fastest sustained regime."""
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    flags = np.asarray(noisy, dtype=bool)
+    capacities = {h.level: h.capacity_bytes for h in cache_hints(caches, workers)}
+    judged, warnings = [], []
+    for k, lvl in enumerate(named):
+        taken = {i for j, other in enumerate(named) if j != k for i in other.plateau.indices}
+        window = _window(lvl, capacities, taken, wss)
+        if window is None or window.size < MIN_REGIME_POINTS:
+            judged.append(JudgedLevel(lvl))
+            continue
+        regimes = find_regimes(wss, bw, window, noisy=flags)
+        if not regimes:
+            judged.append(JudgedLevel(lvl))
+            continue
+        best = max(regimes, key=lambda r: r.gbytes_per_s)
+        points = np.union1d(np.array(lvl.plateau.indices, dtype=int), window)
+        clean = points[~flags[points]]
+        values = bw[clean if clean.size else points]
+        plateau = Plateau(gbytes_per_s=best.gbytes_per_s, spread=plateau_spread(values),
+                          wss_bytes=(int(wss[points].min()), int(wss[points].max())), n_points=int(points.size),
+                          indices=tuple(int(i) for i in points), noisy_points=int(np.count_nonzero(flags[points])))
+        basis = (f"{lvl.basis}; roof: its fastest sustained regime, {best.n_points} points at "
+                 f"{fmt_bytes(best.wss_bytes[0])} - {fmt_bytes(best.wss_bytes[1])}")
+        judged.append(JudgedLevel(replace(lvl, plateau=plateau, basis=basis), tuple(regimes),
+                                  (float(values.min()), float(values.max()))))
+        if len(regimes) > 1:
+            listing = ", ".join(f"{r.gbytes_per_s:.4g} GB/s at {fmt_bytes(r.wss_bytes[0])} - "
+                                f"{fmt_bytes(r.wss_bytes[1])} ({r.n_points} points)" for r in regimes)
+            warnings.append(f"{label} {lvl.name}: {len(regimes)} regimes inside the cache ({listing}); the roof is "
+                            f"the fastest, {best.gbytes_per_s:.4g} GB/s (a kernel can sustain it with its data "
+                            f"in {lvl.name}), the slower ones show in its range")
+    return judged, warnings
+
+
+def unassigned_points(named: list[NamedLevel], wss_bytes: Sequence[int], gbytes_per_s: Sequence[float],
+                      noisy: Sequence[bool]) -> list[dict]:
+    """The curve's usable points in no level (nor a level's ramp), each with why: ramp, transition or tail."""
+    wss = np.asarray(wss_bytes, dtype=float)
+    bw = np.asarray(gbytes_per_s, dtype=float)
+    held = {i for lvl in named for i in lvl.plateau.indices}
+    ramp = {i for lvl in named for p in lvl.ramp for i in p.indices}
+    spans = sorted((lvl.plateau.wss_bytes, lvl.name) for lvl in named)
+    out = []
+    for i in np.argsort(wss, kind="stable"):
+        i = int(i)
+        if i in held or not (np.isfinite(bw[i]) and bw[i] > 0):
+            continue
+        if i in ramp or (spans and wss[i] < spans[0][0][0]):
+            why = f"overhead ramp below {spans[0][1]}" if spans else "ramp"
+        else:
+            before = [name for (lo, hi), name in spans if hi < wss[i]]
+            after = [name for (lo, hi), name in spans if lo > wss[i]]
+            if before and after:
+                why = f"transition {before[-1]} -> {after[0]}"
+            elif before:
+                why = f"past {before[-1]}"
+            else:
+                why = "inside a level's range but off its rate (an outlier)"
+        if noisy[i]:
+            why += "; noisy"
+        out.append({"wss_bytes": int(wss[i]), "gbytes_per_s": round(float(bw[i]), 4), "why": why})
+    return out
