@@ -172,3 +172,32 @@ def test_a_flat_curve_needs_no_refinement_beyond_plateau_sampling(cfg):
             records[p.id] = record(p, random.Random(len(records)), 0.0)
     coarse = len(range(len(grid) - 1, -1, -3)) + 1
     assert len(grid) >= 10 and len(records) <= coarse
+
+
+def test_each_cache_window_is_sampled_densely_from_the_first_pass():
+    """A faster regime deep inside a cache (Zen 5: 0.45-0.7 x L2) lies between breaks: the coarse pass
+    samples every cache window (2 x the cache before it up to its own) at >= WINDOW_PER_OCTAVE points
+    per octave, on each bandwidth curve, whatever the refinement later adds."""
+    from ert.measure.adaptive import WINDOW_PER_OCTAVE
+    from ert.measure.driver import cache_windows
+
+    cfg = from_dict(CONFIG)
+    windows = cache_windows(CACHES, 2)
+    assert windows == [(128 << 10, 2 << 20), (4 << 20, 32 << 20)]
+    planner = AdaptivePlanner(candidates(cfg), growth=cfg.working_set.growth, cache_resident_bytes=1 << 20,
+                              cache_windows=windows)
+    first = planner.next_batch({})
+    plain = AdaptivePlanner(candidates(cfg), growth=cfg.working_set.growth, cache_resident_bytes=1 << 20)
+    for precision in ("fp64", "fp32"):
+        for access in ("rw", "ro"):
+            wss = sorted({p.wss_bytes for p in first if p.spec.precision == precision and p.spec.access == access
+                          and p.spec.flops_per_element == 1})
+            for lo, hi in windows:
+                inside = [w for w in wss if lo <= w <= hi]
+                octaves = math.log2(hi / lo)
+                assert len(inside) >= WINDOW_PER_OCTAVE * octaves - 1, (precision, access, lo, inside)
+                # No gap inside the window wider than the grid's step at that density.
+                assert max(b / a for a, b in zip(inside, inside[1:])) <= 2 ** (1 / WINDOW_PER_OCTAVE) * 1.01
+    # Without the windows the first pass is the coarse one: about one point per octave there.
+    sparse = {p.wss_bytes for p in plain.next_batch({}) if p.spec.flops_per_element == 1}
+    assert len([w for w in sparse if 128 << 10 <= w <= 2 << 20]) <= 5

@@ -36,6 +36,10 @@ PLATEAU_MAX_POINTS = 8
 # can gain nothing over each other on a wide core and still be far from the
 # peak), would stop the search early.
 SATURATION_GAIN = 0.03
+# Bandwidth points per octave of working set inside each cache's window (2 x the cache before it up to
+# its capacity), at least: rule 6 of the level analysis needs 3 neighbouring points per regime, and a
+# regime can be as narrow as 0.45-0.7 x L2 (Zen 5), under one octave.
+WINDOW_PER_OCTAVE = 3
 SATURATION_STEPS = 2
 
 
@@ -75,8 +79,14 @@ class AdaptivePlanner:
     a size whose data stays in a cache private to each thread.
     """
 
-    def __init__(self, candidates: list[Point], *, growth: float, cache_resident_bytes: int):
+    def __init__(self, candidates: list[Point], *, growth: float, cache_resident_bytes: int,
+                 cache_windows: list[tuple[int, int]] = ()):
         self._stride = max(1, round(math.log(COARSE_FACTOR) / math.log(growth)))
+        # Inside each cache after the first, the coarse pass samples WINDOW_PER_OCTAVE points per octave
+        # (the grid's own spacing where it is coarser): a faster regime deep inside a cache lies between
+        # breaks, where refinement alone would not look (ert.analysis.regimes judges the same windows).
+        self._window_stride = max(1, math.floor(math.log(2) / WINDOW_PER_OCTAVE / math.log(growth)))
+        self._windows = list(cache_windows)
         # Tensor-core points have no working-set grid: every one is measured in the coarse pass.
         self._tensor = [p for p in candidates if p.spec.tensor]
         by_spec: dict = defaultdict(dict)
@@ -136,6 +146,9 @@ class AdaptivePlanner:
             picks = set(range(n - 1, -1, -self._stride))
             if min(picks) > self._stride // 2:
                 picks.add(0)
+            for lo, hi in self._windows:
+                inside = [i for i in range(n) if lo <= grid[i].wss_bytes <= hi]
+                picks.update(inside[::-1][::self._window_stride])
             for i in sorted(picks):
                 out += grid[i].points
         for group in self._compute:

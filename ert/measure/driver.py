@@ -160,11 +160,8 @@ def _interleave_batch(batch: list[Point]) -> list[Point]:
     return out
 
 
-def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
-    """A working set held in each thread's private cache: half the aggregate L2 (L1 without an L2).
-
-    ``caches`` are the backend's cache hints (``describe()["caches"]``); None: this host's.
-    """
+def _cache_infos(caches: list[dict] | None) -> list:
+    """The backend's cache hints (``describe()["caches"]``) as CacheInfo, data and unified only; None: this host's."""
     from ert import hwinfo
 
     if caches:
@@ -172,7 +169,32 @@ def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
                                    shared_cpu_count=c.get("shared_cpu_count", 1)) for c in caches]
     else:
         caches = hwinfo.read_cpu_caches()
-    usable = [c for c in caches if c.kind != "Instruction"]
+    return [c for c in caches if c.kind != "Instruction"]
+
+
+def cache_windows(caches: list[dict] | None, workers: int) -> list[tuple[int, int]]:
+    """(low, high) aggregate working sets inside each cache after the first: 2 x the cache before it up to its own.
+
+    The same windows the analysis judges a cache level's regimes over (ert.analysis.regimes), so the
+    planner samples them densely enough to find the best regime, not only the breaks.
+    """
+    from ert import hwinfo
+
+    by_level: dict[int, int] = {}
+    for c in _cache_infos(caches):
+        by_level[c.level] = max(by_level.get(c.level, 0), hwinfo.aggregate_capacity_bytes(c, workers))
+    levels = sorted(by_level)
+    return [(2 * by_level[a], by_level[b]) for a, b in zip(levels, levels[1:]) if 2 * by_level[a] < by_level[b]]
+
+
+def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
+    """A working set held in each thread's private cache: half the aggregate L2 (L1 without an L2).
+
+    ``caches`` are the backend's cache hints (``describe()["caches"]``); None: this host's.
+    """
+    from ert import hwinfo
+
+    usable = _cache_infos(caches)
     for level in (2, 1):
         found = [c for c in usable if c.level == level]
         if found:
@@ -199,9 +221,10 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
     records = comm.bcast(records)
     planner = None
     if config.sweep == "adaptive":
+        caches = backend.describe().get("caches")
         planner = AdaptivePlanner(points, growth=config.working_set.growth,
-                                  cache_resident_bytes=_cache_resident_bytes(backend.describe().get("caches"),
-                                                                                    threads * comm.size))
+                                  cache_resident_bytes=_cache_resident_bytes(caches, threads * comm.size),
+                                  cache_windows=cache_windows(caches, threads * comm.size))
         todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
         if header is not None:
             header = {**header, "planned_points": None, "sweep": "adaptive"}
