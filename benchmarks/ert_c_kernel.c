@@ -25,7 +25,8 @@
  * assembly shows it, see benchmarks/numba_vs_c.py.)
  *
  * Usage: ert_c_kernel PRECISION FLOPS THREADS WSS_BYTES MIN_SECONDS REPEATS
- *   PRECISION fp64 | fp32; WSS_BYTES is the total over all threads.
+ *   PRECISION fp64 | fp32; WSS_BYTES is the total over all threads; FLOPS 0 is
+ *   the read-only kernel (a sum per trial, fp64 only; 8 bytes per element).
  * Prints one JSON line on stdout; exit status 0 only if the check passed.
  */
 #define _GNU_SOURCE
@@ -144,6 +145,32 @@ typedef float vf32 __attribute__((vector_size(64), aligned(64), may_alias));
         }                                                                                  \
     }
 
+/*
+ * Read-only (FLOPS 0, fp64 only): each trial sums the thread's block with 8
+ * vector accumulators, as ert's load-only kernel does.  The block never
+ * changes, so an empty asm with a memory clobber at every trial stops GCC
+ * from summing once and reusing the result; the sums are checked (exact:
+ * the values are multiples of 1/16 and n < 2^40).
+ */
+static double ro_sum_f64(const double *restrict blk, size_t n, long trials) {
+    blk = __builtin_assume_aligned(blk, ALIGN_BYTES);
+    double total = 0.0;
+    for (long tr = 0; tr < trials; tr++) {
+        __asm__ volatile("" : : "r"(blk) : "memory");
+        vf64 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+        for (size_t i0 = 0; i0 < n; i0 += 64) {
+            const vf64 *sub = (const vf64 *)(blk + i0);
+            a0 += sub[0]; a1 += sub[1]; a2 += sub[2]; a3 += sub[3];
+            a4 += sub[4]; a5 += sub[5]; a6 += sub[6]; a7 += sub[7];
+        }
+        vf64 acc = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
+        double s = 0.0;
+        for (int j = 0; j < 8; j++) s += acc[j];
+        total += s;
+    }
+    return total;
+}
+
 DEFINE_KERNELS(double, f64, vf64, MADD)
 DEFINE_KERNELS(float, f32, vf32, MADDF)
 
@@ -154,6 +181,7 @@ typedef struct {
     size_t n; /* elements per thread */
     void *buf;
     long trials_done;
+    double ro_sums[256]; /* read-only: each thread's sum over every trial so far */
 } bench_t;
 
 static void init_blocks(bench_t *b) {
@@ -181,7 +209,9 @@ static double timed_region(bench_t *b, long trials) {
 #pragma omp barrier
 #pragma omp master
         t0 = omp_get_wtime();
-        if (b->fp64) {
+        if (b->flops == 0) {
+            b->ro_sums[t] += ro_sum_f64((const double *)b->buf + (size_t)t * b->n, b->n, trials);
+        } else if (b->fp64) {
             double *blk = (double *)b->buf + (size_t)t * b->n;
             if (k_ops == 0)
                 rw_add_f64(blk, b->n, trials, offset, REC_C);
@@ -204,6 +234,17 @@ static double timed_region(bench_t *b, long trials) {
 
 /* Largest |b - expected| / max(|expected|, 1) over every element; NaN counts as infinite. */
 static double check(bench_t *b) {
+    if (b->flops == 0) { /* every trial sums the unchanged block: n / 16 copies of the 16 starting values */
+        double pattern = 0.0, worst = 0.0;
+        for (int i = 0; i < 16; i++) pattern += 0.5 + i * 0.0625;
+        const double expected = pattern * (double)(b->n / 16) * (double)b->trials_done;
+        for (int t = 0; t < b->threads; t++) {
+            double err = fabs(b->ro_sums[t] - expected) / expected;
+            if (err != err) err = INFINITY;
+            if (err > worst) worst = err;
+        }
+        return worst;
+    }
     double expected[16];
     const int k_ops = b->flops == 1 ? 0 : b->flops / 2;
     if (b->fp64) {
@@ -247,8 +288,10 @@ int main(int argc, char **argv) {
     const size_t wss = strtoull(argv[4], NULL, 10);
     const double min_seconds = atof(argv[5]);
     const int repeats = atoi(argv[6]);
-    if (b.flops < 1 || (b.flops & (b.flops - 1)) || b.threads < 1 || repeats < 1 || min_seconds <= 0) {
-        fprintf(stderr, "bad arguments: FLOPS a power of two, THREADS, REPEATS >= 1, MIN_SECONDS > 0\n");
+    if (b.flops < 0 || (b.flops & (b.flops - 1)) || b.threads < 1 || b.threads > 256 || repeats < 1 ||
+        min_seconds <= 0 || (b.flops == 0 && !b.fp64)) {
+        fprintf(stderr, "bad arguments: FLOPS a power of two (0: read-only, fp64 only), THREADS 1-256, "
+                        "REPEATS >= 1, MIN_SECONDS > 0\n");
         return 2;
     }
     const size_t itemsize = b.fp64 ? sizeof(double) : sizeof(float);
@@ -292,12 +335,12 @@ int main(int argc, char **argv) {
     const int ok = err <= tol;
 
     const double elements = (double)b.n * b.threads;
-    const double gbs = elements * 2 * itemsize * trials / median / 1e9;
+    const double gbs = elements * (b.flops == 0 ? 1 : 2) * itemsize * trials / median / 1e9;
     const double gflops = elements * b.flops * trials / median / 1e9;
     printf("{\"impl\": \"c\", \"variant\": \"" VARIANT_NAME "\", \"precision\": \"%s\", \"flops_per_element\": %d, \"fma\": %s, "
            "\"threads\": %d, \"omp_max_threads\": %d, \"wss_bytes\": %zu, \"elements_per_thread\": %zu, "
            "\"trials\": %ld, \"trials_total\": %ld, \"samples\": [",
-           argv[1], b.flops, b.flops == 1 ? "false" : FMA_NAME, b.threads, omp_get_max_threads(),
+           argv[1], b.flops, b.flops <= 1 ? "false" : FMA_NAME, b.threads, omp_get_max_threads(),
            bytes, b.n, trials, b.trials_done);
     for (int r = 0; r < repeats; r++) printf("%s%.9g", r ? ", " : "", samples[r]);
     printf("], \"median_s\": %.9g, \"gbytes_per_s\": %.6g, \"gflops_per_s\": %.6g, "
