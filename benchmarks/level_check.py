@@ -41,9 +41,10 @@ def build(cc: str) -> Path:
     return exe
 
 
-def run_c(exe: Path, *, threads: int, wss_bytes: int, min_seconds: float) -> float:
+def run_c(exe: Path, *, threads: int, wss_bytes: int, min_seconds: float, flops: int = 0) -> float:
+    """GB/s of the C kernel (FLOPS 0: read-only sum; 1: read+write add), fp64, checked."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
-    cmd = [str(exe), "fp64", "0", str(threads), str(wss_bytes), repr(min_seconds), "5"]
+    cmd = [str(exe), "fp64", str(flops), str(threads), str(wss_bytes), repr(min_seconds), "5"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
     if r.returncode != 0 or not out.get("check_ok"):
