@@ -98,6 +98,31 @@ class RawData:
     sustained: list[dict] = field(default_factory=list)  # "sustain" records: peak points held for seconds
     transfers: list[dict] = field(default_factory=list)  # "transfer" records (links, peers, network), latest per id
 
+    def records(self) -> list[dict]:
+        """Every record, header first, in the order a raw file holds them: what ``read_raw`` gives back."""
+        return [self.header, *self.points, *self.sustained, *self.transfers, *self.ends]
+
+
+def write_raw(raw: RawData, path: str | Path) -> None:
+    """``raw`` as a new raw.jsonl at ``path``, written whole or not at all (ErtError if it exists)."""
+    import tempfile
+
+    path = Path(path)
+    if path.exists():
+        raise ErtError("already exists; choose a new file", path=path)
+    text = "".join(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n" for rec in raw.records())
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
+
 
 def read_raw(path: str | Path) -> RawData:
     """Header, point and end records from a raw file (or a run directory holding one).
@@ -139,6 +164,10 @@ def read_raw(path: str | Path) -> RawData:
         elif rec["type"] == "end":
             ends.append(rec)
         elif rec["type"] == "sustain":
+            for key in ("target", "point_id", "spec", "elements", "trials_per_region", "region_seconds",
+                        "hold_seconds", "valid"):
+                if key not in rec:
+                    raise ErtError(f"sustain record lacks '{key}'", path=path, key=f"line {number}")
             sustained.append(rec)
         elif rec["type"] == "transfer":
             for key in ("id", "level", "bytes", "moved_bytes", "repeats", "seconds", "valid"):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from ert.rawio import RawWriter
+from ert.errors import ErtError
+from ert.rawio import RawWriter, read_raw
 
 
 def _write(path, data: bytes):
@@ -49,3 +51,54 @@ def test_non_finite_numbers_are_refused(tmp_path):
     with pytest.raises(ValueError):
         writer.append({"seconds": float("nan")})
     writer.close()
+
+
+def test_write_raw_round_trips_every_record_type_and_save_raw_keeps_link_and_network_levels(tmp_path):
+    """`ert analyze --save-raw` once dropped transfer records: a run with 6 link levels came back with none."""
+    from conftest import run_cmd
+    from test_transfers import curve
+
+    from ert.rawio import write_raw
+
+    source = Path(__file__).parent / "data" / "bare-zen4-fp64.raw.jsonl"
+    lines = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    transfers = (curve("link-h2d", "pinned", {1 << 20: 20.0, 1 << 24: 24.0, 1 << 26: 24.5, 1 << 28: 24.6})
+                 + curve("net-intra-node", "pingpong", {1 << 20: 10.0, 1 << 24: 18.0, 1 << 26: 18.5, 1 << 28: 18.7},
+                         pair=(0, 1)))
+    held = next(r for r in lines if r["type"] == "point" and r["spec"]["access"] == "rw")
+    sustain = {"type": "sustain", "target": "memory", "point_id": held["id"], "spec": held["spec"],
+               "wss_bytes": held["wss_bytes"], "elements": held["elements"], "trials_per_region": held["trials"],
+               "region_seconds": [held["seconds"]["median"]] * 10, "hold_seconds": 10 * held["seconds"]["median"],
+               "valid": True, "check": "ok", "time": 0.0}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "raw.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*lines, sustain, *transfers]))
+    raw = read_raw(run)
+    assert {r["type"] for r in raw.records()} == {"header", "point", "sustain", "transfer", "end"}
+
+    copy = tmp_path / "copy.jsonl"
+    write_raw(raw, copy)
+    again = read_raw(copy)
+    assert again.records() == raw.records()
+    with pytest.raises(ErtError, match="already exists"):
+        write_raw(raw, copy)
+
+    saved = tmp_path / "saved.jsonl"
+    first = run_cmd("ert", "analyze", run, "--json", "--save-raw", saved)
+    assert first.returncode == 0, first.stderr
+    second = run_cmd("ert", "analyze", saved, "--json")
+    assert second.returncode == 0, second.stderr
+
+    def transfer_levels(text):
+        return sorted((m["level"], m["variant"], m["gbytes_per_s"])
+                      for m in json.loads(text)["ceilings"]["memory"] if "kind" in m)
+
+    levels = transfer_levels(first.stdout)
+    assert [(lvl, variant) for lvl, variant, _ in levels] == [("link-h2d", "pinned"), ("net-intra-node", "pingpong")]
+    assert transfer_levels(second.stdout) == levels
+    # A sustain record without its keys is a one-line error naming the line, not a traceback.
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("".join(json.dumps(r) + "\n" for r in [lines[0], {"type": "sustain", "point_id": "x"}]))
+    refused = run_cmd("ert", "analyze", broken)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip() == f"ert: error: {broken}: line 2: sustain record lacks 'target'"

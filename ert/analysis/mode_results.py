@@ -32,7 +32,7 @@ def planned_points(header: dict, ends: list[dict], measured: int) -> tuple[int, 
     counts = header.get("thread_counts") or [header["metadata"]["threads_per_rank"]]
     last: dict[int, int] = {}
     for end in ends:
-        if end.get("complete"):
+        if end.get("complete") and isinstance(end.get("planned_points"), int):  # else: that sweep is not known done
             last[int(end.get("threads_per_rank", counts[0]))] = int(end["planned_points"])
     complete = all(c in last for c in counts)
     return max(measured, sum(last.values())), complete

@@ -102,7 +102,12 @@ def cmd_analyze(args) -> int:
     doc = build(raw)
     validate(doc)
     if args.save_raw:
-        _save_raw(raw, Path(args.save_raw))
+        from ert.rawio import write_raw
+
+        try:
+            write_raw(raw, args.save_raw)
+        except ErtError as exc:
+            raise ErtError(exc.message, path=args.save_raw, key="--save-raw") from None
     if args.output:
         write_ceilings(doc, args.output)
     if args.json:
@@ -126,25 +131,6 @@ def _complete_rated(meta: dict) -> None:
             memory.append({"level": "DRAM", "access": None, "scope": "host", "gbytes_per_s": None,
                            "derivation": "no rated value: the run recorded none (made before ert rated DRAM; "
                                          "rated.dram_gbytes_per_s or ert-run --rated-dram gives one)"})
-
-
-def _save_raw(raw, path: Path) -> None:
-    """The records as a raw.jsonl ert reads (header first), written whole to a new file or not at all."""
-    import json
-    import os
-    import tempfile
-
-    if path.exists():
-        raise ErtError("already exists; choose a new file", path=path, key="--save-raw")
-    lines = [raw.header] + raw.points + raw.sustained + raw.ends
-    text = "".join(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n" for rec in lines)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ErtError(f"cannot write: {exc.strerror or exc}", path=path, key="--save-raw") from None
 
 
 def _cache_hint(text: str) -> dict:
