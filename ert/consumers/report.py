@@ -158,6 +158,20 @@ def _transfer_section(entries: list[dict]) -> list[str]:
     return lines
 
 
+def _regimes_note(entries: list[dict]) -> list[str]:
+    """A cache level with several regimes inside its cache (rule 6, schema 1.7): its range and each regime."""
+    lines = []
+    for e in entries:
+        regimes, span = e.get("regimes"), e.get("range_gbytes_per_s")
+        if not isinstance(regimes, list) or len(regimes) < 2 or not isinstance(span, list) or len(span) != 2:
+            continue
+        parts = [f"{format_rate(r.get('gbytes_per_s'))} at {_format_wss_range(r.get('wss_bytes'))} "
+                 f"({_format_count(r.get('n_points'))} points)" for r in regimes if isinstance(r, dict)]
+        lines.append(f"  {e.get('level', _MISSING)}: {format_rate(span[0])} - {format_rate(span[1])} GB/s over its "
+                     f"points; regimes " + "; ".join(parts) + "; the roof is the fastest")
+    return lines
+
+
 def _memory_sections(entries: list[dict]) -> list[str]:
     entries = [e for e in entries if not is_transfer_entry(e)]
     if not entries:
@@ -192,6 +206,7 @@ def _memory_sections(entries: list[dict]) -> list[str]:
             rows,
             [False, True, True, False, True, True],
         )
+        lines += _regimes_note(groups[(access, precision)])
     return lines
 
 
