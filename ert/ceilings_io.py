@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from ert.errors import ErtError, parse_user_json, read_user_text
 
-SCHEMA_VERSION = "1.7"  # the one definition; ert.analysis.ceilings writes this version
+SCHEMA_VERSION = "1.8"  # the one definition; ert.analysis.ceilings writes this version
 
 # This reader understands every minor version of this major (see schemas/HISTORY.md).
 SUPPORTED_MAJOR = "1"

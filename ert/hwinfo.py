@@ -24,6 +24,9 @@ class CacheInfo:
     kind: str  # "Data" or "Unified"; instruction caches are skipped
     size_bytes: int  # size of one instance
     shared_cpu_count: int  # logical cpus sharing one instance (1 = private)
+    ways: int | None = None  # associativity (sysfs ways_of_associativity), when the OS says
+    sets: int | None = None  # number_of_sets
+    line_bytes: int | None = None  # coherency_line_size
 
 
 def parse_size_bytes(text: str) -> int:
@@ -90,7 +93,15 @@ def _read_index(index_dir: Path) -> CacheInfo | None:
             shared = _count_cpu_map(cpu_map)
     except ValueError:
         shared = 1
-    return CacheInfo(level=level_n, kind=kind, size_bytes=size_bytes, shared_cpu_count=max(shared, 1))
+    geometry = {}
+    for key, name in (("ways", "ways_of_associativity"), ("sets", "number_of_sets"), ("line_bytes", "coherency_line_size")):
+        try:
+            value = int(_read(index_dir / name) or "")
+        except ValueError:
+            continue
+        if value > 0:
+            geometry[key] = value
+    return CacheInfo(level=level_n, kind=kind, size_bytes=size_bytes, shared_cpu_count=max(shared, 1), **geometry)
 
 
 def read_cpu_caches(sysfs_root: str = "/sys/devices/system/cpu") -> list[CacheInfo]:

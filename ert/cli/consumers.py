@@ -105,20 +105,68 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _export_tool(args, doc: dict) -> int:
+    """ncu-section, rocprof-compute, kerncraft, carm: files another roofline tool loads."""
+    from ert.ceilings_io import write_text_atomic
+    from ert.consumers import export_tools
+    from ert.errors import read_user_text
+
+    fmt = args.format
+    out = Path(args.output) if args.output else None
+    if fmt == "ncu-section":
+        if out is None or out.suffix:
+            raise ErtError("ncu-section writes a section folder: give -o DIR (then ncu --section-folder DIR)",
+                           key="--output")
+        files = export_tools.to_ncu_sections(doc, label=args.label, access=args.access)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            write_text_atomic(text, out / name)
+        idents = ", ".join(name[:-len(".section")] + "_roofline" for name in files)
+        print(f"export: {len(files)} section file(s) in {out}; profile with: ncu --section-folder {out} "
+              f"--section <id> ... (ids: {idents})", file=sys.stderr)
+        return 0
+    if fmt == "carm":
+        if out is None:
+            raise ErtError("carm writes into a CARM results folder: give -o RESULTS_DIR "
+                           "(then carm gui --results-dir RESULTS_DIR)", key="--output")
+        path = out / export_tools.machine_id(doc, args.label) / "benchmarks.jsonl"
+        existing = path.read_text(encoding="utf-8") if path.exists() else None
+        text = export_tools.to_carm(doc, label=args.label, existing=existing)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(text, path)
+        print(f"export: {path}; view with: carm gui --results-dir {out}", file=sys.stderr)
+        return 0
+    if fmt == "rocprof-compute":
+        merge = read_user_text(Path(args.merge), expected="a rocprof-compute roofline.csv") if args.merge else None
+        text = export_tools.to_rocprof_csv(doc, access=args.access, merge=merge, merge_source=str(args.merge))
+        if out is not None and out.is_dir():
+            out = out / "roofline.csv"
+        _write_or_print(text, out)
+        return 0
+    _write_or_print(export_tools.to_kerncraft(doc), out)
+    return 0
+
+
 def cmd_export(args) -> int:
-    from ert.consumers import export
+    from ert.consumers import export, export_tools
     from ert.ceilings_io import load_ceilings
 
     doc = load_ceilings(_ceilings_path(args.ceilings))
     kernels = None
     if args.format != "nersc" and (args.layout != "flat" or args.level):
         raise ErtError("--layout and --level apply to the nersc format only", key="--layout" if args.layout != "flat" else "--level")
+    if args.merge and args.format != "rocprof-compute":
+        raise ErtError("--merge applies to the rocprof-compute format only", key="--merge")
+    if args.label and args.format not in ("ncu-section", "carm"):
+        raise ErtError("--label names the machine in the ncu-section and carm formats only", key="--label")
     if args.app:
         if args.format != "nersc":
             raise ErtError("--app adds application points to the nersc format only", key="--app")
         from ert.consumers.appdata import load_app
 
         kernels = load_app(args.app)
+    if args.format in export_tools.TOOL_FORMATS:
+        return _export_tool(args, doc)
     text = export.export_text(doc, fmt=args.format, precision=args.precision, access=args.access, kernels=kernels,
                               layout=args.layout, level=args.level)
     _write_or_print(text, args.output)
@@ -177,12 +225,33 @@ def _add_consumer_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("export", help="write the ceilings for other tools: ERT roofline.json, NERSC data, CSV",
-                       description="ert: ERT 1.1 roofline.json; nersc: the data file of NERSC's plot_roofline.py; "
-                                   "csv: one row per ceiling. For ert and nersc, " + roof_rule + ".")
+    p = sub.add_parser("export", help="write the ceilings for other tools: ERT, NERSC, CSV, Nsight Compute, "
+                                      "rocprof-compute, kerncraft, CARM",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Write a ceilings file for another roofline tool. For ert and nersc, " + roof_rule + ".",
+                       epilog="""formats, and how to load the result:
+  ert              ERT 1.1 roofline.json (ERT's own plotting scripts)
+  nersc            data file of NERSC's plot_roofline.py (python plot_roofline.py FILE)
+  csv              one row per ceiling
+  ncu-section      -o DIR: one Nsight Compute section per precision, measured roofs as constants and
+                   ncu's own counters as the achieved point. Profile with
+                     ncu --section-folder DIR --section ert_<label>_fp64_roofline ./app
+                   and open the report in the GUI (or: ncu --list-sections --section-folder DIR)
+  rocprof-compute  roofline.csv of an AMD GPU run (refused for a CPU run); -o WORKLOAD_DIR puts it
+                   where rocprof-compute looks, and --roof-only then skips its own benchmark:
+                     rocprof-compute profile -n NAME --roof-only -- ./app
+                   --merge FILE keeps FILE's columns ert does not measure (LDS, MFMA); without it
+                   they are nan
+  kerncraft        machine file of a CPU run (load = ert read-only, update = ert read+write):
+                     kerncraft -p RooflineFLOP -m FILE kernel.c -D N 1000000 -c CORES
+  carm             -o RESULTS_DIR: RESULTS_DIR/<label>/benchmarks.jsonl (ert's no-FMA roof as
+                   operation ert_no_fma):  carm gui --results-dir RESULTS_DIR
+""")
     p.add_argument("ceilings", metavar="CEILINGS_JSON", help="a ceilings.json or its run directory")
-    p.add_argument("--format", choices=("ert", "nersc", "csv"), required=True)
-    p.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
+    p.add_argument("--format", choices=("ert", "nersc", "csv", "ncu-section", "rocprof-compute", "kerncraft", "carm"),
+                   required=True)
+    p.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout; a folder "
+                                                          "for ncu-section and carm")
     p.add_argument("--precision", choices=("fp64", "fp32", "fp16"), default="fp64", help="precision of the memory roofs")
     p.add_argument("--access", choices=("rw", "ro"), default="rw", help="access pattern of the memory roofs")
     p.add_argument("--app", metavar="FILE", help="nersc only: add the kernels of this file (YAML/JSON or ncu CSV)")
@@ -191,6 +260,10 @@ def _add_consumer_parsers(sub) -> None:
                         "(AI_<level> lines, plot_roofline_hierarchical.py); default flat")
     p.add_argument("--level", metavar="NAME", help="nersc only: write this one memory level (e.g. DRAM, HBM); "
                                                      "flat AI is at it (default: the last level)")
+    p.add_argument("--label", metavar="NAME", help="ncu-section and carm: the machine's name in section "
+                                                     "identifiers and CARM records (default: host and backend)")
+    p.add_argument("--merge", metavar="FILE", help="rocprof-compute only: an existing roofline.csv whose LDS and "
+                                                     "MFMA columns (and other devices) are kept")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("import-ert-config", help="convert an ERT 1.1 config into an ert YAML config")

@@ -24,10 +24,13 @@ def libraries() -> dict:
 
 
 def caches_reported() -> list[dict]:
-    return [
-        {"level": c.level, "kind": c.kind, "size_bytes": c.size_bytes, "shared_cpu_count": c.shared_cpu_count}
-        for c in hwinfo.read_cpu_caches()
-    ]
+    out = []
+    for c in hwinfo.read_cpu_caches():
+        entry = {"level": c.level, "kind": c.kind, "size_bytes": c.size_bytes, "shared_cpu_count": c.shared_cpu_count}
+        # Geometry (schema 1.8), where sysfs gives it: what a cache simulator (kerncraft's) needs.
+        entry.update({k: v for k, v in (("ways", c.ways), ("sets", c.sets), ("line_bytes", c.line_bytes)) if v})
+        out.append(entry)
+    return out
 
 
 def now_iso() -> str:
