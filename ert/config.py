@@ -188,9 +188,9 @@ class RunConfig(_Strict):
     int_ops: list[Literal["madd", "add"]] = Field(
         default_factory=lambda: ["madd"], min_length=1,
         description="integer compute kernels (int32/int64): madd (multiply-add, 2 ops) and/or add "
-                    "(dependent adds in registers, 1 op each; schema 1.4)")
+                    "(dependent adds in registers, 1 op each)")
     mixes: list[Literal["fma+add", "int+float"]] = Field(
-        default_factory=list, description="measured mixes (schema 1.4): fma+add (FMAs beside independent FP adds, "
+        default_factory=list, description="measured mixes: fma+add (FMAs beside independent FP adds, "
                                           "1:1) per FP precision; int+float (int32 madd beside fp32 FMA, int64 "
                                           "beside fp64) per FP precision")
     levels: list[Literal["memory", "links", "network"]] = Field(
