@@ -73,7 +73,8 @@ class OpenCLOptions(_Strict):
         None, description="elements per OpenCL vector in the kernel; null: the device's native width")
     chains: Optional[int] = Field(
         None, ge=1, le=16, description="independent vectors per work-item (multiply-add chains, partial sums); "
-                                       "null: 6 on CPU devices, 4 elsewhere")
+                                       "null: 6 on CPU devices, 16 on CPU devices with 512-bit native "
+                                       "vectors, 4 elsewhere")
     layout: Literal["auto", "contiguous", "interleaved"] = Field(
         "auto", description="contiguous: one block per work-item (CPUs); interleaved: neighbouring work-items "
                             "touch neighbouring vectors (GPUs); auto: by device type")
@@ -94,8 +95,8 @@ class CudaOptions(_Strict):
 
     device: Optional[int] = Field(None, ge=0, description="GPU index; null: the rank's index within its node")
     blocks: Optional[list[int]] = Field(
-        None, min_length=1, description="grid sizes to try; null: the SM count x 1, 2, 4, ..., 32 (ERT's V100 set, "
-                                        "scaled)")
+        None, min_length=1, description="grid sizes to try; null: one full wave per block size (SMs x "
+                                        "blocks per SM; ERT's set on a V100)")
     threads_per_block: Optional[list[int]] = Field(
         None, min_length=1, description="block sizes to try; null: [64, 128, 256, 512, 1024]")
     blocks_threads: Optional[list[int]] = Field(
@@ -188,9 +189,9 @@ class RunConfig(_Strict):
     int_ops: list[Literal["madd", "add"]] = Field(
         default_factory=lambda: ["madd"], min_length=1,
         description="integer compute kernels (int32/int64): madd (multiply-add, 2 ops) and/or add "
-                    "(dependent adds in registers, 1 op each; schema 1.4)")
+                    "(dependent adds in registers, 1 op each)")
     mixes: list[Literal["fma+add", "int+float"]] = Field(
-        default_factory=list, description="measured mixes (schema 1.4): fma+add (FMAs beside independent FP adds, "
+        default_factory=list, description="measured mixes: fma+add (FMAs beside independent FP adds, "
                                           "1:1) per FP precision; int+float (int32 madd beside fp32 FMA, int64 "
                                           "beside fp64) per FP precision")
     levels: list[Literal["memory", "links", "network"]] = Field(

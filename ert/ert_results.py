@@ -160,7 +160,7 @@ def to_ceilings(doc: dict, *, path: object = None, text: str | None = None,
     for name, value, _ in gflops:
         match = _PRECISION_RE.search(name)
         if "TENSOR" in name.upper():
-            # ert's export (schema 1.5): "FP16 Tensor GFLOPs" is a tensor-core roof, never a vector one.
+            # ert's export: "FP16 Tensor GFLOPs" is a tensor-core roof, never a vector one.
             extra = tensor_meta.get(name) if isinstance(tensor_meta.get(name), dict) else {}
             kind = _TENSOR_RE.search(name)
             tensor.append({"precision": kind.group(1).lower() if kind else "fp16", "fma": True, "gflops_per_s": value, "spread": 0.0,

@@ -33,7 +33,7 @@ TENSOR_ITEMSIZE = {"fp16": 2, "bf16": 2, "tf32": 4, "fp64": 8, "fp8": 1}
 INTEGER = ("int32", "int64")
 
 
-# Tensor-core (matrix) precisions (schema 1.5, cuda only): the input type of a
+# Tensor-core (matrix) precisions (cuda only): the input type of a
 # warp-level mma.sync (ert.backends.cuda_tensor.SHAPES).  fp16/bf16/tf32/fp8
 # accumulate in FP32, fp64 (DMMA) in FP64; FP8 products count as FLOPs.
 TENSOR_PRECISIONS = ("fp16", "bf16", "tf32", "fp64", "fp8")
@@ -53,11 +53,11 @@ def ops_unit(precision: str, mix: str | None = None) -> str:
     return "GIOP/s" if is_integer(precision) else "GFLOP/s"
 
 
-# The compute kernel's operation (schema 1.4).  "madd": multiply-adds (FMA, or
+# The compute kernel's operation.  "madd": multiply-adds (FMA, or
 # a separate multiply and add); "add": flops_per_element dependent adds per
 # element per trial, in registers (the integer add-only roof).
 OPS = ("madd", "add")
-# Measured mixes (schema 1.4): each sub-block of a compute kernel is split in
+# Measured mixes: each sub-block of a compute kernel is split in
 # two halves of independent register chains that run interleaved.
 #   fma+add      first half: F/2 FMAs per element; second half: F/2 plain adds
 #                (the FP add pipes beside the FMA pipes, AMD Zen): 3F/4 FLOPs

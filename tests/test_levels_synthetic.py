@@ -162,7 +162,9 @@ def test_memory_drifting_during_the_run_is_one_level(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_bimodal_memory_interleaved_in_time_is_one_level(seed):
-    """A host whose memory flips between two speeds while the sweep runs (README: about 35 or 60 GB/s)."""
+    """A host whose memory flips between two speeds while the sweep runs.
+
+    Zen 4 guest, docs/measurements: about 35 or 60 GB/s."""
     wss = sizes()
     truth = staircase(wss, ZEN5_1T)
     rng = np.random.default_rng(100 + seed)

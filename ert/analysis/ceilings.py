@@ -179,7 +179,7 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
                 "basis": lvl.basis,
                 "evidence": {"point_ids": [curve[i]["id"] for i in p.indices]},
             }
-            if j.regimes:  # schema 1.7: rule 6 judged this cache level
+            if j.regimes:  # rule 6 judged this cache level
                 entry["regimes"] = [r.as_dict() for r in j.regimes]
                 entry["range_gbytes_per_s"] = [round(j.range_gbytes_per_s[0], 4), round(j.range_gbytes_per_s[1], 4)]
             ceilings.append(entry)
@@ -252,16 +252,16 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
             "evidence": {"point_id": rec["id"], "trials": rec["trials"], "seconds": rec["seconds"]},
         })
         if is_integer(precision):
-            # Schema 1.3: an integer roof's gflops_per_s holds GIOP/s (integer operations, a
+            # An integer roof's gflops_per_s holds GIOP/s (integer operations, a
             # multiply and an add being 2); giops_per_s and unit say so for readers that know.
             ceilings[-1].update(giops_per_s=ceilings[-1]["gflops_per_s"], unit="GIOP/s")
-            # Schema 1.4: which integer kernel (multiply-add, or the add-only roof).
+            # Which integer kernel (multiply-add, or the add-only roof).
             ceilings[-1]["op"] = op
         if mix:
-            # Schema 1.4: a measured mix; its rate counts every operation of both halves.
+            # A measured mix; its rate counts every operation of both halves.
             ceilings[-1].update(mix=mix, mix_ratio=MIX_RATIO[mix], unit=ops_unit(precision, mix))
         if pipe == "tensor":
-            # Schema 1.5: a tensor-core roof.  flops_per_element is the FLOPs of one warp-level MMA.
+            # A tensor-core roof.  flops_per_element is the FLOPs of one warp-level MMA.
             input_type, acc = TENSOR_TYPES[precision]
             mma = (rec.get("device") or {}).get("mma", "")
             shape = next((part for part in mma.split(".") if part.startswith("m") and "n" in part and "k" in part),
@@ -330,7 +330,7 @@ def best_launches(points: list[dict]) -> list[dict]:
 
 
 def build(raw: RawData) -> dict:
-    """The ceiling document (schema 1.1) from a raw file's records alone."""
+    """The ceiling document from a raw file's records alone."""
     header = raw.header
     meta = dict(header["metadata"])
     workers = int(meta["threads_per_rank"]) * int(meta["ranks"])  # threads over every rank
@@ -363,7 +363,7 @@ def build(raw: RawData) -> dict:
                                                  rated=rated, rated_warnings=rated_warnings)
     points = [rec for recs, _, _ in checked.values() for rec in recs]
     warnings += attach_sustained(memory, compute, raw.sustained)
-    # Schema 1.6: links, peers and the network, each (level, variant) a memory entry with a `kind`.
+    # Links, peers and the network, each (level, variant) a memory entry with a `kind`.
     transfer_entries, transfer_warnings = transfer_ceilings(raw.transfers, meta)
     memory += transfer_entries
     warnings += transfer_warnings

@@ -1,7 +1,7 @@
 """Name bandwidth plateaus (L1, L2, ..., DRAM) from the breaks between them and the cache hints: one level per cache.
 
 The plateau fit finds every flat stretch of a curve; not every one is a
-memory level.  The rules, applied in this order (the README states them too):
+memory level.  The rules, applied in this order (docs/method.md states them too):
 
 1. Match: each plateau is matched to the cache whose aggregate capacity lies
    nearest (in log) to the break after it, never to a cache below one matched

@@ -63,7 +63,7 @@ def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
         out["compute"][compute_key(entry)] = {
             "gflops_per_s": round(value * factor, 1) if value else None,
             "derivation": _rescaled(entry, factor, note)}
-    # Tensor-core peaks (schema 1.5): one GPU per rank, keyed by the MMA's input type.
+    # Tensor-core peaks: one GPU per rank, keyed by the MMA's input type.
     out["tensor"] = {}
     for entry in rated.get("tensor", []):
         value = entry.get("gflops_per_s")
@@ -105,7 +105,7 @@ _compute_name = compute_name
 
 def compute_key(entry: dict) -> tuple:
     """The rated table's key of a compute ceiling or kernel spec: (precision, FMA) for FMA/no-FMA and the
-    integer multiply-add (as before schema 1.4), with the op or the mix appended for the others."""
+    integer multiply-add, with the op or the mix appended for the others."""
     key = (entry.get("precision"), bool(entry.get("fma")))
     if entry.get("mix"):
         return key + ("mix", entry["mix"])

@@ -1,4 +1,4 @@
-"""Transfer levels (schema 1.6): host<->device links, peer GPUs and the network, from "transfer" records.
+"""Transfer levels: host<->device links, peer GPUs and the network, from "transfer" records.
 
 Each (level, variant) of the raw "transfer" records (ert.measure.transfers,
 a device backend's ``transfer_levels``) becomes one entry of

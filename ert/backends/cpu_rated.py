@@ -37,10 +37,10 @@ class Microarch:
     # per precision, with where that comes from; empty where no published figure is sure enough (no rated value).
     int_madd_pairs_per_cycle: tuple[tuple[str, float], ...] = ()
     int_source: str = ""
-    # Integer add (schema 1.4): full-width vector integer adds (vpaddd/vpaddq) per cycle per core; None: unknown.
+    # Integer add: full-width vector integer adds (vpaddd/vpaddq) per cycle per core; None: unknown.
     int_add_per_cycle: float | None = None
     int_add_source: str = ""
-    # int+float mix (schema 1.4): (int multiply-add + FMA) instruction pairs per cycle per core, per int precision.
+    # int+float mix: (int multiply-add + FMA) instruction pairs per cycle per core, per int precision.
     int_fp_pairs_per_cycle: tuple[tuple[str, float], ...] = ()
 
     def flops_per_cycle(self, precision: str, fma: bool) -> float:
@@ -348,7 +348,7 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
 
 
 def _rated_14(arch: Microarch, base: str, cores: int, clock_ghz: float, precisions, integer) -> list[dict]:
-    """Schema 1.4's rated entries: the integer add roofs and the measured mixes, each derived or None with why."""
+    """The rated entries of the integer add roofs and the measured mixes, each derived or None with why."""
     out = []
     for p in integer:
         lanes = arch.simd_bits // (32 if p == "int32" else 64)

@@ -335,7 +335,7 @@ class CudaBackend:
             return f"{NAME}: {precision} mma.sync needs {need}; this GPU is {self._dev.info.arch}"
         return f"{NAME} runs {', '.join(host.HOST_DTYPE)} only, not {precision}"
 
-    # -- tensor cores (schema 1.5) -------------------------------------------------
+    # -- tensor cores ---------------------------------------------------------
     def tensor_plan(self, spec: KernelSpec) -> tuple[int, int, list[dict]]:
         """(MMAs per trial, bytes of the accumulators stored, launch geometries) of one tensor kernel.
 

@@ -3,7 +3,7 @@
 Shapes, FLOP accounting, the replay of what the kernel leaves in every
 accumulator, the output check, launch geometries and rated dense tensor
 peaks.  ert-run measures it through the cuda backend (config key ``tensor``,
-ceilings with ``pipe: "tensor"``, schema 1.5); never run on a GPU yet.
+ceilings with ``pipe: "tensor"``); never run on a GPU yet.
 """
 
 from __future__ import annotations

@@ -351,7 +351,7 @@ class NumbaCpuBackend:
         return spec.precision in DTYPES and not (is_integer(spec.precision) and spec.access == "ro")
 
     def supports_mix(self, mix: str) -> bool:
-        """Every mix of ert.spec.MIXES runs here (schema 1.4)."""
+        """Every mix of ert.spec.MIXES runs here."""
         return True
 
     def _kernel(self, spec: KernelSpec, width: int):

@@ -41,7 +41,7 @@ def _rows(docs: list[dict]) -> list[Row]:
     for i, doc in enumerate(docs):
         for e in doc["ceilings"]["memory"]:
             if e.get("kind") is not None:
-                # Links, peers, the network (schema 1.6): paired by level and variant across machines.
+                # Links, peers, the network: paired by level and variant across machines.
                 key = ("transfer", e["level"], str(e.get("variant", "")))
                 label = f"{e['level']} {e.get('variant', '')}".strip()
                 row = rows.setdefault(key, Row("transfer", key, label, "GB/s", [None] * n, [None] * n))
@@ -59,7 +59,7 @@ def _rows(docs: list[dict]) -> list[Row]:
             row.wss[i] = tuple(e["wss_bytes"])
         for e in doc["ceilings"]["compute"]:
             key = ("compute", e["precision"], bool(e["fma"]))
-            # Schema 1.4: the integer add roof and the measured mixes are rows of their own; schema 1.5:
+            # The integer add roof and the measured mixes are rows of their own, and
             # so are tensor roofs, never set beside the vector roof of their precision.
             key += ((e["mix"],) if e.get("mix") else (("add",) if e.get("op") == "add" else ()))
             key += ("tensor",) if e.get("pipe") == "tensor" else ()

@@ -113,7 +113,7 @@ class _Roofs:
     fastest: float  # the highest memory roof, GB/s
     ridges: list[float]  # where each memory roof meets the ridge roof, FLOP/byte
     extra: tuple = ()  # the integer, tensor and mix roofs drawn (EXTRA_PER_GROUP at most per group)
-    transfers: list = ()  # link, peer and network roofs (schema 1.6): FLOP per byte that crosses them
+    transfers: list = ()  # link, peer and network roofs: FLOP per byte that crosses them
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ def _draw_memory_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
 
 
 def _draw_transfer_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
-    """Links, peers and the network (schema 1.6): slanted like memory roofs -- the bound is FLOPs per byte that
+    """Links, peers and the network: slanted like memory roofs -- the bound is FLOPs per byte that
     crosses the link times its bandwidth -- but dash-dotted, in blues, each labelled at its right end."""
     for i, roof in enumerate(sorted(r.transfers, key=lambda t: -t.gbytes_per_s)):
         x_end = min(box.xmax, r.top / roof.gbytes_per_s)

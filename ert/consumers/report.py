@@ -104,7 +104,7 @@ def _header(meta: dict) -> list[str]:
 
 
 def is_transfer_entry(e: dict) -> bool:
-    """A link, peer or network level (schema 1.6: an entry with a ``kind``), not a memory level."""
+    """A link, peer or network level (an entry with a ``kind``), not a memory level."""
     return isinstance(e, dict) and e.get("kind") is not None
 
 
@@ -159,7 +159,7 @@ def _transfer_section(entries: list[dict]) -> list[str]:
 
 
 def _regimes_note(entries: list[dict]) -> list[str]:
-    """A cache level with several regimes inside its cache (rule 6, schema 1.7): its range and each regime."""
+    """A cache level with several regimes inside its cache (rule 6): its range and each regime."""
     lines = []
     for e in entries:
         regimes, span = e.get("regimes"), e.get("range_gbytes_per_s")
@@ -211,7 +211,7 @@ def _memory_sections(entries: list[dict]) -> list[str]:
 
 
 def _is_int_entry(e: dict) -> bool:
-    """An integer-operation roof (schema 1.3): its gflops_per_s is GIOP/s."""
+    """An integer-operation roof: its gflops_per_s is GIOP/s."""
     return e.get("unit") == "GIOP/s" or e.get("precision") in ("int32", "int64")
 
 
@@ -340,7 +340,7 @@ def _sustained_section(ceilings: dict) -> list[str]:
 
 
 def _rated_section(doc: dict) -> list[str]:
-    """Every ceiling as a percentage of its rated value (schema 1.2), with how each rated value was derived.
+    """Every ceiling as a percentage of its rated value, with how each rated value was derived.
 
     Files from before 1.2 carry rated peaks only in ``metadata.backend_info.rated``;
     those are matched to the ceilings here as they always were.

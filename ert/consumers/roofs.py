@@ -55,13 +55,13 @@ def basis_label(precision: str | None, access: str | None) -> str:
 
 
 def _memory_entries(doc: dict) -> list[dict]:
-    """Memory levels only: link, peer and network levels (schema 1.6, with a ``kind``) are not memory roofs."""
+    """Memory levels only: link, peer and network levels (entries with a ``kind``) are not memory roofs."""
     return [e for e in doc.get("ceilings", {}).get("memory", []) if e.get("kind") is None]
 
 
 @dataclass(frozen=True)
 class TransferRoof:
-    """A link, peer or network level (schema 1.6): a bandwidth roof for bytes that cross it."""
+    """A link, peer or network level: a bandwidth roof for bytes that cross it."""
 
     level: str
     kind: str
@@ -108,7 +108,7 @@ def choose_basis(doc: dict, *, precision: str = "fp64", access: str = "rw") -> t
     Rule: the asked pair if measured; else the same access in another precision
     (fp64, fp32, fp16 order), since bytes per second barely depend on the type;
     else the asked precision with the other access; else the first pair present.
-    Entries without precision or access (allowed by schema 1.0) form their own pair.
+    Entries without precision or access (both optional in the schema) form their own pair.
     """
     bases = memory_bases(doc)
     if not bases:
@@ -141,8 +141,8 @@ def memory_roofs(doc: dict, *, precision: str = "fp64", access: str = "rw") -> t
 def is_vector_fp(entry: dict) -> bool:
     """Whether a compute entry is a floating-point roof of the vector units (what "the FP64 FMA roof" means).
 
-    Not: integer roofs (schema 1.3, ``unit: GIOP/s``), tensor-core roofs
-    (schema 1.5, ``pipe: tensor``), and measured mixes (entries with ``mix``).
+    Not: integer roofs (``unit: GIOP/s``), tensor-core roofs
+    (``pipe: tensor``), and measured mixes (entries with ``mix``).
     """
     return (entry.get("unit") != "GIOP/s" and entry.get("precision") not in ("int32", "int64")
             and entry.get("pipe", "vector") == "vector" and not entry.get("mix"))
@@ -194,7 +194,7 @@ def _extra_of(entry: dict) -> ExtraRoof | None:
                            if x)
         return ExtraRoof("tensor", precision, value, "GFLOP/s",
                          f"{precision.upper()} tensor" + (f" ({detail})" if detail else ""), entry)
-    if entry.get("mix"):  # schema 1.4: fma+add (GFLOP/s), int32+fp32 / int64+fp64 (GOP/s)
+    if entry.get("mix"):  # fma+add (GFLOP/s), int32+fp32 / int64+fp64 (GOP/s)
         return ExtraRoof("mix", precision, value, str(entry.get("unit", "GFLOP/s")),
                          f"{precision.upper()} {entry['mix']} mix", entry)
     if entry.get("unit") == "GIOP/s" or precision in ("int32", "int64"):
