@@ -4,14 +4,61 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from ert.errors import ErtError
+from ert.spec import timing_spread
 
 RAW_NAME = "raw.jsonl"
 RAW_VERSION = "1.0"
+
+
+def transfer_id(level: str, variant: str, nbytes: int, pair=None, pairs=None) -> str:
+    """A transfer record's id: ``level:variant:bytes``; ``level:variant:a-b:bytes`` for one pair of devices or
+    ranks; ``level:variant:a-b+c-d:bytes`` for several pairs at once (the network's injection)."""
+    if pairs:
+        return f"{level}:{variant}:{'+'.join(f'{a}-{b}' for a, b in pairs)}:{int(nbytes)}"
+    if pair is not None:
+        return f"{level}:{variant}:{pair[0]}-{pair[1]}:{int(nbytes)}"
+    return f"{level}:{variant}:{int(nbytes)}"
+
+
+def transfer_record(*, level: str, kind: str, variant: str, method: str, nbytes: int, moved_bytes: int,
+                    repeats: int, samples: list[float], valid: bool, check: str, noise_threshold: float,
+                    pair=None, pairs=None, **extra) -> dict:
+    """One raw.jsonl "transfer" record (links, peers and the network alike); ``extra`` adds optional keys
+    (transport, rank_seconds, round_trips ...). RAW.md describes every key."""
+    if not samples:
+        raise ValueError("a transfer record needs at least one sample")
+    spread = timing_spread(samples)
+    record = {
+        "type": "transfer",
+        "id": transfer_id(level, variant, nbytes, pair, pairs),
+        "level": level,
+        "kind": kind,
+        "variant": variant,
+        "method": method,
+        "bytes": int(nbytes),
+        "moved_bytes": int(moved_bytes),
+        "repeats": int(repeats),
+        "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
+        "samples": list(samples),
+        "valid": bool(valid),
+        "check": check,
+        "noisy": bool(spread > noise_threshold),
+        "spread": spread,
+    }
+    if pair is not None:
+        record["pair"] = [int(pair[0]), int(pair[1])]
+    if pairs:
+        record["pairs"] = [[int(a), int(b)] for a, b in pairs]
+    record.update(extra)
+    record["time"] = time.time()
+    return record
 
 
 class RawWriter:

@@ -15,7 +15,8 @@ import pytest
 from ert.analysis import transfers
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_links as cl
-from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
+from ert.measure import transfers as stage
+from ert.rawio import transfer_gbytes_per_s, transfer_latency_us, transfer_record
 from ert.backends import links
 
 _OK, _REASON, _DETAIL = cuda_mod.probe()
@@ -114,9 +115,9 @@ def test_link_rated_c2c_nvml_and_sysfs(tmp_path):
 
 
 def _rec(a, b, nbytes, seconds, *, on=True):
-    return links.transfer_record(level="peer-d2d", kind="peer", variant=cl.variant_of(on), method="m",
-                                 nbytes=nbytes, moved_bytes=nbytes, repeats=10, samples=[seconds, seconds * 1.01],
-                                 valid=True, check="ok", pair=(a, b), peer_access=on)
+    return transfer_record(level="peer-d2d", kind="peer", variant=cl.variant_of(on), method="m",
+                           nbytes=nbytes, moved_bytes=nbytes, repeats=10, samples=[seconds, seconds * 1.01],
+                           valid=True, check="ok", pair=(a, b), peer_access=on, noise_threshold=0.10)
 
 
 def test_peer_matrix_and_best_pair_from_records():
@@ -146,7 +147,10 @@ def test_peer_matrix_and_best_pair_from_records():
 def test_the_cuda_link_code_imports_and_its_host_logic_runs_without_a_gpu():
     # Only CupyLinks and its transfers touch CuPy; constructing one here fails (no GPU), nothing else does.
     assert cl.variant_of(False) == "staged" and cl.LINK_LEVELS == ("link-h2d", "link-d2h", "link-bidir")
-    assert hasattr(cuda_mod.CudaBackend, "transfer_levels") and hasattr(cuda_mod.CudaBackend, "link_rated")
+    from ert.backends import LinkBackend
+
+    assert callable(cuda_mod.CudaBackend.link_transfers) and callable(cuda_mod.CudaBackend.link_rated)
+    assert issubclass(cuda_mod.CudaBackend, LinkBackend)
 
 
 # ----------------------------------------------------------------------------- on a GPU (never run yet)
@@ -156,8 +160,9 @@ def gpu_links():
     records = []
     try:
         sizes = links.link_sizes(min_bytes=4096, max_bytes=256 << 20, per_octave=1)
-        backend.transfer_levels(sizes, min_seconds=0.01, repeats=3, emit=records.append)
-        rated = backend.link_rated()
+        stage.measure_transfers(backend.link_transfers(max(sizes)), sizes, min_seconds=0.01, samples=3,
+                                noise_threshold=0.10, max_remeasure=2, emit=records.append)
+        rated = backend.link_rated(stage.host_copy_reference(64 << 20))
     finally:
         backend.close()
     return records, rated

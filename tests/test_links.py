@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from ert.backends import links
-from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
+from ert.measure import transfers as stage
+from ert.rawio import transfer_gbytes_per_s, transfer_latency_us, transfer_record
 
 
 def test_sizes_are_geometric_page_multiples_and_increasing():
@@ -24,18 +25,18 @@ def test_sizes_are_geometric_page_multiples_and_increasing():
 
 
 def test_record_follows_the_contract_and_its_rate_and_latency():
-    r = links.transfer_record(level="link-bidir", kind="link", variant="pinned", method="m", nbytes=1 << 20,
-                              moved_bytes=2 << 20, repeats=10, samples=[0.002, 0.0021, 0.0025], valid=True,
-                              check="ok")
+    r = transfer_record(level="link-bidir", kind="link", variant="pinned", method="m", nbytes=1 << 20,
+                        moved_bytes=2 << 20, repeats=10, samples=[0.002, 0.0021, 0.0025], valid=True,
+                        check="ok", noise_threshold=0.10)
     assert r["id"] == "link-bidir:pinned:1048576" and r["type"] == "transfer"
     assert r["seconds"] == {"min": 0.002, "median": 0.0021, "max": 0.0025}
     assert math.isclose(r["spread"], 0.25) and r["noisy"]
     # 2 MiB moved x 10 repeats in 2 ms (best sample)
     assert math.isclose(transfer_gbytes_per_s(r), (2 << 20) * 10 / 0.002 / 1e9)
     assert math.isclose(transfer_latency_us(r), 210.0)
-    peer = links.transfer_record(level="peer-d2d", kind="peer", variant="p2p", method="m", nbytes=4096,
-                                 moved_bytes=4096, repeats=1, samples=[1e-5], valid=True, check="ok", pair=(0, 1),
-                                 peer_access=True)
+    peer = transfer_record(level="peer-d2d", kind="peer", variant="p2p", method="m", nbytes=4096,
+                           moved_bytes=4096, repeats=1, samples=[1e-5], valid=True, check="ok", pair=(0, 1),
+                           peer_access=True, noise_threshold=0.10)
     assert peer["id"] == "peer-d2d:p2p:0-1:4096" and peer["pair"] == [0, 1] and peer["peer_access"] is True
     assert not peer["noisy"] and peer["spread"] == 0
 
@@ -84,7 +85,8 @@ def test_measure_transfers_emits_in_size_order_skips_known_ids_and_flags_a_faile
     good, broken = _HostCopy(), _HostCopy(broken=True)
     broken.variant = "broken"
     out = []
-    n = links.measure_transfers([good, broken], [16384, 4096, 65536], min_seconds=1e-4, samples=3, emit=out.append,
+    n = stage.measure_transfers([good, broken], [16384, 4096, 65536], min_seconds=1e-4, samples=3,
+                                noise_threshold=10.0, max_remeasure=1, emit=out.append,
                                 skip={"link-h2d:copy:16384"})
     assert n == 5 and [r["bytes"] for r in out] == [4096, 4096, 16384, 65536, 65536]
     assert good.prepared == [4096, 65536]
@@ -159,5 +161,5 @@ def test_sysfs_of_this_machine_is_read_without_error():
 
 
 def test_host_copy_reference_is_a_positive_rate():
-    ref = links.host_copy_reference(1 << 20, min_seconds=0.002, samples=2)
+    ref = stage.host_copy_reference(1 << 20, min_seconds=0.002, samples=2)
     assert ref["bytes"] == 1 << 20 and ref["gbytes_per_s"] > 0.5

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import pyopencl_importable
 from ert.backends import links
+from ert.measure import transfers as stage
 from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
 
 pytestmark = [pytest.mark.skipif(not pyopencl_importable(), reason="pyopencl is not importable here"),
@@ -26,13 +27,16 @@ def measured():
 
     backend = ocl.create(config=from_dict({"opencl": {"cpu_reference": False}}))
     records = []
+    policy = {"min_seconds": 0.002, "noise_threshold": 0.25, "max_remeasure": 1}
     try:
-        count = backend.transfer_levels(SIZES, min_seconds=0.002, repeats=3, emit=records.append)
-        rated = backend.link_rated()
+        count = stage.measure_transfers(backend.link_transfers(max(SIZES)), SIZES, samples=3,
+                                        emit=records.append, **policy)
+        rated = backend.link_rated(stage.host_copy_reference(max(SIZES), min_seconds=0.002, samples=3))
         # Resume: every id already measured is skipped, the rest are measured.
         done = {r["id"] for r in records if r["bytes"] != SIZES[-1]}
         again = []
-        backend.transfer_levels(SIZES, min_seconds=0.002, repeats=2, emit=again.append, skip=done)
+        stage.measure_transfers(backend.link_transfers(max(SIZES)), SIZES, samples=2, emit=again.append,
+                                skip=done, **policy)
     finally:
         backend.close()
     return backend, count, records, rated, again
@@ -57,7 +61,7 @@ def test_every_level_and_variant_at_every_size_is_valid_with_unique_ids(measured
 
 def test_rates_are_within_the_range_of_a_host_memory_copy(measured):
     _, _, records, _, _ = measured
-    reference = {n: links.host_copy_reference(n, min_seconds=0.002, samples=3)["gbytes_per_s"] for n in SIZES}
+    reference = {n: stage.host_copy_reference(n, min_seconds=0.002, samples=3)["gbytes_per_s"] for n in SIZES}
     for r in records:
         ratio = transfer_gbytes_per_s(r) / reference[r["bytes"]]
         # A memory copy through PoCL: its per-command cost slows the small ones, two threads speed bidir.

@@ -148,8 +148,34 @@ def test_nic_rates_from_sysfs(tmp_path):
 
 
 # ----------------------------------------------------------------------------- the stage, with a real copy
+class _NumpyCopy:
+    """One link level of the test backend: a real numpy copy between two host arrays, timed and checked."""
+
+    kind, variant, method, directions = "link", "copy", "numpy copyto", 1
+
+    def __init__(self, level, max_bytes):
+        self.level = level
+        self.extra = {"transport": "memory copy in host memory (a test backend, not a bus)"}
+        self.src = (np.arange(max_bytes) % 251).astype(np.uint8)
+        self.dst = np.zeros(max_bytes, dtype=np.uint8)
+
+    def prepare(self, nbytes):
+        self.n = nbytes
+        self.dst[:nbytes] = 0
+
+    def time(self, count):
+        t0 = time.perf_counter()
+        for _ in range(count):
+            np.copyto(self.dst[:self.n], self.src[:self.n])
+        return time.perf_counter() - t0
+
+    def check(self):
+        ok = bool(np.array_equal(self.dst[:self.n], self.src[:self.n]))
+        return ok, "copy equals source" if ok else "differs"
+
+
 class NumpyLinks:
-    """A tiny real backend with the link hook: numpy memory copies, timed, checked (host memory both sides)."""
+    """A tiny real backend with the links capability: numpy memory copies (host memory both sides)."""
 
     name = "numpy-links"
     threads = 1
@@ -157,39 +183,11 @@ class NumpyLinks:
     def __init__(self):
         self.calls = []
 
-    def transfer_levels(self, sizes, *, min_seconds, repeats, emit, skip=frozenset()):
-        self.calls.append(list(sizes))
-        for level in ("link-h2d", "link-d2h"):
-            for size in sizes:
-                rid = f"{level}:copy:{size}"
-                if rid in skip:
-                    continue
-                src = (np.arange(size) % 251).astype(np.uint8)
-                dst = np.zeros(size, dtype=np.uint8)
-                n = 1
-                while True:
-                    t0 = time.perf_counter()
-                    for _ in range(n):
-                        np.copyto(dst, src)
-                    if time.perf_counter() - t0 >= min_seconds:
-                        break
-                    n *= 2
-                samples = []
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
-                    for _ in range(n):
-                        np.copyto(dst, src)
-                    samples.append(time.perf_counter() - t0)
-                ok = bool(np.array_equal(dst, src))
-                emit({"id": rid, "level": level, "kind": "link", "variant": "copy", "method": "numpy copyto",
-                      "bytes": size, "moved_bytes": size, "repeats": n,
-                      "seconds": {"min": min(samples), "median": sorted(samples)[len(samples) // 2],
-                                  "max": max(samples)},
-                      "samples": samples, "valid": ok, "check": "copy equals source" if ok else "differs",
-                      "noisy": False, "spread": (max(samples) - min(samples)) / min(samples),
-                      "transport": "memory copy in host memory (a test backend, not a bus)"})
+    def link_transfers(self, max_bytes):
+        self.calls.append(max_bytes)
+        return [_NumpyCopy(level, max_bytes) for level in ("link-h2d", "link-d2h")]
 
-    def link_rated(self):
+    def link_rated(self, reference=None):
         return {"link-h2d": {"gbytes_per_s": None, "derivation": "no rated value: host memory on both sides"}}
 
     def describe(self):
@@ -237,8 +235,21 @@ def test_links_stage_records_every_size_and_a_resume_skips_them(tmp_path):
     run_transfers(cfg=cfg, run_dir=run_dir, backend=again, comm=SerialComm())
     resumed = read_raw(run_dir)
     assert len(resumed.transfers) == 8
-    assert [r["id"] for r in resumed.transfers[-2:]] == ["link-d2h:copy:262144", "link-d2h:copy:1048576"]
+    assert [r["id"] for r in resumed.transfers[-2:]] == ["link-h2d:copy:1048576", "link-d2h:copy:1048576"]
     assert [e["level"] for e in build(resumed)["ceilings"]["memory"] if e.get("kind")] == ["link-h2d", "link-d2h"]
+
+
+def test_the_links_capability_is_a_declared_protocol():
+    from ert.backends import LinkBackend
+    from ert.backends.cuda import CudaBackend
+    from ert.backends.numba_cpu import NumbaCpuBackend
+    from ert.backends.opencl import OpenCLBackend
+
+    assert isinstance(NumpyLinks(), LinkBackend) and not isinstance(object(), LinkBackend)
+    for backend_cls in (CudaBackend, OpenCLBackend):
+        assert callable(backend_cls.link_transfers) and callable(backend_cls.link_rated)
+
+    assert not hasattr(NumbaCpuBackend, "link_transfers")  # the host is the host
 
 
 def test_a_backend_without_the_hook_and_one_rank_measure_nothing(tmp_path):

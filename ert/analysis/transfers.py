@@ -1,7 +1,7 @@
 """Transfer levels: host<->device links, peer GPUs and the network, from "transfer" records.
 
 Each (level, variant) of the raw "transfer" records (ert.measure.transfers,
-a device backend's ``transfer_levels``) becomes one entry of
+a device backend's ``link_transfers``) becomes one entry of
 ``ceilings.memory`` with a ``kind`` (link, peer or network): the plateau of
 its largest transfer sizes, its spread, the latency at its smallest size,
 the record ids it rests on, and its rated value where one is known.

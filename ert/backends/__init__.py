@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ert.backends.check import CheckResult
 from ert.errors import ErtError
@@ -71,6 +71,56 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release buffers."""
+
+
+class Transfer(Protocol):
+    """One (level, variant) of a device's links or peers: moves and times transfers of a given size.
+
+    ``prepare(nbytes)`` readies buffers (untimed; the destination poisoned, so
+    the check sees this size's copies); ``time(count)`` runs ``count``
+    transfers back to back and returns the seconds of the timed region (it
+    blocks until they are done); ``check()`` compares what arrived with the
+    source: (ok, text). The stage in ``ert.measure.transfers`` calibrates,
+    samples and records them: a backend only hands them over.
+    """
+
+    level: str
+    kind: str
+    variant: str
+    method: str
+    directions: int          # 2 for a bidirectional transfer (moved_bytes = 2 x bytes), else 1
+    extra: dict              # optional record keys: transport, pair, peer_access, devices ...
+
+    def prepare(self, nbytes: int) -> None: ...
+
+    def time(self, count: int) -> float: ...
+
+    def check(self) -> tuple[bool, str]: ...
+
+
+@runtime_checkable
+class LinkBackend(Protocol):
+    """The links capability (a device backend: CUDA, OpenCL); numba-cpu has none (the host is the host).
+
+    ``link_transfers(max_bytes)``: one ``Transfer`` per (level, variant), with
+    buffers for sizes up to ``max_bytes``, released by ``close()``.
+    ``link_rated(reference)``: level -> {"gbytes_per_s": value or None,
+    "derivation": text}; ``reference`` is this host's memory-copy rate
+    (``ert.measure.transfers.host_copy_reference``), which a CPU device's
+    "link" is set beside.
+    """
+
+    def link_transfers(self, max_bytes: int) -> list[Transfer]: ...
+
+    def link_rated(self, reference: dict | None = None) -> dict[str, dict]: ...
+
+
+def close_attr(owner, attr: str) -> None:
+    """``owner.attr.close()`` where it holds something (a link sweep's buffers), then None."""
+    held = getattr(owner, attr, None)
+    if held is not None:
+        held.close()
+        setattr(owner, attr, None)
 
 
 def grow_buffer(owner, attr: str, *, need_bytes: int, nbytes, allocate, release=None):

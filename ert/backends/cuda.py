@@ -16,7 +16,7 @@ import numpy as np
 
 from ert.backends import cuda_host as host
 from ert.backends import cuda_tensor
-from ert.backends import grow_buffer
+from ert.backends import close_attr, grow_buffer
 from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, relative_errors, replay_rw, ro_errors, ro_tolerance,
                                 rw_tolerance, verdict)
 from ert.spec import KernelSpec, is_integer
@@ -498,33 +498,25 @@ class CudaBackend:
             self._dev.write(self._data, element * spec.itemsize, bad)
 
     def close(self) -> None:
+        close_attr(self, "_links")
         self._data = None
         self._sums = None
         self._dev.close()
 
     # -- link and peer levels (issue 15; ert.backends.cuda_links) ---------------------------
-    def transfer_levels(self, sizes: list[int], *, min_seconds: float, repeats: int, emit,
-                        skip=frozenset(), noise_threshold: float = 0.10) -> int:
-        """Measure link-h2d, link-d2h and link-bidir (pinned and pageable) at every size and, on the
-        node's first rank where it sees two or more GPUs, peer-d2d between every ordered pair (peer
-        access on and off).  ``repeats`` timed samples per size, each of as many transfers as last
-        ``min_seconds``; ``emit`` gets each record as measured, smallest size first; ids in ``skip``
-        are not measured.  Returns the number of records emitted.  Never run on a GPU yet.
+    def link_transfers(self, max_bytes: int) -> list:
+        """link-h2d, link-d2h and link-bidir (pinned and pageable) and, on the node's first rank where it
+        sees two or more GPUs, peer-d2d between every ordered pair (peer access on and off); buffers for
+        up to ``max_bytes``, released by ``close``. ert.measure.transfers times them. Never run on a GPU yet.
         """
-        from ert.backends import cuda_links, links
+        from ert.backends import cuda_links
 
-        sizes = sorted({int(s) for s in sizes})
-        if not sizes:
-            return 0
-        sweep = cuda_links.CupyLinks(index=self._dev.index, max_bytes=max(sizes), peers=self.local_rank == 0)
-        try:
-            self._topology = sweep.topology
-            return links.measure_transfers(sweep.transfers(), sizes, min_seconds=min_seconds, samples=repeats,
-                                           emit=emit, skip=skip, noise_threshold=noise_threshold)
-        finally:
-            sweep.close()
+        close_attr(self, "_links")
+        self._links = cuda_links.CupyLinks(index=self._dev.index, max_bytes=max_bytes, peers=self.local_rank == 0)
+        self._topology = self._links.topology
+        return self._links.transfers()
 
-    def link_rated(self) -> dict[str, dict]:
+    def link_rated(self, reference: dict | None = None) -> dict[str, dict]:
         """level -> {"gbytes_per_s", "derivation"}: NVLink-C2C or PCIe (NVML, else sysfs) for the links; the
         best pair's NVLinks (or PCIe) for peer-d2d where peers were measured."""
         from ert.backends import cuda_links

@@ -1,10 +1,10 @@
-"""Host<->device and device<->device transfer levels: the sweep over sizes, transfer records and rated link rates.
+"""Host<->device and device<->device transfer levels: sizes, the data pattern and its check, rated link rates.
 
-Shared by the device backends' ``transfer_levels`` hooks (``ert.backends.opencl_links``,
-``ert.backends.cuda_links``).  Everything here is host logic: a backend supplies
-one ``Transfer`` per (level, variant), which moves the bytes and times them on
-its device, and ``measure_transfers`` does the rest (calibration, samples,
-checks, records) in one place for every runtime.
+Shared by the device backends' ``link_transfers`` (``ert.backends.opencl_links``,
+``ert.backends.cuda_links``).  A backend supplies one ``ert.backends.Transfer``
+per (level, variant), which moves the bytes and times them on its device;
+``ert.measure.transfers`` does the rest (calibration, samples, checks,
+records) in one place for every runtime.
 
 Words (as in raw.jsonl's "transfer" records): a **transfer** is one copy of
 ``bytes``; a **sample** times ``repeats`` transfers back to back (``repeats``
@@ -19,23 +19,12 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
 
 import numpy as np
 
-from ert.spec import timing_spread
-
 LEVELS = ("link-h2d", "link-d2h", "link-bidir", "peer-d2d")
-# Transfers per sample never exceed this: enqueueing one costs the host ~2-5 us (Python, driver), so more
-# would spend seconds queueing 4 KiB copies that the device finishes in a fraction of that.
-MAX_REPEATS = 4096
-NOISE_THRESHOLD = 0.10
-# Further attempts at a size whose samples spread more than the noise threshold.
-NOISY_RETRIES = 2
 
 
 # ----------------------------------------------------------------------------- sizes
@@ -59,46 +48,6 @@ def link_sizes(*, min_bytes: int = 4096, max_bytes: int = 256 << 20, per_octave:
             out.append(size)
         k += 1
     return out
-
-
-# ----------------------------------------------------------------------------- arithmetic
-def record_id(level: str, variant: str, nbytes: int, pair: tuple[int, int] | None = None) -> str:
-    """``level:variant:bytes``, or ``level:variant:a-b:bytes`` for a device pair."""
-    if pair is not None:
-        return f"{level}:{variant}:{pair[0]}-{pair[1]}:{nbytes}"
-    return f"{level}:{variant}:{nbytes}"
-
-
-def transfer_record(*, level: str, kind: str, variant: str, method: str, nbytes: int, moved_bytes: int,
-                    repeats: int, samples: list[float], valid: bool, check: str,
-                    noise_threshold: float = NOISE_THRESHOLD, pair: tuple[int, int] | None = None,
-                    **extra) -> dict:
-    """One raw.jsonl "transfer" record (the issue-15 contract); ``extra`` adds optional keys (transport, ...)."""
-    if not samples:
-        raise ValueError("a transfer record needs at least one sample")
-    spread = timing_spread(samples)
-    record = {
-        "type": "transfer",
-        "id": record_id(level, variant, nbytes, pair),
-        "level": level,
-        "kind": kind,
-        "variant": variant,
-        "method": method,
-        "bytes": int(nbytes),
-        "moved_bytes": int(moved_bytes),
-        "repeats": int(repeats),
-        "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
-        "samples": list(samples),
-        "valid": bool(valid),
-        "check": check,
-        "noisy": bool(spread > noise_threshold),
-        "spread": spread,
-    }
-    if pair is not None:
-        record["pair"] = [int(pair[0]), int(pair[1])]
-    record.update(extra)
-    record["time"] = time.time()
-    return record
 
 
 # ----------------------------------------------------------------------------- data and its check
@@ -126,112 +75,6 @@ def compare(got: np.ndarray, expected: np.ndarray, *, what: str) -> tuple[bool, 
     first = int(np.flatnonzero(got != expected)[0])
     return False, (f"{what}: byte {first} of {got.size} is {int(got[first])}, the source holds "
                    f"{int(expected[first])}")
-
-
-# ----------------------------------------------------------------------------- the sweep
-class Transfer(Protocol):
-    """One (level, variant) of a device: moves and times transfers of a given size.
-
-    ``prepare(nbytes)`` readies buffers (untimed; the destination poisoned, so
-    the check sees this size's copies); ``time(count)`` runs ``count``
-    transfers back to back and returns the seconds of the timed region (it
-    blocks until they are done); ``check()`` compares what arrived with the
-    source: (ok, text).
-    """
-
-    level: str
-    kind: str
-    variant: str
-    method: str
-    directions: int          # 2 for a bidirectional transfer (moved_bytes = 2 x bytes), else 1
-    extra: dict              # optional record keys: transport, pair, peer_access, devices ...
-
-    def prepare(self, nbytes: int) -> None: ...
-
-    def time(self, count: int) -> float: ...
-
-    def check(self) -> tuple[bool, str]: ...
-
-
-def calibrate(transfer: Transfer, *, min_seconds: float) -> tuple[int, float]:
-    """(repeats, seconds): transfers per sample, doubled until a sample lasts ``min_seconds`` (the runs warm up)."""
-    count = 1
-    while True:
-        seconds = transfer.time(count)
-        if seconds >= min_seconds or count >= MAX_REPEATS:
-            return count, seconds
-        grow = 2 if seconds <= 0 else min(16, max(2, int(min_seconds / seconds * 1.2)))
-        count = min(MAX_REPEATS, count * grow)
-
-
-def measure_one(transfer: Transfer, nbytes: int, *, min_seconds: float, samples: int,
-                noise_threshold: float = NOISE_THRESHOLD) -> dict:
-    """The record of one (level, variant, size): prepare, calibrate, ``samples`` timed samples (again, up to
-    NOISY_RETRIES times, while they spread more than ``noise_threshold``), check."""
-    transfer.prepare(nbytes)
-    repeats, _ = calibrate(transfer, min_seconds=min_seconds)
-    timed = [transfer.time(repeats) for _ in range(samples)]
-    for _ in range(NOISY_RETRIES):
-        # A noisy size is timed again (as the sweep's driver does), and the quietest attempt kept.
-        if timing_spread(timed) <= noise_threshold:
-            break
-        again = [transfer.time(repeats) for _ in range(samples)]
-        if timing_spread(again) < timing_spread(timed):
-            timed = again
-    ok, text = transfer.check()
-    extra = dict(transfer.extra)
-    pair = extra.pop("pair", None)
-    return transfer_record(level=transfer.level, kind=transfer.kind, variant=transfer.variant,
-                           method=transfer.method, nbytes=nbytes, moved_bytes=nbytes * transfer.directions,
-                           repeats=repeats, samples=timed, valid=ok, check=text, noise_threshold=noise_threshold,
-                           pair=pair, **extra)
-
-
-def measure_transfers(transfers: list[Transfer], sizes: list[int], *, min_seconds: float, samples: int,
-                      emit: Callable[[dict], None], skip=frozenset(),
-                      noise_threshold: float = NOISE_THRESHOLD) -> int:
-    """Measure every transfer at every size, smallest size first; ``emit`` each record as it is measured.
-
-    Ids in ``skip`` (already in raw.jsonl: a resumed run) are not measured
-    again.  Returns the number of records emitted.
-    """
-    emitted = 0
-    for nbytes in sorted(set(int(s) for s in sizes)):
-        for transfer in transfers:
-            pair = transfer.extra.get("pair")
-            if record_id(transfer.level, transfer.variant, nbytes, pair) in skip:
-                continue
-            emit(measure_one(transfer, nbytes, min_seconds=min_seconds, samples=samples,
-                             noise_threshold=noise_threshold))
-            emitted += 1
-    return emitted
-
-
-def host_copy_reference(nbytes: int, *, min_seconds: float = 0.02, samples: int = 5) -> dict:
-    """numpy's copy of ``nbytes`` between two host arrays on this host (one thread): the memory-copy rate
-    a CPU device's "link" is compared with.  {"what", "bytes", "gbytes_per_s"} at the best sample."""
-    src = pattern(nbytes).copy()
-    dst = np.empty_like(src)
-    np.copyto(dst, src)  # first touch, untimed
-    count = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(count):
-            np.copyto(dst, src)
-        seconds = time.perf_counter() - start
-        if seconds >= min_seconds or count >= MAX_REPEATS:
-            break
-        count *= 2
-    best = min(_timed_copies(dst, src, count) for _ in range(samples))
-    return {"what": "numpy.copyto between two host arrays, one thread", "bytes": int(nbytes),
-            "gbytes_per_s": round(nbytes * count / best / 1e9, 3)}
-
-
-def _timed_copies(dst, src, count: int) -> float:
-    start = time.perf_counter()
-    for _ in range(count):
-        np.copyto(dst, src)
-    return time.perf_counter() - start
 
 
 # ----------------------------------------------------------------------------- rated link rates

@@ -8,7 +8,7 @@ from importlib import resources
 
 import numpy as np
 
-from ert.backends import grow_buffer
+from ert.backends import close_attr, grow_buffer
 from ert.backends.opencl_devices import (EXTENSION_OF, build_program, cache_hints, cpu_reference, device_info,
                                          fused_multiply_adds, is_pocl, precisions_of, probe, select_device,
                                          type_name)
@@ -102,7 +102,7 @@ class OpenCLBackend:
         self._cpu_reference: dict | None = None
         # One reference per node (rank 0 of it): ranks measuring at once would slow each other.
         self._want_reference = self.options.cpu_reference and local_rank == 0
-        self._link_reference: dict | None = None  # numpy's host copy rate, for a CPU device's link levels
+        self._links = None  # the link sweep (ert.backends.opencl_links), while links are measured
 
     def unsupported_reason(self, precision: str) -> str:
         """Why this device cannot run ``precision`` (the driver skips those points, or refuses the run)."""
@@ -363,6 +363,7 @@ class OpenCLBackend:
         self._cl.enqueue_copy(self.queue, target, bad, dst_offset=index * dtype.itemsize).wait()
 
     def close(self) -> None:
+        close_attr(self, "_links")
         for attr in ("_buf", "_sums"):
             if getattr(self, attr) is not None:
                 getattr(self, attr).release()
@@ -370,47 +371,26 @@ class OpenCLBackend:
         self.queue.finish()
 
     # -- link levels (issue 15) ------------------------------------------------------
-    def transfer_levels(self, sizes: list[int], *, min_seconds: float, repeats: int, emit,
-                        skip=frozenset(), noise_threshold: float = 0.10) -> int:
-        """Measure link-h2d, link-d2h and link-bidir (variants ``copy`` and ``mapped``) at every size.
+    def link_transfers(self, max_bytes: int) -> list:
+        """link-h2d, link-d2h and link-bidir, variants ``copy`` and ``mapped``, with buffers for up to
+        ``max_bytes`` (released by ``close``); ert.measure.transfers times them. See ert.backends.opencl_links."""
+        from ert.backends import opencl_links
 
-        ``repeats`` timed samples per size (the config's timing.repeats), each of
-        as many transfers as last ``min_seconds``; ``emit`` gets each record as
-        it is measured, smallest size first; ids in ``skip`` are not measured.
-        Returns the number of records emitted.  See ert.backends.opencl_links.
-        """
-        from ert.backends import links, opencl_links
-
-        sizes = sorted({int(s) for s in sizes})
-        if not sizes:
-            return 0
-        todo = [s for s in sizes
-                if any(links.record_id(level, variant, s) not in skip
-                       for level in ("link-h2d", "link-d2h", "link-bidir") for variant in ("copy", "mapped"))]
-        self._link_max_bytes = max(sizes)
-        if not todo:
-            return 0
-        if max(todo) > self.info["max_alloc_bytes"]:
-            raise ErtError(f"a {max(todo)} byte transfer exceeds the largest buffer OpenCL device "
+        if max_bytes > self.info["max_alloc_bytes"]:
+            raise ErtError(f"a {max_bytes} byte transfer exceeds the largest buffer OpenCL device "
                            f"{self.info['device']!r} allocates ({self.info['max_alloc_bytes']} bytes)",
                            key="links.max_bytes")
-        sweep = opencl_links.OpenCLLinks(cl=self._cl, context=self.context, device=self.device,
-                                         max_bytes=max(todo))
-        try:
-            return links.measure_transfers(sweep.transfers(), todo, min_seconds=min_seconds, samples=repeats,
-                                           emit=emit, skip=skip, noise_threshold=noise_threshold)
-        finally:
-            sweep.close()
+        close_attr(self, "_links")
+        self._links = opencl_links.OpenCLLinks(cl=self._cl, context=self.context, device=self.device,
+                                               max_bytes=max_bytes)
+        return self._links.transfers()
 
-    def link_rated(self) -> dict[str, dict]:
+    def link_rated(self, reference: dict | None = None) -> dict[str, dict]:
         """level -> {"gbytes_per_s": value or None, "derivation": text}: PCIe from sysfs on a GPU; on a CPU
-        device no rated value, with this host's numpy memory copy rate beside it (``reference``)."""
-        from ert.backends import links, opencl_links
+        device no rated value, with ``reference`` (this host's memory-copy rate) beside it."""
+        from ert.backends import opencl_links
 
-        if self.kind == "cpu" and self._link_reference is None:
-            size = min(getattr(self, "_link_max_bytes", 0) or (64 << 20), 256 << 20)
-            self._link_reference = links.host_copy_reference(size)
-        return opencl_links.link_rated(self.device, reference=self._link_reference)
+        return opencl_links.link_rated(self.device, reference=reference if self.kind == "cpu" else None)
 
     # -- metadata -------------------------------------------------------------------
     def describe(self) -> dict:

@@ -407,7 +407,8 @@ def cpu_reference(*, threads: int, timeout_seconds: float = 120.0) -> dict:
     threads (the OpenCL driver's).  Returns {"gflops_per_s": ...} or
     {"error": "..."}; never raises.
     """
-    cmd = [sys.executable, "-m", "ert.backends.opencl_devices", "--cpu-reference", str(max(1, threads))]
+    # The child runs ert.measure.reference (the measuring engine's side of the pipe; a process, not an import).
+    cmd = [sys.executable, "-m", "ert.measure.reference", "--cpu-reference", str(max(1, threads))]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_seconds)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -417,41 +418,3 @@ def cpu_reference(*, threads: int, timeout_seconds: float = 120.0) -> dict:
         return json.loads(lines[-1])
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return {"error": f"numba-cpu reference failed: {type(exc).__name__}: {_short(exc)}"}
-
-
-def _measure_cpu_reference(threads: int) -> dict:
-    """FP64, 32 FMAs per element, an L1-sized block per thread: the numba-cpu compute peak."""
-    from ert.backends import REGISTRY
-    from ert.spec import KernelSpec
-
-    status = REGISTRY.status("numba-cpu")
-    if not status.available:
-        return {"error": f"numba-cpu is not available: {status.reason}"}
-    backend = REGISTRY.create("numba-cpu", threads=threads)
-    spec = KernelSpec("fp64", 64, True, "rw")
-    per_thread = 16 * 1024 // spec.itemsize
-    backend.prepare(spec, elements_per_thread=per_thread)
-    trials = 1
-    while backend.run(trials) < 0.02:
-        trials *= 2
-    seconds = min(backend.run(trials) for _ in range(5))  # a shared host only ever slows it down
-    if not backend.check().ok:
-        return {"error": "numba-cpu reference kernel failed its check"}
-    gflops = spec.gflops_per_s(elements=per_thread * threads, trials=trials, seconds=seconds)
-    out = {"backend": "numba-cpu", "kernel": spec.key, "threads": threads, "gflops_per_s": round(gflops, 2)}
-    try:
-        # What these cores can physically do (ert.backends.cpu_rated's table x the measured clock):
-        # an OpenCL CPU device runs on the same cores, so its ceilings are rated against it too.
-        out["rated"] = backend.rated()
-    except Exception as exc:  # noqa: BLE001 - a reference without a rated value is still a reference
-        out["rated_error"] = f"{type(exc).__name__}: {_short(exc)}"
-    backend.close()
-    return out
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--cpu-reference":
-        print(json.dumps(_measure_cpu_reference(int(sys.argv[2]))))
-    else:
-        print("usage: python -m ert.backends.opencl_devices --cpu-reference THREADS", file=sys.stderr)
-        sys.exit(2)

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ert.measure import timing as timing_engine
 from ert.measure.adaptive import AdaptivePlanner
 from ert.config import RunConfig, Timing
 from ert.measure.progress import Progress
@@ -44,22 +45,15 @@ def _timed(backend, comm, trials: int) -> tuple[float, list[float]]:
 
 
 def calibrate(backend, comm, *, min_seconds: float, start_trials: int = 1) -> tuple[int, float]:
-    """Double the trial count until a timed region lasts at least ``min_seconds``.
+    """Double the trial count until a timed region (the slowest rank's) lasts at least ``min_seconds``.
 
-    The runs double as warm-up.  A region that reaches ``min_seconds`` is timed
-    once more and the faster of the two decides, so one region stretched by a
-    disturbance (a descheduled thread) cannot fix the trial count far too low.
+    ``ert.measure.timing.calibrate`` with ``confirm``: a region that reaches
+    ``min_seconds`` is timed once more and the faster of the two decides.
     ``start_trials`` (a guess from a similar point) skips the first doublings.
     Returns (trials, seconds of the faster last run).
     """
-    trials = max(1, min(int(start_trials), MAX_TRIALS))
-    while True:
-        seconds, _ = _timed(backend, comm, trials)
-        if seconds >= min_seconds:
-            seconds = min(seconds, _timed(backend, comm, trials)[0])
-        if seconds >= min_seconds or trials >= MAX_TRIALS:
-            return trials, seconds
-        trials *= 2
+    return timing_engine.calibrate(lambda n: _timed(backend, comm, n)[0], min_seconds=min_seconds,
+                                   start=start_trials, max_count=MAX_TRIALS, confirm=True, jump=False)
 
 
 def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurement:

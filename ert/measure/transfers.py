@@ -4,9 +4,11 @@ Run by ert-run after the sweep (and after the sustained holds).  Every
 measured size becomes one "transfer" record in raw.jsonl, appended as it is
 measured (rank 0 writes); a resumed run skips the ids already there.
 
-Links: a device backend may have ``transfer_levels(sizes, *, min_seconds,
-repeats, emit, skip)`` (and ``link_rated()``); rank 0's backend measures its
-own device.  numba-cpu has none: the host is the host.
+Links: a device backend with the links capability (``ert.backends.LinkBackend``)
+hands over one ``Transfer`` per (level, variant) of rank 0's device; this
+stage calibrates, samples, checks and records them through the one engine
+(``ert.measure.timing``), with the config's noise policy.  numba-cpu has none:
+the host is the host.
 
 The network: MPI point-to-point ping-pong between a rank pair on one node
 (``net-intra-node``) and a pair on two nodes (``net-inter-node``), and the
@@ -22,16 +24,21 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 import time
 from pathlib import Path
 
+import numpy as np
+
+from ert.backends import LinkBackend
 from ert.errors import ErtError
-from ert.rawio import RAW_NAME, RawWriter, read_raw, transfer_gbytes_per_s, transfer_latency_us
-from ert.spec import timing_spread
+from ert.measure import timing
+from ert.rawio import (RAW_NAME, RawWriter, read_raw, transfer_gbytes_per_s, transfer_id, transfer_latency_us,
+                       transfer_record)
 
 NODE_OVERRIDE_VAR = "ERT_TEST_NODE_ID"
-MAX_REPEATS = 1 << 22
+# Link transfers per sample never exceed this: enqueueing one costs the host ~2-5 us (Python, driver), so
+# more would spend seconds queueing 4 KiB copies that the device finishes in a fraction of that.
+LINK_MAX_REPEATS = 4096
 _EXPR_RE = re.compile(r"^\s*rank\s*(%|//)\s*([1-9][0-9]*)\s*$")
 
 
@@ -114,9 +121,10 @@ def header_metadata(cfg, backend, comm) -> dict:
     import socket
 
     out: dict = {}
-    if "links" in cfg.levels and hasattr(backend, "link_rated"):
+    if "links" in cfg.levels and isinstance(backend, LinkBackend):
         try:
-            out["link_rated"] = backend.link_rated()
+            reference = host_copy_reference(min(cfg.transfer.max_bytes, 256 << 20))
+            out["link_rated"] = backend.link_rated(reference)
         except Exception as exc:  # noqa: BLE001 - a rated table is a nicety; the levels still run
             out["link_rated_error"] = f"{type(exc).__name__}: {exc}"
     if "network" in cfg.levels and comm.size > 1:
@@ -152,12 +160,12 @@ def _cuda_aware(cfg) -> bool:
 # ---------------------------------------------------------------------------- the stage
 def run_transfers(*, cfg, run_dir: Path, backend, comm, progress=None) -> bool:
     """Measure the link and network levels the config asks for; True if interrupted."""
-    want_links = "links" in cfg.levels and hasattr(backend, "transfer_levels")
+    want_links = "links" in cfg.levels and isinstance(backend, LinkBackend)
     want_network = "network" in cfg.levels and comm.size > 1
     if progress and comm.rank == 0:
         if "network" in cfg.levels and comm.size == 1:
             progress.say("network: not measured (one rank; run under mpiexec with 2 or more ranks)")
-        if "links" in cfg.levels and not hasattr(backend, "transfer_levels"):
+        if "links" in cfg.levels and not isinstance(backend, LinkBackend):
             progress.say(f"links: not measured ({cfg.backend} has no host<->device link: the host is the host)")
     if not (want_links or want_network):
         return False
@@ -185,22 +193,76 @@ def run_transfers(*, cfg, run_dir: Path, backend, comm, progress=None) -> bool:
 
 
 def _links(cfg, backend, comm, writer, done, say) -> None:
-    """Rank 0's backend measures its device's links; the other ranks wait without spinning."""
+    """Rank 0's backend hands over its device's links; the other ranks wait without spinning."""
     if comm.rank == 0:
         sizes = cfg.transfer.sizes(cfg.transfer.max_bytes)
         say(f"links: {len(sizes)} sizes from {sizes[0]} B to {sizes[-1]} B")
 
         def emit(record: dict) -> None:
-            record = {"type": "transfer", **record}
-            record.setdefault("time", time.time())
             if writer:
                 writer.append(record)
             say(f"links: {record['level']} {record.get('variant', '')} {record['bytes']} B -> "
                 f"{transfer_gbytes_per_s(record):.2f} GB/s" + ("" if record.get("valid") else " CHECK FAILED"))
 
-        backend.transfer_levels(sizes, min_seconds=cfg.transfer.min_seconds, repeats=cfg.transfer.samples,
-                                emit=emit, skip=frozenset(done))
+        measure_transfers(backend.link_transfers(max(sizes)), sizes, min_seconds=cfg.transfer.min_seconds,
+                          samples=cfg.transfer.samples, noise_threshold=cfg.timing.noise_threshold,
+                          max_remeasure=cfg.timing.max_remeasure, emit=emit, skip=frozenset(done))
     _gentle_barrier(comm)
+
+
+def measure_transfer(transfer, nbytes: int, *, min_seconds: float, samples: int, noise_threshold: float,
+                     max_remeasure: int) -> dict:
+    """The record of one (level, variant, size): prepare, calibrate, sample (the engine's noise policy), check."""
+    transfer.prepare(nbytes)
+    count, _ = timing.calibrate(transfer.time, min_seconds=min_seconds, max_count=LINK_MAX_REPEATS)
+    got = timing.sample(transfer.time, count, samples=samples, noise_threshold=noise_threshold,
+                        max_remeasure=max_remeasure)
+    ok, text = transfer.check()
+    extra = dict(transfer.extra)
+    pair = extra.pop("pair", None)
+    return transfer_record(level=transfer.level, kind=transfer.kind, variant=transfer.variant,
+                           method=transfer.method, nbytes=nbytes, moved_bytes=nbytes * transfer.directions,
+                           repeats=count, samples=got.seconds, valid=ok, check=text,
+                           noise_threshold=noise_threshold, pair=pair, **extra)
+
+
+def measure_transfers(transfers: list, sizes: list[int], *, min_seconds: float, samples: int,
+                      noise_threshold: float, max_remeasure: int, emit, skip=frozenset()) -> int:
+    """Every transfer at every size, smallest size first; ``emit`` each record as it is measured.
+
+    Ids in ``skip`` (already in raw.jsonl: a resumed run) are not measured
+    again.  Returns the number of records emitted.
+    """
+    emitted = 0
+    for nbytes in sorted({int(s) for s in sizes}):
+        for transfer in transfers:
+            if transfer_id(transfer.level, transfer.variant, nbytes, transfer.extra.get("pair")) in skip:
+                continue
+            emit(measure_transfer(transfer, nbytes, min_seconds=min_seconds, samples=samples,
+                                  noise_threshold=noise_threshold, max_remeasure=max_remeasure))
+            emitted += 1
+    return emitted
+
+
+def host_copy_reference(nbytes: int, *, min_seconds: float = 0.02, samples: int = 5) -> dict:
+    """numpy's copy of ``nbytes`` between two host arrays on this host (one thread): the memory-copy rate
+    a CPU device's "link" is set beside.  {"what", "bytes", "gbytes_per_s"} at the best sample."""
+    from ert.backends.links import pattern
+
+    src = pattern(nbytes).copy()
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # first touch, untimed
+
+    def copies(count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            np.copyto(dst, src)
+        return time.perf_counter() - start
+
+    count, _ = timing.calibrate(copies, min_seconds=min_seconds, jump=False)
+    got = timing.sample(copies, count, samples=samples, noise_threshold=float("inf"), max_remeasure=0)
+    return {"what": "numpy.copyto between two host arrays, one thread", "bytes": int(nbytes),
+            "gbytes_per_s": round(nbytes * count / min(got.seconds) / 1e9, 3)}
 
 
 def _gentle_barrier(comm) -> None:
@@ -252,10 +314,6 @@ def _undefined():
     return MPI.UNDEFINED
 
 
-def _pair_tag(pairs) -> str:
-    return "+".join(f"{a}-{b}" for a, b in pairs)
-
-
 def _method(level: str, cuda_aware: bool) -> str:
     buffers = "CuPy device buffers (CUDA-aware MPI)" if cuda_aware else "numpy host buffers"
     if level == "net-injection":
@@ -283,7 +341,7 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
             partner, sending = local[a], False
     ping_pong = level != "net-injection"
     for size in sizes:
-        rid = f"{level}:{variant}:{_pair_tag(pairs)}:{size}"
+        rid = transfer_id(level, variant, size, pairs=pairs)
         if rid in done:
             continue
         pattern = ((np.arange(size, dtype=np.int64) * 7 + size) % 251).astype(np.uint8)
@@ -315,21 +373,30 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
                     sub.Send(ack, dest=partner, tag=4)
             return time.perf_counter() - t0
 
-        # Calibrate: double the repeats until the slowest rank's sample lasts min_seconds (also a warm-up).
-        n = 1
-        while True:
-            slowest = sub.allreduce(sample(n), op=_max())
-            if slowest >= cfg.transfer.min_seconds or n >= MAX_REPEATS:
-                break
-            n *= 2
-        samples, per_rank = [], []
-        for k in range(cfg.transfer.samples):
-            if k == cfg.transfer.samples - 1:
-                rbuf[...] = 0  # the checked sample starts from zeros: stale data cannot pass
-            mine = sample(n)
-            everyone = sub.allgather(mine)
-            samples.append(max(everyone))
-            per_rank.append(everyone)
+        # The engine: the slowest rank's seconds decide (every rank calibrates and samples in step, so
+        # they agree on the count and on each attempt); each rank's own seconds are kept per attempt.
+        attempts: list[list[list[float]]] = []
+
+        def timed(n: int) -> float:
+            everyone = sub.allgather(sample(n))
+            if attempts:
+                attempts[-1].append(everyone)
+            return max(everyone)
+
+        n, _ = timing.calibrate(timed, min_seconds=cfg.transfer.min_seconds)
+
+        def clear() -> None:
+            rbuf[...] = 0  # the checked sample starts from zeros: stale data cannot pass
+
+        def timed_sample(count: int) -> float:
+            if len(attempts) == 0 or len(attempts[-1]) == cfg.transfer.samples:
+                attempts.append([])
+            return timed(count)
+
+        got = timing.sample(timed_sample, n, samples=cfg.transfer.samples, noise_threshold=cfg.timing.noise_threshold,
+                            max_remeasure=cfg.timing.max_remeasure, before_last=clear)
+        per_rank = next(rows for rows in attempts if [max(r) for r in rows] == got.seconds)
+        samples = got.seconds
         # Check: ping-pong ranks see the pattern (echoed) in their receive buffer; stream receivers too.
         received = np.asarray(rbuf.get() if cuda_aware else rbuf)
         checks_here = partner is None or (not ping_pong and sending) or bool(np.array_equal(received, pattern))
@@ -338,7 +405,6 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
         if sub.Get_rank() == 0:
             record = _record(level, variant, pairs, size, n, samples, per_rank, ranks, ok, checks, ping_pong,
                              cfg, common)
-            record["id"] = rid
             if writer:
                 writer.append(record)
             rate = transfer_gbytes_per_s(record)
@@ -354,34 +420,17 @@ def _max():
 
 
 def _record(level, variant, pairs, size, n, samples, per_rank, ranks, ok, checks, ping_pong, cfg, common) -> dict:
-    spread = timing_spread(samples)
-    rec = {
-        "type": "transfer",
-        "id": "",
-        "level": level,
-        "kind": "network",
-        "variant": variant,
-        "method": _method(level, common["cuda_aware"]),
-        "bytes": size,
-        # ping-pong: one message per one-way trip; injection: every sender's message, summed.
-        "moved_bytes": size if ping_pong else size * len(pairs),
-        "repeats": 2 * n if ping_pong else n,
-        "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
-        "samples": samples,
-        "rank_seconds": {str(r): [row[i] for row in per_rank] for i, r in enumerate(ranks)},
-        "valid": ok,
-        "check": ("received data matched the sent pattern on every receiving rank" if ok else
-                  "received data differed on rank(s) " + ", ".join(str(r) for r, good in checks if not good)),
-        "noisy": spread > cfg.timing.noise_threshold,
-        "spread": spread,
-        **common,
-        "time": time.time(),
-    }
+    extra = {"rank_seconds": {str(r): [row[i] for row in per_rank] for i, r in enumerate(ranks)}, **common}
     if ping_pong:
-        rec["pair"] = list(pairs[0])
-        rec["round_trips"] = n
+        extra["round_trips"] = n
     else:
-        rec["pairs"] = [list(p) for p in pairs]
         # Each sender's own time: the aggregate (slowest rank) can be set beside every pair's own rate.
-        rec["pair_seconds_min"] = [min(row[ranks.index(a)] for row in per_rank) for a, _ in pairs]
-    return rec
+        extra["pair_seconds_min"] = [min(row[ranks.index(a)] for row in per_rank) for a, _ in pairs]
+    return transfer_record(
+        level=level, kind="network", variant=variant, method=_method(level, common["cuda_aware"]), nbytes=size,
+        # ping-pong: one message per one-way trip; injection: every sender's message, summed.
+        moved_bytes=size if ping_pong else size * len(pairs), repeats=2 * n if ping_pong else n, samples=samples,
+        valid=ok, check=("received data matched the sent pattern on every receiving rank" if ok else
+                         "received data differed on rank(s) " + ", ".join(str(r) for r, good in checks if not good)),
+        noise_threshold=cfg.timing.noise_threshold,
+        pair=pairs[0] if ping_pong else None, pairs=None if ping_pong else pairs, **extra)

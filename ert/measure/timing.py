@@ -1,0 +1,79 @@
+"""The one measuring engine: calibrate a repeat count, then take timed samples under one noise policy.
+
+Everything ert times goes through here: the sweep's kernels (``ert.measure.driver``),
+device links and peers, the host-copy reference a CPU device's links are set
+beside, the MPI network (``ert.measure.transfers``) and the numba-cpu reference
+an OpenCL CPU device is rated with (``ert.measure.reference``). Each hands over a
+closure ``timed(n) -> seconds`` that does ``n`` repeats of its work (a barrier
+and the slowest rank inside it, where ranks take part) and returns how long
+they took.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ert.spec import timing_spread
+
+Timed = Callable[[int], float]
+
+# Largest repeat count: 2**22 kernel trials or transfers per timed region (far beyond any region that
+# lasts a few milliseconds on real hardware; a cap so that a clock that never advances cannot hang a run).
+MAX_COUNT = 1 << 22
+
+
+@dataclass
+class Samples:
+    """Timed samples of ``count`` repeats each: the quietest attempt, how many were made, and its verdict."""
+
+    count: int
+    seconds: list[float]
+    spread: float
+    noisy: bool
+    attempts: int
+
+
+def calibrate(timed: Timed, *, min_seconds: float, start: int = 1, max_count: int = MAX_COUNT,
+              confirm: bool = False, jump: bool = True) -> tuple[int, float]:
+    """(count, seconds): the repeat count doubled from ``start`` until one sample lasts ``min_seconds``.
+
+    The runs warm up what is timed. With ``confirm``, a sample that reaches
+    ``min_seconds`` is timed once more and the faster of the two decides, so one
+    sample stretched by a disturbance (a descheduled thread) cannot fix the
+    count far too low. With ``jump``, a very short sample grows the count by up
+    to 16x at once (to what ``min_seconds`` asks, with 20 % to spare), so tiny
+    transfers do not take 20 doublings; without it the count doubles.
+    """
+    count = max(1, min(int(start), max_count))
+    while True:
+        seconds = timed(count)
+        if confirm and seconds >= min_seconds:
+            seconds = min(seconds, timed(count))
+        if seconds >= min_seconds or count >= max_count:
+            return count, seconds
+        grow = 2 if seconds <= 0 or not jump else min(16, max(2, int(min_seconds / seconds * 1.2)))
+        count = min(max_count, count * grow)
+
+
+def sample(timed: Timed, count: int, *, samples: int, noise_threshold: float, max_remeasure: int,
+           before_last: Callable[[], None] | None = None) -> Samples:
+    """``samples`` timed samples of ``count`` repeats; while they spread more than ``noise_threshold``,
+    up to ``max_remeasure`` more attempts, of which the quietest is kept (the others were disturbed by
+    something outside the work). ``before_last`` runs before each attempt's last sample (a check that
+    must see that sample's data: clear a receive buffer)."""
+    best: Samples | None = None
+    for attempt in range(max_remeasure + 1):
+        seconds = []
+        for k in range(samples):
+            if before_last is not None and k == samples - 1:
+                before_last()
+            seconds.append(timed(count))
+        spread = timing_spread(seconds)
+        current = Samples(count, seconds, spread, spread > noise_threshold, attempt + 1)
+        if best is None or current.spread < best.spread:
+            best = current
+        if not current.noisy:
+            break
+    best.attempts = attempt + 1
+    return best
