@@ -7,12 +7,11 @@ import json
 import math
 import os
 import re
-import tempfile
 from importlib import resources
-from pathlib import Path
 from typing import Any, Iterable
 
 from ert.errors import ErtError, parse_user_json, read_user_text
+from ert.files import CEILINGS_NAME, write_bytes_atomic, write_json_atomic, write_text_atomic  # noqa: F401
 
 SCHEMA_VERSION = "1.8"  # the one definition; ert.analysis.ceilings writes this version
 
@@ -205,80 +204,6 @@ def validate(doc: dict, *, path: object = None) -> None:
 # --------------------------------------------------------------------------- writing
 
 
-def _new_file_mode() -> int:
-    # The mode open() would give a new file; mkstemp's 0600 would surprise users
-    # who share run directories.  os.umask can only be read by setting it.
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def write_json_atomic(obj: Any, path: os.PathLike | str) -> None:
-    """Write ``obj`` as JSON (indent 2, trailing newline) so that ``path`` is never half-written.
-
-    The text goes to a temporary file in the same directory (so the final
-    rename stays on one filesystem), is fsynced, and then replaces ``path`` in
-    one os.replace.  Readers see either the old file or the new one.
-    """
-    try:
-        text = json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-    except ValueError as exc:
-        raise ErtError(f"cannot write as JSON: {exc}", path=path) from None
-    write_text_atomic(text, path)
-
-
-def write_text_atomic(text: str, path: os.PathLike | str) -> None:
-    """Write ``text`` (UTF-8) so that ``path`` is never half-written; see write_json_atomic."""
-    write_bytes_atomic(text.encode("utf-8"), path)
-
-
-def write_bytes_atomic(data: bytes, path: os.PathLike | str) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, and rename it over ``path``."""
-    target = Path(path)
-    directory = target.parent
-    try:
-        mode = target.stat().st_mode & 0o7777 if target.is_file() else _new_file_mode()
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            if hasattr(os, "fchmod"):
-                os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException as exc:
-        # Also on KeyboardInterrupt: never leave the temporary file behind.
-        try:
-            os.unlink(tmp_name)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable.  Best effort: not every platform or
-    # filesystem lets a directory be opened or fsynced.
-    flags = getattr(os, "O_DIRECTORY", None)
-    if flags is None:
-        return
-    try:
-        fd = os.open(directory, os.O_RDONLY | flags)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_ceilings(doc: dict, path: os.PathLike | str) -> None:
     """Validate ``doc`` and write it atomically to ``path``; an invalid doc leaves ``path`` untouched."""
     validate(doc, path=path)
@@ -302,6 +227,7 @@ def load_ceilings(path: os.PathLike | str) -> dict:
 
 
 __all__ = [
+    "CEILINGS_NAME",
     "SCHEMA_VERSION",
     "schema",
     "validate",

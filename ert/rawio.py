@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ert.errors import ErtError
-from ert.spec import timing_spread
+from ert.spec import KernelSpec, rates, timing_spread
 
 RAW_NAME = "raw.jsonl"
 RAW_VERSION = "1.0"
@@ -59,6 +59,29 @@ def transfer_record(*, level: str, kind: str, variant: str, method: str, nbytes:
     record.update(extra)
     record["time"] = time.time()
     return record
+
+
+def best_launches(points: list[dict]) -> list[dict]:
+    """One record per (kernel variant, working set): the fastest valid launch geometry.
+
+    Accelerator backends measure each working set at several launch
+    geometries (global x local size, blocks x threads), as ERT does; a ceiling
+    is what the best geometry sustains.  Records without a launch pass through.
+    Invalid records are kept so they are still counted and reported.
+    """
+    best: dict[tuple, dict] = {}
+    out: list[dict] = []
+    for rec in points:
+        if "launch" not in rec or not rec["valid"]:
+            out.append(rec)
+            continue
+        spec = KernelSpec.from_dict(rec["spec"])
+        key = (spec.key, rec["wss_bytes"])
+        # A tensor MMA moves no bytes: its geometries are compared by GFLOP/s.
+        if key not in best or (rates(rec).gflops_per_s > rates(best[key]).gflops_per_s if spec.tensor else
+                               rates(rec).gbytes_per_s > rates(best[key]).gbytes_per_s):
+            best[key] = rec
+    return out + list(best.values())
 
 
 class RawWriter:

@@ -64,8 +64,11 @@ def test_rates_are_within_the_range_of_a_host_memory_copy(measured):
     reference = {n: stage.host_copy_reference(n, min_seconds=0.002, samples=3)["gbytes_per_s"] for n in SIZES}
     for r in records:
         ratio = transfer_gbytes_per_s(r) / reference[r["bytes"]]
-        # A memory copy through PoCL: its per-command cost slows the small ones, two threads speed bidir.
-        assert 0.02 < ratio < 5, (r["id"], ratio)
+        # A memory copy through PoCL against numpy's one-thread copy: PoCL's threads speed it up at most
+        # by the cores there are (2 here, 0.8-2.0 measured on Zen 4); from 64 KiB it is bandwidth, not the
+        # per-command cost that can slow a 4 KiB copy tenfold on a busy host.
+        low = 0.02 if r["bytes"] < 65536 else 0.25
+        assert low < ratio < 4, (r["id"], ratio)
 
 
 def test_no_rated_value_but_the_host_copy_beside_it(measured):

@@ -14,7 +14,7 @@ from ert.measure.adaptive import AdaptivePlanner
 from ert.ceilings_io import load_ceilings, validate
 from ert.cli.run import _thread_counts
 from ert.config import load
-from ert.measure.driver import _cache_resident_bytes
+from ert.measure.driver import _cache_resident_bytes, cache_windows
 from ert.consumers.report import format_ceilings
 from ert.measure.modes import _plan_for
 
@@ -172,8 +172,10 @@ def test_adaptive_run_resumes_after_kill_9_and_finishes_its_plan(tmp_path):
     cfg = load(out / "config.yaml")
     threads = cfg.threads
     candidates = numba_plan(cfg, threads)
+    # As the driver builds it (numba-cpu's caches are the host's: None here).
     planner = AdaptivePlanner(candidates, growth=cfg.working_set.growth,
-                              cache_resident_bytes=_cache_resident_bytes(None, threads))
+                              cache_resident_bytes=_cache_resident_bytes(None, threads),
+                              cache_windows=cache_windows(None, threads))
     assert planner.next_batch(final) == []
     assert set(final) == {p.id for p in planner.planned}
     doc = load_ceilings(out / "ceilings.json")

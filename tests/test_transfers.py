@@ -305,13 +305,17 @@ def test_consumers_keep_transfer_levels_apart_from_memory_roofs(tmp_path):
 
 def test_plot_and_profile_use_the_link_roofs(tmp_path):
     from ert.consumers.appdata import read_ncu_csv
-    from ert.consumers.plot import plot_roofline
+    from ert.consumers.plot import _fmt_rate, plot_roofline
     from ert.consumers.profile import profile_kernel
 
     doc = _doc_with_transfers()
-    path = tmp_path / "roofline.png"
+    path = tmp_path / "roofline.svg"
     plot_roofline(doc, path)
-    assert path.stat().st_size > 10000
+    text = path.read_text()
+    # Every link and network level is drawn as its own labelled roof, at its measured rate.
+    for e in doc["ceilings"]["memory"]:
+        if e.get("kind"):
+            assert f"{e['level']} {e.get('variant', '')}".strip() + f" {_fmt_rate(e['gbytes_per_s'])} GB/s" in text
     # An ncu "raw" page of one kernel that streams host memory: 1e9 DP FMAs, 2 GB through sysmem sectors.
     csv = ('"ID","Kernel Name","gpu__time_duration.sum","dram__bytes.sum","lts__t_sectors_aperture_sysmem.sum",'
            '"sm__sass_thread_inst_executed_op_dfma_pred_on.sum","sm__sass_thread_inst_executed_op_dadd_pred_on.sum",'

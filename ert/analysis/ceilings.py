@@ -16,8 +16,8 @@ from ert.analysis.transfers import transfer_ceilings
 from ert.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.hwinfo import CacheInfo
-from ert.rawio import RAW_NAME, RawData
-from ert.spec import KernelSpec, is_integer, ops_unit, peak_spread, rates
+from ert.rawio import RAW_NAME, RawData, best_launches
+from ert.spec import is_integer, ops_unit, peak_spread, rates
 
 PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2, "int32": 3, "int64": 4}
 # A level whose plateau_spread (ert.spec) is above this is not flat:
@@ -220,7 +220,7 @@ def _changed_under_run(ceilings: list[dict], memory_name: str) -> list[str]:
     return warnings
 
 
-# A tensor ceiling's shape and types, from the MMA it ran (ert.backends.cuda_tensor.SHAPES).
+# A tensor ceiling's shape and types, from the MMA it ran (ert.spec.SHAPES).
 TENSOR_TYPES = {"fp16": ("f16", "f32"), "bf16": ("bf16", "f32"), "tf32": ("tf32", "f32"), "fp64": ("f64", "f64"),
                 "fp8": ("e4m3", "f32")}
 
@@ -304,29 +304,6 @@ def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
             warnings.append(f"{compute_name(c)} {ops_unit(c['precision'], c.get('mix'))} still rose >5 % at the "
                             f"largest FLOPs per element swept ({counts[-1]}); the peak may be higher")
     return warnings
-
-
-def best_launches(points: list[dict]) -> list[dict]:
-    """One record per (kernel variant, working set): the fastest valid launch geometry.
-
-    Accelerator backends measure each working set at several launch
-    geometries (global x local size, blocks x threads), as ERT does; a ceiling
-    is what the best geometry sustains.  Records without a launch pass through.
-    Invalid records are kept so they are still counted and reported.
-    """
-    best: dict[tuple, dict] = {}
-    out: list[dict] = []
-    for rec in points:
-        if "launch" not in rec or not rec["valid"]:
-            out.append(rec)
-            continue
-        spec = KernelSpec.from_dict(rec["spec"])
-        key = (spec.key, rec["wss_bytes"])
-        # A tensor MMA moves no bytes: its geometries are compared by GFLOP/s.
-        if key not in best or (rates(rec).gflops_per_s > rates(best[key]).gflops_per_s if spec.tensor else
-                               rates(rec).gbytes_per_s > rates(best[key]).gbytes_per_s):
-            best[key] = rec
-    return out + list(best.values())
 
 
 def build(raw: RawData) -> dict:

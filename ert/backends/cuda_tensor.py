@@ -9,7 +9,6 @@ ceilings with ``pipe: "tensor"``); never run on a GPU yet.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,46 +26,8 @@ A_VALUE = 1.0
 B_VALUE = 0.5
 
 
-@dataclass(frozen=True)
-class MmaShape:
-    """One mma.sync shape: C/D (M x N, acc) += A (M x K, input) * B (K x N, input), per warp."""
-
-    name: str            # the precision's name in ert: fp16, bf16, tf32, fp64, fp8
-    type_code: int       # ERT_MMA_TYPE
-    m: int
-    n: int
-    k: int
-    input_type: str      # PTX type of A and B
-    acc_type: str        # PTX type of C and D
-    min_cc: tuple[int, int]
-    acc_per_thread: int  # accumulator registers per thread (M*N/32)
-
-    @property
-    def flops_per_mma(self) -> int:
-        """2*M*N*K: a multiply-add counted as 2 FLOPs."""
-        return 2 * self.m * self.n * self.k
-
-    @property
-    def ptx(self) -> str:
-        """The instruction as it appears in the PTX."""
-        return (f"mma.sync.aligned.m{self.m}n{self.n}k{self.k}.row.col."
-                f"{self.acc_type}.{self.input_type}.{self.input_type}.{self.acc_type}")
-
-    @property
-    def acc_dtype(self):
-        return np.float64 if self.acc_type == "f64" else np.float32
-
-    def supported(self, compute_capability: tuple[int, int]) -> bool:
-        return tuple(compute_capability) >= self.min_cc
-
-
-SHAPES = {s.name: s for s in (
-    MmaShape("fp16", 1, 16, 8, 16, "f16", "f32", (8, 0), 4),
-    MmaShape("bf16", 2, 16, 8, 16, "bf16", "f32", (8, 0), 4),
-    MmaShape("tf32", 3, 16, 8, 8, "tf32", "f32", (8, 0), 4),
-    MmaShape("fp64", 4, 8, 8, 4, "f64", "f64", (8, 0), 2),
-    MmaShape("fp8", 5, 16, 8, 32, "e4m3", "f32", (8, 9), 4),
-)}
+# The shapes and their FLOPs are hardware facts the plan needs too: they live in ert.spec.
+from ert.spec import SHAPES, MmaShape  # noqa: E402,F401 - re-exported for the backend and its tests
 
 
 def shapes_for(compute_capability: tuple[int, int]) -> list[MmaShape]:

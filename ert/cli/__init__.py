@@ -153,7 +153,7 @@ def _cache_hint(text: str) -> dict:
 def cmd_show(args) -> int:
     from ert.ceilings_io import load_ceilings
     from ert.consumers.report import format_ceilings
-    from ert.measure.rundir import CEILINGS_NAME
+    from ert.files import CEILINGS_NAME
 
     path = Path(args.ceilings)
     if path.is_dir():

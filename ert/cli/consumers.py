@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 from ert.errors import ErtError
+from ert.files import CEILINGS_NAME
 
 
 # ---------------------------------------------------------------------------- consumers of the ceilings
 def _ceilings_path(text: str) -> Path:
-    from ert.measure.rundir import CEILINGS_NAME
-
     path = Path(text)
     if path.is_dir() and not (path / CEILINGS_NAME).exists() and (path / "roofline.json").exists():
         return path / "roofline.json"  # an ERT results run directory
@@ -25,7 +24,7 @@ def _ceilings_path(text: str) -> Path:
 def _write_or_print(text: str, output) -> None:
     """To stdout, or atomically to ``output``: never a half-written file."""
     if output:
-        from ert.ceilings_io import write_text_atomic
+        from ert.files import write_text_atomic
 
         write_text_atomic(text, output)
     else:
@@ -49,7 +48,20 @@ def cmd_plot(args) -> int:
     if args.sweep:
         if args.app:
             raise ErtError("--app draws kernels on the roofline; it does not apply to --sweep", key="--app")
-        plot.plot_sweep(args.ceilings, args.output)
+        from ert.ceilings_io import load_ceilings
+        from ert.rawio import read_raw
+
+        run_dir = Path(args.ceilings)
+        if not run_dir.is_dir():
+            raise ErtError("--sweep needs a run directory (holding raw.jsonl)", path=run_dir)
+        raw = read_raw(run_dir)
+        if (run_dir / CEILINGS_NAME).exists():
+            doc = load_ceilings(run_dir / CEILINGS_NAME)
+        else:  # a run cut before its ceilings were written: build them from its records
+            from ert.analysis.ceilings import build
+
+            doc = build(raw)
+        plot.plot_sweep(run_dir, args.output, doc=doc, raw=raw)
     else:
         from ert.consumers.appdata import load_app
         from ert.ceilings_io import load_ceilings
@@ -107,7 +119,7 @@ def cmd_compare(args) -> int:
 
 def _export_tool(args, doc: dict) -> int:
     """ncu-section, rocprof-compute, kerncraft, carm: files another roofline tool loads."""
-    from ert.ceilings_io import write_text_atomic
+    from ert.files import write_text_atomic
     from ert.consumers import export_tools
     from ert.errors import read_user_text
 
@@ -151,7 +163,8 @@ def cmd_export(args) -> int:
     from ert.consumers import export, export_tools
     from ert.ceilings_io import load_ceilings
 
-    doc = load_ceilings(_ceilings_path(args.ceilings))
+    source = _ceilings_path(args.ceilings)
+    doc = load_ceilings(source)
     kernels = None
     if args.format != "nersc" and (args.layout != "flat" or args.level):
         raise ErtError("--layout and --level apply to the nersc format only", key="--layout" if args.layout != "flat" else "--level")
@@ -166,7 +179,12 @@ def cmd_export(args) -> int:
 
         kernels = load_app(args.app)
     if args.format in export_tools.TOOL_FORMATS:
-        return _export_tool(args, doc)
+        try:
+            return _export_tool(args, doc)
+        except ErtError as exc:
+            if exc.path is None and exc.key not in ("--output", "--merge", "--label"):
+                exc.path = str(source)  # the ceilings file cannot become this format (a CPU run, a level it lacks)
+            raise
     text = export.export_text(doc, fmt=args.format, precision=args.precision, access=args.access, kernels=kernels,
                               layout=args.layout, level=args.level)
     _write_or_print(text, args.output)

@@ -367,7 +367,7 @@ def _analyze_and_report(run_dir: Path, result, *, comm) -> int:
     from ert.analysis.ceilings import build
     from ert.ceilings_io import write_ceilings
     from ert.consumers.report import format_ceilings
-    from ert.measure.rundir import CEILINGS_NAME
+    from ert.files import CEILINGS_NAME
     from ert.rawio import read_raw
 
     doc = build(read_raw(run_dir))

@@ -372,21 +372,22 @@ def _cache_hints(meta: dict) -> list[tuple[str, int]]:
     return [hints[k] for k in sorted(hints)]
 
 
-def plot_sweep(run_dir, out_path) -> None:
-    """Why each ceiling is what it is: GB/s vs working set with plateaus shaded, GFLOP/s vs FLOPs per element."""
+def plot_sweep(run_dir, out_path, *, doc: dict, raw=None) -> None:
+    """Why each ceiling is what it is: GB/s vs working set with plateaus shaded, GFLOP/s vs FLOPs per element.
+
+    ``doc``: the run's ceilings (the CLI reads ceilings.json, or builds them when a run was cut before it
+    was written); ``raw``: its raw records, read from ``run_dir`` when not given.
+    """
     plt = _pyplot()
     check_output(out_path)
-    from ert.analysis.ceilings import best_launches, build
     from ert.spec import rates
-    from ert.ceilings_io import load_ceilings
-    from ert.rawio import read_raw
+    from ert.rawio import best_launches, read_raw
     from ert.units import human_bytes
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ErtError("--sweep needs a run directory (holding raw.jsonl)", path=run_dir)
-    raw = read_raw(run_dir)
-    doc = load_ceilings(run_dir / "ceilings.json") if (run_dir / "ceilings.json").exists() else build(raw)
+    raw = raw if raw is not None else read_raw(run_dir)
     points = [r for r in best_launches(raw.points) if r["valid"]]
     if not points:
         raise ErtError("has no valid measured points to plot", path=raw.path)

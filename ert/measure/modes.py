@@ -82,32 +82,43 @@ class HoldTarget:
 
 
 def hold_targets(raw) -> list[HoldTarget]:
-    """The FP64 (else first) FMA peak's point and the DRAM (else last level's) largest point."""
-    from ert.analysis.ceilings import build
+    """The points to hold, from the sweep's records alone (no analysis: the pipe runs one way).
 
-    doc = build(raw)
-    by_id = {r["id"]: r for r in raw.points}
-    picks: list[tuple[str, str]] = []
-    compute = doc["ceilings"]["compute"]
-    if compute:
-        vector = [c for c in compute if c.get("pipe", "vector") == "vector"] or compute  # not a tensor roof
-        best = next((c for c in vector if c["precision"] == "fp64" and c["fma"]), vector[0])
-        picks.append(("compute", best["evidence"]["point_id"]))
-    memory = [m for m in doc["ceilings"]["memory"] if m.get("evidence", {}).get("point_ids")]
-    if memory:
-        # The read+write curve of the first precision: ERT's kernel, the usual roofline.
-        first = sorted(memory, key=lambda m: (m.get("access") != "rw", m.get("precision") != "fp64"))[0]
-        group = [m for m in memory if (m.get("access"), m.get("precision")) == (first.get("access"), first.get("precision"))]
-        level = group[-1]  # the outermost level: DRAM when the sweep reached it
-        ids = [i for i in level["evidence"]["point_ids"] if i in by_id]
-        if ids:
-            picks.append(("memory", max(ids, key=lambda i: by_id[i]["wss_bytes"])))
-    out = []
-    for target, pid in picks:
-        rec = by_id[pid]
-        out.append(HoldTarget(target, pid, rec["spec"], rec["wss_bytes"], rec["elements_per_thread"],
-                              rec["trials"], rec["seconds"]["median"], rec.get("launch")))
-    return out
+    Compute: the fastest valid FP64 (else first precision's) FMA point of the
+    vector units -- the point the FMA peak comes from. Memory: the largest
+    working set of the read+write curve (ERT's kernel, the usual roofline) of
+    FP64 (else the first precision) at one FLOP per element -- the memory
+    behind the last cache when the sweep reached it. Quiet points are
+    preferred to noisy ones.
+    """
+    from ert.spec import rates
+
+    points = [r for r in raw.points if r.get("valid") and r["spec"].get("pipe", "vector") == "vector"]
+
+    def first_precision(recs):
+        names = [r["spec"]["precision"] for r in recs]
+        return "fp64" if "fp64" in names else (names[0] if names else None)
+
+    def quiet_first(recs):
+        return [r for r in recs if not r.get("noisy")] or recs
+
+    picks: list[tuple[str, dict]] = []
+    fma = [r for r in points if r["spec"].get("fma") and r["spec"]["flops_per_element"] > 1]
+    prec = first_precision(fma)
+    if prec:
+        recs = quiet_first([r for r in fma if r["spec"]["precision"] == prec])
+        picks.append(("compute", max(recs, key=lambda r: rates(r).gflops_per_s)))
+    memory = [r for r in points if r["spec"]["flops_per_element"] == 1]
+    access = "rw" if any(r["spec"]["access"] == "rw" for r in memory) else "ro"
+    memory = [r for r in memory if r["spec"]["access"] == access]
+    prec = first_precision(memory)
+    if prec:
+        recs = quiet_first([r for r in memory if r["spec"]["precision"] == prec])
+        # The largest working set; of its launch geometries (device backends), the fastest.
+        picks.append(("memory", max(recs, key=lambda r: (r["wss_bytes"], rates(r).gbytes_per_s))))
+    return [HoldTarget(target, rec["id"], rec["spec"], rec["wss_bytes"], rec["elements_per_thread"],
+                       rec["trials"], rec["seconds"]["median"], rec.get("launch"))
+            for target, rec in picks]
 
 
 def hold_peaks(*, run_dir: Path, backend, comm, seconds: float, progress=None) -> bool:

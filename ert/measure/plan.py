@@ -102,7 +102,7 @@ def interleaved(n: int) -> list[int]:
 
 def tensor_specs(config: RunConfig) -> list[KernelSpec]:
     """The tensor-core kernels the config asks for (``tensor``), one per MMA input type."""
-    from ert.backends.cuda_tensor import SHAPES
+    from ert.spec import SHAPES
 
     return [KernelSpec(name, SHAPES[name].flops_per_mma, True, "rw", pipe="tensor") for name in config.tensor]
 

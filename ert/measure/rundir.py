@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ert.errors import ErtError
+from ert.files import CEILINGS_NAME  # noqa: F401 - one definition, named here with the run's other files
 from ert.rawio import RAW_NAME
 
 CONFIG_NAME = "config.yaml"
-CEILINGS_NAME = "ceilings.json"
 
 
 def new_run_dir(output_dir: str) -> Path:
@@ -70,7 +70,7 @@ def write_config(config, path: Path) -> None:
     """The resolved config as YAML, written atomically (``ert-run --resume`` reads it back)."""
     import yaml
 
-    from ert.ceilings_io import write_text_atomic
+    from ert.files import write_text_atomic
 
     text = "# Resolved config of this run (ert-run --resume uses it)\n" + yaml.safe_dump(
         config.to_dict(), sort_keys=False)
