@@ -4,7 +4,7 @@
 Runs the installed ``ert-run`` with the packaged default config and
 ``--threads 1,N`` (N = the cores this process may use), then prints, per thread
 count, each ceiling beside its rated value (what the cores can physically do,
-``ert.backends.cpu_rated``) and the ratio, plus the 1 -> N scaling of every
+``ert.hardware.cpu``) and the ratio, plus the 1 -> N scaling of every
 ceiling.  The targets of issue 11: FMA and no-FMA peaks >= 0.90 x rated, L1
 read+write and read-only >= 0.85 x rated, L1 and peaks scaling >= 1.9x from
 1 to 2 threads.  A benchmark, not a test: nothing fails on a low ratio; the exit

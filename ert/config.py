@@ -160,7 +160,7 @@ class TransferOptions(_Strict):
 
 
 class RatedOptions(_Strict):
-    """Rated values the machine cannot report itself (ert.dram_rated)."""
+    """Rated values the machine cannot report itself (ert.hardware.dram)."""
 
     dram_gbytes_per_s: Optional[float] = Field(
         None, gt=0, le=100000, description="the host's DRAM bandwidth, GB/s (channels x MT/s x 8 B); it takes "

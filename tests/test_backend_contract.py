@@ -118,3 +118,16 @@ def test_describe_names_the_backend_and_device(backend):
     info = backend.describe()
     assert info["backend"] == backend.name
     assert isinstance(info.get("device"), str) and info["device"]
+
+
+def test_optional_capabilities_are_declared_protocols_each_backend_has_or_lacks():
+    """Links, tensor cores and measured mixes: a backend has a capability exactly when it says so."""
+    from ert.backends import LinkBackend, MixBackend, TensorBackend
+    from ert.backends.cuda import CudaBackend
+    from ert.backends.numba_cpu import NumbaCpuBackend
+    from ert.backends.opencl import OpenCLBackend
+
+    has = {cls.__name__: {p.__name__ for p in (LinkBackend, TensorBackend, MixBackend) if issubclass(cls, p)}
+           for cls in (NumbaCpuBackend, OpenCLBackend, CudaBackend)}
+    assert has == {"NumbaCpuBackend": {"MixBackend"}, "OpenCLBackend": {"LinkBackend"},
+                   "CudaBackend": {"LinkBackend", "TensorBackend"}}

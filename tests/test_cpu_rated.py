@@ -13,7 +13,7 @@ import pytest
 
 from ert.analysis.ceilings import build
 from ert.analysis.rated import ABOVE_RATED, scaled_rated
-from ert.backends import cpu_rated
+from ert.hardware import cpu as cpu_rated
 from ert.backends.numba_cpu import NumbaCpuBackend
 from ert.config import from_dict
 from ert.rawio import RawData
@@ -295,7 +295,7 @@ def test_without_a_clock_there_is_no_rated_value_and_the_run_says_why(monkeypatc
 
 
 # --------------------------------------------------------------------------- rated L2, L3 and DRAM (issue 21)
-from ert import dram_rated  # noqa: E402
+from ert.hardware import dram as dram_rated  # noqa: E402
 from ert.errors import ErtError  # noqa: E402
 
 DATA = Path(__file__).parent / "data"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from ert.hardware import links as hw_links
 from ert.analysis import transfers
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_links as cl
@@ -56,7 +57,7 @@ def test_peer_plan_every_ordered_pair_off_and_on_where_peers():
 
 
 def test_peer_rated_takes_the_best_pair_and_says_why_for_each():
-    host = links.pcie_rated(generation=5, lanes=16, source="t")["link-h2d"]
+    host = hw_links.pcie_rated(generation=5, lanes=16, source="t")["link-h2d"]
     rated = cl.peer_rated(_dgx_like(), host_rated=host)
     assert rated["gbytes_per_s"] == 450 and "best pair 0->1: NVLink 4: 18 links" in rated["derivation"]
     by_pair = {tuple(p["pair"]): p for p in rated["pairs"]}

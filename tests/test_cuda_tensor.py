@@ -149,7 +149,7 @@ def test_unrated_architectures_say_why():
         rows = tc.rated_tensor_peaks(_info(cc, 100, 1500))
         assert rows and all(r["gflops_per_s"] is None and words in r["derivation"] for r in rows), rows
     no_clock = tc.rated_tensor_peaks(_info((8, 0), 108, 0))
-    assert all(r["gflops_per_s"] is None and r["derivation"] == "SM clock unknown" for r in no_clock)
+    assert all(r["gflops_per_s"] is None and r["derivation"] == "no rated value: SM clock unknown" for r in no_clock)
 
 
 # ----------------------------------------------------------------------------- nvcc: PTX of every variant

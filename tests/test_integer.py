@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ert.ceilings_io import SCHEMA_VERSION
-from ert.backends import cpu_rated
+from ert.hardware import cpu as cpu_rated
 from ert.backends.check import replay_rw, replay_rw_int, replay_rw_int_stepwise
 from ert.ceilings_io import load_ceilings
 from ert.config import load

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from ert.hardware import links as hw_links
 from ert.backends import links
 from ert.measure import transfers as stage
 from ert.rawio import transfer_gbytes_per_s, transfer_latency_us, transfer_record
@@ -99,25 +100,25 @@ def test_measure_transfers_emits_in_size_order_skips_known_ids_and_flags_a_faile
 @pytest.mark.parametrize("gen,lanes,expected", [(3, 16, 15.75), (4, 16, 31.51), (5, 16, 63.02), (2, 8, 4.0),
                                                 (6, 16, 121.0)])
 def test_pcie_rated_per_direction_and_both(gen, lanes, expected):
-    rated = links.pcie_rated(generation=gen, lanes=lanes, source="test")
+    rated = hw_links.pcie_rated(generation=gen, lanes=lanes, source="test")
     assert rated["link-h2d"]["gbytes_per_s"] == pytest.approx(expected, abs=0.01)
     assert rated["link-bidir"]["gbytes_per_s"] == pytest.approx(2 * expected, abs=0.02)
     assert f"PCIe Gen{gen} x{lanes}" in rated["link-d2h"]["derivation"]
-    assert links.pcie_rated(generation=9, lanes=16, source="t")["link-h2d"]["gbytes_per_s"] is None
+    assert hw_links.pcie_rated(generation=9, lanes=16, source="t")["link-h2d"]["gbytes_per_s"] is None
 
 
 def test_c2c_and_nvlink_rated():
-    c2c = links.c2c_rated(source="GH200")
+    c2c = hw_links.c2c_rated(source="GH200")
     assert c2c["link-h2d"]["gbytes_per_s"] == 450 and c2c["link-bidir"]["gbytes_per_s"] == 900
-    assert links.nvlink_rated(version=4, links=18, source="t")["gbytes_per_s"] == 450
-    assert links.nvlink_rated(version=9, links=2, source="t")["gbytes_per_s"] is None
+    assert hw_links.nvlink_rated(version=4, links=18, source="t")["gbytes_per_s"] == 450
+    assert hw_links.nvlink_rated(version=9, links=2, source="t")["gbytes_per_s"] is None
 
 
 def test_link_speed_parsing_and_generations():
-    assert links.parse_link_speed("32.0 GT/s PCIe") == 32.0
-    assert links.parse_link_speed("8 GT/s") == 8.0
-    assert links.parse_link_speed("Unknown") is None
-    assert [links.pcie_generation(x) for x in (2.5, 5, 8, 16, 32, 64, 3.3)] == [1, 2, 3, 4, 5, 6, None]
+    assert hw_links.parse_link_speed("32.0 GT/s PCIe") == 32.0
+    assert hw_links.parse_link_speed("8 GT/s") == 8.0
+    assert hw_links.parse_link_speed("Unknown") is None
+    assert [hw_links.pcie_generation(x) for x in (2.5, 5, 8, 16, 32, 64, 3.3)] == [1, 2, 3, 4, 5, 6, None]
 
 
 def _fake_pci(root, *, current=("2.5 GT/s PCIe", "16"), maximum=("32.0 GT/s PCIe", "16"),
@@ -139,13 +140,13 @@ def _fake_pci(root, *, current=("2.5 GT/s PCIe", "16"), maximum=("32.0 GT/s PCIe
 
 def test_sysfs_link_uses_the_slower_of_device_and_slot_and_names_an_idle_downtrain(tmp_path):
     devices = _fake_pci(tmp_path)
-    rated = links.pcie_rated_from_sysfs("0000:17:00.0", root=devices)
+    rated = hw_links.pcie_rated_from_sysfs("0000:17:00.0", root=devices)
     # A Gen5 GPU in a Gen4 slot, idling at Gen1: Gen4 x16.
     assert rated["link-h2d"]["gbytes_per_s"] == pytest.approx(31.51, abs=0.01)
     assert "upstream port" in rated["link-h2d"]["derivation"] and "2.5 GT/s x16" in rated["link-h2d"]["derivation"]
-    assert links.pcie_rated_from_sysfs("0000:99:00.0", root=devices)["link-h2d"]["derivation"].startswith(
+    assert hw_links.pcie_rated_from_sysfs("0000:99:00.0", root=devices)["link-h2d"]["derivation"].startswith(
         "no rated value: PCI device 0000:99:00.0 is not in")
-    assert "PCI address is unknown" in links.pcie_rated_from_sysfs(None)["link-bidir"]["derivation"]
+    assert "PCI address is unknown" in hw_links.pcie_rated_from_sysfs(None)["link-bidir"]["derivation"]
 
 
 def test_sysfs_of_this_machine_is_read_without_error():
@@ -155,7 +156,7 @@ def test_sysfs_of_this_machine_is_read_without_error():
     root = "/sys/bus/pci/devices"
     names = sorted(os.listdir(root)) if os.path.isdir(root) else []
     for name in names[:5]:
-        entry = links.pcie_rated_from_sysfs(name)["link-h2d"]
+        entry = hw_links.pcie_rated_from_sysfs(name)["link-h2d"]
         assert entry["gbytes_per_s"] is None or entry["gbytes_per_s"] > 0, entry
         assert entry["derivation"]
 

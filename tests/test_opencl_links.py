@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import pyopencl_importable
+from ert.hardware import links as hw_links
 from ert.backends import links
 from ert.measure import transfers as stage
 from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
@@ -120,5 +121,5 @@ def test_the_pci_address_is_unknown_for_a_cpu_device_and_rated_says_why(tmp_path
     device = cl.get_platforms()[0].get_devices()[0]
     assert opencl_links.pci_bus_id(device) is None
     # A GPU whose driver names no PCI address gets no rated value, with why (the CPU device is not one).
-    assert links.pcie_rated_from_sysfs(opencl_links.pci_bus_id(device))["link-h2d"]["derivation"].startswith(
+    assert hw_links.pcie_rated_from_sysfs(opencl_links.pci_bus_id(device))["link-h2d"]["derivation"].startswith(
         "no rated value: the device's PCI address is unknown")

@@ -21,6 +21,7 @@ they are scaled to the workers a set of records ran on and applied:
 from __future__ import annotations
 
 from ert.spec import is_integer, ops_unit
+from ert.hardware import no_rated_text
 
 ABOVE_RATED = 1.05
 BELOW_RATED = 0.75
@@ -239,7 +240,7 @@ def tensor_rated(ceiling: dict, entry: dict | None) -> dict | None:
 
 def _attach(ceiling: dict, rated_entry: dict | None, key: str, name: str, unit: str, *, warn: bool) -> list[str]:
     if rated_entry is None:
-        ceiling["rated"] = {key: None, "ratio": None, "derivation": "no rated value for this ceiling"}
+        ceiling["rated"] = {key: None, "ratio": None, "derivation": no_rated_text("the backend gives none for this ceiling")}
         return []
     value = rated_entry.get(key)
     ratio = round(ceiling[key] / value, 4) if value else None

@@ -14,6 +14,7 @@ from collections import defaultdict
 
 from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
 from ert.spec import plateau_spread
+from ert.hardware import no_rated_text
 
 KINDS = ("link", "peer", "network")
 # Order in which levels are reported: links, then peers, then the network.
@@ -21,7 +22,7 @@ LEVEL_ORDER = ("link-h2d", "link-d2h", "link-bidir", "peer-d2d", "net-intra-node
                "net-injection")
 # A size joins the plateau of the largest sizes while its rate stays within this of the plateau's median.
 PLATEAU_TOLERANCE = 0.10
-SHARED_MEMORY_REASON = "no rated value: ranks on one node exchange through shared memory"
+SHARED_MEMORY_REASON = no_rated_text("ranks on one node exchange through shared memory")
 
 
 def kind_of(rec: dict) -> str:
@@ -58,11 +59,11 @@ def _rated(level: str, kind: str, rate: float, meta: dict, recs: list[dict]) -> 
         if not isinstance(known, dict):
             transport = next((r.get("transport") for r in recs if r.get("transport")), None)
             why = f"{transport}" if transport else f"the backend knows no rated value for {level}"
-            return {"gbytes_per_s": None, "ratio": None, "derivation": f"no rated value: {why}"}
+            return {"gbytes_per_s": None, "ratio": None, "derivation": no_rated_text(f"{why}")}
         value = known.get("gbytes_per_s")
         derivation = str(known.get("derivation") or "")
         if not value:
-            text = derivation if derivation.startswith("no rated value") else f"no rated value: {derivation}"
+            text = derivation if derivation.startswith("no rated value") else no_rated_text(f"{derivation}")
             return {"gbytes_per_s": None, "ratio": None, "derivation": text}
         return {"gbytes_per_s": round(float(value), 4), "ratio": round(rate / float(value), 4),
                 "derivation": derivation}
@@ -76,7 +77,7 @@ def _rated(level: str, kind: str, rate: float, meta: dict, recs: list[dict]) -> 
     nics = [n for n in network.get("nics", []) if n.get("gbytes_per_s")]
     if not nics:
         return {"gbytes_per_s": None, "ratio": None,
-                "derivation": "no rated value: no NIC speed readable in /sys/class/net or /sys/class/infiniband"}
+                "derivation": no_rated_text("no NIC speed readable in /sys/class/net or /sys/class/infiniband")}
     if level == "net-injection":
         total = sum(n["gbytes_per_s"] for n in nics)
         parts = " + ".join(f"{n['name']} {n['gbytes_per_s']:g}" for n in nics)

@@ -115,6 +115,20 @@ class LinkBackend(Protocol):
     def link_rated(self, reference: dict | None = None) -> dict[str, dict]: ...
 
 
+@runtime_checkable
+class TensorBackend(Protocol):
+    """The tensor-core capability (cuda): MMAs per trial, accumulator bytes and launches of one tensor kernel."""
+
+    def tensor_plan(self, spec: KernelSpec) -> tuple[int, int, list[dict]]: ...
+
+
+@runtime_checkable
+class MixBackend(Protocol):
+    """The measured-mix capability (numba-cpu): whether one of ert.spec.MIXES runs here."""
+
+    def supports_mix(self, mix: str) -> bool: ...
+
+
 def close_attr(owner, attr: str) -> None:
     """``owner.attr.close()`` where it holds something (a link sweep's buffers), then None."""
     held = getattr(owner, attr, None)

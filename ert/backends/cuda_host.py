@@ -26,79 +26,23 @@ HOST_DTYPE = {**NUMPY_DTYPE, **INT_DTYPE}
 # architecture's resident-block limit), i.e. one full wave on every GPU.
 DEFAULT_THREADS_PER_BLOCK = (64, 128, 256, 512, 1024)
 MAX_THREADS_PER_BLOCK = 1024
-# Resident blocks per SM by compute capability (CUDA C++ Programming Guide,
-# "Technical Specifications per Compute Capability"), where the device does not
-# say (cudaDevAttrMaxBlocksPerMultiprocessor); 16 for an unknown architecture.
-MAX_BLOCKS_PER_SM = {(7, 0): 32, (7, 2): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16, (8, 9): 24,
-                     (9, 0): 32, (10, 0): 32, (12, 0): 24}
-# 32-bit registers per SM, every architecture since Maxwell.
-REGISTERS_PER_SM = 65536
-
-# Unified L1 data cache / shared memory per SM, bytes, by compute capability
-# (CUDA C++ Programming Guide, "Compute Capabilities": 128 KB on 7.0, 96 KB on
-# 7.5, 192 KB on 8.0 and 8.7, 128 KB on 8.6 and 8.9, 256 KB on 9.0 and 10.0).
-# The kernels use no shared memory, so the driver may give all of it to L1.
-L1_PER_SM_BYTES = {
-    (7, 0): 128 << 10, (7, 5): 96 << 10, (8, 0): 192 << 10, (8, 6): 128 << 10, (8, 7): 192 << 10,
-    (8, 9): 128 << 10, (9, 0): 256 << 10, (10, 0): 256 << 10,
-}
-
-# FLOPs per cycle per SM of the CUDA cores (not tensor cores), an FMA counted
-# as 2, by compute capability.  They reproduce NVIDIA's published non-tensor
-# peaks: V100 SXM2 (80 SMs, 1530 MHz) 7.8 / 15.7 / 31.4 TFLOP/s FP64/FP32/FP16;
-# A100 (108 SMs, 1410 MHz) 9.7 / 19.5 / 78; H100 SXM5 (132 SMs, 1980 MHz)
-# 33.5 / 66.9 / 133.8 (the A100 and H100 whitepapers); T4 and GA10x/AD10x run
-# FP64 at 1/32 and 1/64 of FP32.
-FLOPS_PER_CYCLE_PER_SM = {
-    (7, 0): {"fp64": 64, "fp32": 128, "fp16": 256},
-    (7, 5): {"fp64": 4, "fp32": 128, "fp16": 256},
-    (8, 0): {"fp64": 64, "fp32": 128, "fp16": 512},
-    (8, 6): {"fp64": 4, "fp32": 256, "fp16": 256},
-    (8, 9): {"fp64": 4, "fp32": 256, "fp16": 256},
-    (9, 0): {"fp64": 128, "fp32": 256, "fp16": 512},
-}
-
-# 32-bit integer instructions per clock cycle per SM (CUDA C++ Programming
-# Guide, "Arithmetic Instructions", table "Throughput of Native Arithmetic
-# Instructions (Number of Results per Clock Cycle per Multiprocessor)"):
-# "32-bit integer add, extended-precision add, subtract" (IADD3, IADD3.X) and
-# "32-bit integer multiply, multiply-add" (IMAD) are 64 on compute capability
-# 7.x, 8.x and 9.0.  Architectures not listed get no rated integer value.
-INT32_PER_CYCLE_PER_SM = {cc: {"add": 64, "madd": 64} for cc in
-                          ((7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0))}
-# What ptxas makes of the kernels' integer arithmetic (sm_75 to sm_100, the
-# SASS checked by tests/test_cuda_int.py with cuobjdump), per operation counted:
-# * int32 madd: one IMAD per multiply-add (2 operations);
-# * int32 add: two dependent adds of c_t become one three-input IADD3 (x + c + c):
-#   2 adds per add instruction;
-# * int64 add: two dependent adds become IADD3 + IADD3.X (carries between the
-#   halves): 1 add per add instruction;
-# * int64 madd: emulated, IMAD.WIDE.U32 + 2 IMAD + an add per multiply-add, on
-#   pipes whose rates the guide does not give (no rated value).
-INT_OPS_PER_INSTRUCTION = {("int32", "madd"): 2, ("int32", "add"): 2, ("int64", "add"): 1}
-INT_INSTRUCTION = {("int32", "madd"): ("IMAD", "one IMAD per multiply-add"),
-                   ("int32", "add"): ("IADD3", "ptxas packs two dependent adds into one three-input IADD3"),
-                   ("int64", "add"): ("IADD3/IADD3.X", "two dependent 64-bit adds are IADD3 + IADD3.X")}
-INT_SOURCE = "CUDA C++ Programming Guide, Arithmetic Instructions throughput table"
-
-# A memory bus this wide is stacked memory (HBM: 3072 to 8192 bits); GDDR
-# boards stop at 512 bits.
-HBM_MIN_BUS_BITS = 1024
+# The GPU's facts (SM, memory and rated-peak tables) live in ert.hardware.nvidia; named here for the backend.
+from ert.hardware.nvidia import (  # noqa: F401
+    MAX_BLOCKS_PER_SM,
+    REGISTERS_PER_SM,
+    L1_PER_SM_BYTES,
+    FLOPS_PER_CYCLE_PER_SM,
+    INT32_PER_CYCLE_PER_SM,
+    INT_OPS_PER_INSTRUCTION,
+    INT_INSTRUCTION,
+    INT_SOURCE,
+    HBM_MIN_BUS_BITS,
+    memory_name,
+    rated_peaks,
+    rated_integer,
+)
 
 
-def memory_name(bus_bits: int | None, *, host_unified: bool = False) -> str:
-    """The name of a GPU's own memory level, the same on the cuda and opencl backends.
-
-    HBM where the bus is known to be 1024 bits or wider; DRAM otherwise
-    (GDDR boards, an integrated GPU sharing the host's memory, or a bus width
-    the driver does not report).
-    """
-    if host_unified or not bus_bits:
-        return "DRAM"
-    return "HBM" if bus_bits >= HBM_MIN_BUS_BITS else "DRAM"
-
-
-# ----------------------------------------------------------------------------- kernel variants
 def compile_defines(spec: KernelSpec) -> tuple[str, ...]:
     """The -D options that specialise kernels/ert_cuda.cu for one KernelSpec."""
     defines = (f"-DERT_PRECISION={PRECISION_BITS[spec.precision]}", f"-DERT_FLOPS={spec.flops_per_element}",
@@ -252,71 +196,6 @@ def caches(info: DeviceInfo) -> list[dict]:
                     "shared_cpu_count": 1, "access": ["ro"]})
     if info.l2_bytes:
         out.append({"level": 2, "kind": "Unified", "size_bytes": info.l2_bytes, "shared_cpu_count": 1})
-    return out
-
-
-def rated_peaks(info: DeviceInfo) -> dict:
-    """Rated (datasheet-style) peaks from the device's own facts, each with how it was derived."""
-    mhz = info.sm_clock_khz / 1000
-    rates = FLOPS_PER_CYCLE_PER_SM.get(info.compute_capability)
-    compute = []
-    for precision in ("fp64", "fp32", "fp16"):
-        if rates is None or not mhz:
-            why = (f"no per-SM FLOP rate recorded for {info.arch}" if rates is None else "SM clock unknown")
-            compute.append({"precision": precision, "fma": True, "gflops_per_s": None, "derivation": why})
-            continue
-        per_sm = rates[precision]
-        gflops = info.sm_count * mhz * 1e6 * per_sm / 1e9
-        base = f"{info.sm_count} SMs x {mhz:.0f} MHz x {per_sm} {precision.upper()} FLOP/cycle/SM ({info.arch}"
-        compute.append({"precision": precision, "fma": True, "gflops_per_s": round(gflops, 1),
-                        "derivation": base + ", an FMA counted as 2 FLOPs)"})
-        # A separate multiply and add take two issue slots for 2 FLOPs.
-        compute.append({"precision": precision, "fma": False, "gflops_per_s": round(gflops / 2, 1),
-                        "derivation": base + " / 2: a multiply and an add issue separately)"})
-    compute += rated_integer(info)
-    memory = {"level": info.memory_name, "gbytes_per_s": None, "derivation": "memory clock or bus width unknown"}
-    if info.memory_clock_khz and info.memory_bus_bits:
-        gbytes = info.memory_clock_khz * 1e3 * 2 * info.memory_bus_bits / 8 / 1e9
-        memory.update(gbytes_per_s=round(gbytes, 1),
-                      derivation=f"{info.memory_clock_khz / 1000:.0f} MHz x 2 (double data rate) x "
-                                 f"{info.memory_bus_bits}-bit bus / 8")
-    return {"compute": compute, "memory": [memory],
-            "clock_source": info.sources.get("clockRate", "unknown")}
-
-
-def rated_integer(info: DeviceInfo) -> list[dict]:
-    """Rated integer roofs (GIOP/s): int32/int64 multiply-add and add, each derived or None with why.
-
-    SMs x clock (the same clock as the FP rated values) x instructions per
-    cycle per SM (INT32_PER_CYCLE_PER_SM) x operations per instruction
-    (INT_OPS_PER_INSTRUCTION, from the SASS ptxas makes of the kernels).
-    """
-    mhz = info.sm_clock_khz / 1000
-    rates = INT32_PER_CYCLE_PER_SM.get(info.compute_capability)
-    out = []
-    for precision in ("int32", "int64"):
-        for op in ("madd", "add"):
-            entry = {"precision": precision, "fma": False, **({"op": op} if op != "madd" else {}),
-                     "unit": "GIOP/s", "gflops_per_s": None}
-            per_instruction = INT_OPS_PER_INSTRUCTION.get((precision, op))
-            if per_instruction is None:
-                entry["derivation"] = ("no rated value: 64-bit integer multiply is emulated (IMAD.WIDE.U32 + "
-                                       "2 x IMAD + an add per multiply-add, on pipes whose rates the CUDA guide "
-                                       "does not give)")
-            elif rates is None:
-                entry["derivation"] = (f"no rated value: no per-SM integer instruction rate recorded for "
-                                       f"{info.arch}")
-            elif not mhz:
-                entry["derivation"] = "no rated value: SM clock unknown"
-            else:
-                per_sm = rates[op]
-                giops = info.sm_count * mhz * 1e6 * per_sm * per_instruction / 1e9
-                name, why = INT_INSTRUCTION[precision, op]
-                entry.update(gflops_per_s=round(giops, 1),
-                             derivation=f"{info.sm_count} SMs x {mhz:.0f} MHz x {per_sm} {name}/cycle/SM x "
-                                        f"{per_instruction} {precision} op(s) per instruction ({info.arch}: {why}; "
-                                        f"{per_sm} from the {INT_SOURCE})")
-            out.append(entry)
     return out
 
 

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ert.hardware import links as hw_links
 from ert.backends import cuda_host as host
 from ert.backends import links
+from ert.hardware import no_rated_text
 
 LINK_LEVELS = ("link-h2d", "link-d2h", "link-bidir")
 HOST_VARIANTS = ("pinned", "pageable")
@@ -89,18 +91,18 @@ def peer_rated(topology: PeerTopology, *, host_rated: dict | None = None) -> dic
             pair = [topology.devices[ia], topology.devices[ib]]
             count = topology.nvlinks[ia][ib]
             if count:
-                rated = links.nvlink_rated(version=topology.nvlink_version, links=count, source="NVML")
+                rated = hw_links.nvlink_rated(version=topology.nvlink_version, links=count, source="NVML")
             elif topology.link[ia][ib] == "PCIe" and host_rated and host_rated.get("gbytes_per_s"):
                 rated = {"gbytes_per_s": host_rated["gbytes_per_s"],
                          "derivation": f"over PCIe, as the host link: {host_rated['derivation']}"}
             else:
                 rated = {"gbytes_per_s": None,
-                         "derivation": f"no rated value: the link between GPUs {pair[0]} and {pair[1]} is "
-                                       f"{topology.link[ia][ib]}"}
+                         "derivation": no_rated_text(f"the link between GPUs {pair[0]} and {pair[1]} is "
+                                       f"{topology.link[ia][ib]}")}
             pairs.append({"pair": pair, **rated})
     known = [p for p in pairs if p["gbytes_per_s"]]
     if not pairs:
-        return {"gbytes_per_s": None, "derivation": "no rated value: fewer than two GPUs", "pairs": []}
+        return {"gbytes_per_s": None, "derivation": no_rated_text("fewer than two GPUs"), "pairs": []}
     if not known:
         return {"gbytes_per_s": None, "derivation": pairs[0]["derivation"], "pairs": pairs}
     best = max(known, key=lambda p: p["gbytes_per_s"])
@@ -150,16 +152,16 @@ def link_rated_of(*, name: str, nvml_link: dict, pci_bus_id: str, sysfs_root: st
     upper = name.upper()
     if nvml_link.get("c2c_enabled") or "GH200" in upper or "GB200" in upper:
         why = "NVML reports C2C mode on" if nvml_link.get("c2c_enabled") else f"device name {name!r}"
-        return links.c2c_rated(source=why)
+        return hw_links.c2c_rated(source=why)
     gen, width = nvml_link.get("max_generation"), nvml_link.get("max_width")
     if gen and width:
         current = ""
         if nvml_link.get("current_generation"):
             current = (f"; current Gen{nvml_link['current_generation']} x{nvml_link.get('current_width')} "
                        f"when read (idle links train down)")
-        return links.pcie_rated(generation=int(gen), lanes=int(width),
+        return hw_links.pcie_rated(generation=int(gen), lanes=int(width),
                                 source=f"NVML maximum link generation and width of this GPU in this system{current}")
-    return links.pcie_rated_from_sysfs(pci_bus_id.lower() if pci_bus_id else None, root=sysfs_root)
+    return hw_links.pcie_rated_from_sysfs(pci_bus_id.lower() if pci_bus_id else None, root=sysfs_root)
 
 
 def read_nvml_link(pci_bus_id: str) -> dict:

@@ -124,58 +124,13 @@ def replay(shape: MmaShape, *, threads: int, trials: int, iters: int = DEFAULT_I
     return out
 
 
-# ----------------------------------------------------------------------------- rated dense tensor peaks
-# Dense (not sparse) tensor-core FLOPs per cycle per SM, a multiply-add
-# counted as 2, from NVIDIA's published figures:
-#   A100 SXM4 (108 SMs, 1410 MHz; A100 whitepaper, datasheet): FP16 and BF16
-#     312 TFLOP/s = 108 x 1.41 GHz x 2048; TF32 156 = x 1024; FP64 19.5 = x 128.
-#   H100 SXM5 (132 SMs; H100 whitepaper, datasheet): FP16 and BF16 989.4 TFLOP/s
-#     = 132 x 1.83 GHz x 4096; TF32 494.7 = x 2048; FP8 1978.9 = x 8192; FP64
-#     66.9 = 132 x 1.98 GHz x 256.  NVIDIA quotes the FP16/BF16/TF32/FP8 figures
-#     at 1830 MHz and FP64 at the 1980 MHz boost clock; at the device's maximum
-#     clock (1980 MHz) the same per-SM rates give 8 % more than the datasheet's
-#     FP16/TF32/FP8 figures.
-# sm_80 is A100 only here (GA10x at sm_86 has a quarter of its FP16 rate per SM).
-TENSOR_FLOPS_PER_CYCLE_PER_SM = {
-    (8, 0): {"fp16": 2048, "bf16": 2048, "tf32": 1024, "fp64": 128},
-    (9, 0): {"fp16": 4096, "bf16": 4096, "tf32": 2048, "fp64": 256, "fp8": 8192},
-}
-# Why an architecture has no rated tensor figure.
-UNRATED_WHY = {
-    (8, 9): "Ada (L4, L40, L40S) tensor rates differ by product and by accumulator type (FP32 accumulate runs at "
-            "half the FP16-accumulate rate on some): not recorded",
-    (10, 0): "B200's dense figures differ between NVIDIA's datasheets (board power) and the clock they assume is "
-             "not published: not recorded",
-}
-# Architectures whose full tensor rate is reached with mma.sync; on sm_90 and
-# sm_100 the full rate needs wgmma / tcgen05 (asynchronous, shared-memory
-# operands), which this kernel does not use.
-MMA_SYNC_FULL_RATE = {(8, 0), (8, 6), (8, 7), (8, 9)}
-
-
-def rated_tensor_peaks(info: DeviceInfo) -> list[dict]:
-    """Rated dense tensor peaks for every shape the GPU runs, each with its derivation (None and why where unknown)."""
-    mhz = info.sm_clock_khz / 1000
-    rates = TENSOR_FLOPS_PER_CYCLE_PER_SM.get(info.compute_capability)
-    out = []
-    for shape in shapes_for(info.compute_capability):
-        entry = {"precision": shape.name, "shape": f"m{shape.m}n{shape.n}k{shape.k}",
-                 "accumulate": shape.acc_type, "gflops_per_s": None}
-        if rates is None or shape.name not in rates:
-            entry["derivation"] = UNRATED_WHY.get(
-                info.compute_capability, f"no per-SM tensor rate recorded for {info.arch} {shape.name}")
-        elif not mhz:
-            entry["derivation"] = "SM clock unknown"
-        else:
-            per_sm = rates[shape.name]
-            entry["gflops_per_s"] = round(info.sm_count * mhz * 1e6 * per_sm / 1e9, 1)
-            # What the analysis needs to rate the ceiling at the clock measured during its point.
-            entry.update(sm_count=info.sm_count, clock_mhz=round(mhz), flops_per_cycle_per_sm=per_sm,
-                         arch=info.arch)
-            entry["derivation"] = (f"{info.sm_count} SMs x {mhz:.0f} MHz x {per_sm} dense {shape.name.upper()} "
-                                   f"tensor FLOP/cycle/SM ({info.arch}, a multiply-add counted as 2)")
-        out.append(entry)
-    return out
+# Rated dense tensor peaks live in ert.hardware.nvidia; named here for the backend.
+from ert.hardware.nvidia import (  # noqa: E402,F401
+    TENSOR_FLOPS_PER_CYCLE_PER_SM,
+    UNRATED_WHY,
+    MMA_SYNC_FULL_RATE,
+    rated_tensor_peaks,
+)
 
 
 def default_launch(info: DeviceInfo, *, threads_per_block: int = 256, blocks_per_sm: int = 4) -> tuple[int, int]:

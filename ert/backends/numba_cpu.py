@@ -12,6 +12,7 @@ from ert.backends import grow_buffer
 from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, fma_exact, initial_int_values, initial_values,
                                 mix_expected_bits, replay_rw, ro_errors, ro_tolerance, rw_tolerance, verdict)
 from ert.spec import KernelSpec, is_integer
+from ert.hardware import no_rated_text
 
 NAME = "numba-cpu"
 ALIGN_BYTES = 64
@@ -266,7 +267,7 @@ class NumbaCpuBackend:
     def rated(self) -> dict:
         """The rated ceilings of the cores this backend runs on, with their derivation."""
         from ert import hwinfo
-        from ert.backends import cpu_rated
+        from ert.hardware import cpu as cpu_rated
 
         arch, why = cpu_rated.lookup(self._codegen["cpu_name"], hwinfo.cpu_model())
         latency = arch.fma_latency if arch else 4
@@ -274,7 +275,7 @@ class NumbaCpuBackend:
             clock = self.measure_clock(latency)
         except Exception as exc:  # no user-space counter on this ISA, say: no rated value, and why
             clock = {"vector_ghz": None, "how": f"not measured: {type(exc).__name__}: {exc}".splitlines()[0]}
-            why = why or f"no rated value: the sustained clock could not be measured ({clock['how']})"
+            why = why or no_rated_text(f"the sustained clock could not be measured ({clock['how']})")
         cores = hwinfo.cores_in_use(self.threads)
         rated = cpu_rated.rated_ceilings(arch=arch, why_none=why, clock_ghz=clock["vector_ghz"],
                                          clock_how=clock["how"], cores=cores)
@@ -309,7 +310,7 @@ class NumbaCpuBackend:
         fma_s = float(np.median(ticks)) / tick_hz
         k.imul_latency_chain(threads, imul_n, CLOCK_SAMPLES, 3, ticks)
         imul_s = float(np.median(ticks)) / tick_hz
-        from ert.backends.cpu_rated import clock_from_chains
+        from ert.hardware.cpu import clock_from_chains
 
         vec, scalar, how = clock_from_chains(fma_seconds=fma_s, fma_count=fma_n, fma_latency=fma_latency,
                                              imul_seconds=imul_s, imul_count=imul_n,

@@ -21,7 +21,9 @@ import time
 
 import numpy as np
 
+from ert.hardware import links as hw_links
 from ert.backends import links
+from ert.hardware import no_rated_text
 
 MAPPED_METHOD = "from the mapped host pointer of a CL_MEM_ALLOC_HOST_PTR buffer (pinned on GPU drivers)"
 CPU_TRANSPORT = "memory copy on PoCL's CPU device, not a bus"
@@ -188,10 +190,10 @@ def pci_bus_id(device) -> str | None:
             domain = int(getattr(device, "pci_domain_id_nv", 0) or 0)
             slot = int(device.pci_slot_id_nv)
             # NVIDIA packs the device number and function into the slot id: device << 3 | function.
-            return links.pci_address(domain, int(device.pci_bus_id_nv), slot >> 3, slot & 7)
+            return hw_links.pci_address(domain, int(device.pci_bus_id_nv), slot >> 3, slot & 7)
         if "cl_amd_device_attribute_query" in extensions:
             topology = device.topology_amd
-            return links.pci_address(0, int(topology.bus), int(topology.device), int(topology.function))
+            return hw_links.pci_address(0, int(topology.bus), int(topology.device), int(topology.function))
     except Exception:  # an older driver without the query: the address stays unknown
         return None
     return None
@@ -207,7 +209,7 @@ def link_rated(device, *, reference: dict | None = None, sysfs_root: str = "/sys
     from ert.backends.opencl_devices import type_name
 
     if type_name(device) == "cpu":
-        why = "no rated value: a CPU device's 'link' is a memory copy within host memory"
+        why = no_rated_text("a CPU device's 'link' is a memory copy within host memory")
         out = {}
         for level in ("link-h2d", "link-d2h", "link-bidir"):
             entry = {"gbytes_per_s": None, "derivation": why}
@@ -220,5 +222,5 @@ def link_rated(device, *, reference: dict | None = None, sysfs_root: str = "/sys
             out[level] = entry
         return out
     if bool(getattr(device, "host_unified_memory", False)):
-        return links.no_rated("an integrated device shares host memory (CL_DEVICE_HOST_UNIFIED_MEMORY): no link")
-    return links.pcie_rated_from_sysfs(pci_bus_id(device), root=sysfs_root)
+        return hw_links.no_rated("an integrated device shares host memory (CL_DEVICE_HOST_UNIFIED_MEMORY): no link")
+    return hw_links.pcie_rated_from_sysfs(pci_bus_id(device), root=sysfs_root)

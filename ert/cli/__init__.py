@@ -14,6 +14,7 @@ from pathlib import Path
 from ert.cli.consumers import _add_consumer_parsers
 from ert.cli.run import QuietExit, _add_run_arguments, cmd_run
 from ert.errors import ErtError
+from ert.hardware import no_rated_text
 
 
 # ---------------------------------------------------------------------------- ert subcommands
@@ -121,7 +122,7 @@ def cmd_analyze(args) -> int:
 
 def _complete_rated(meta: dict) -> None:
     """A CPU run made before ert rated L2 and L3 gets them from the same table and measured clock (in place)."""
-    from ert.backends.cpu_rated import complete_rated
+    from ert.hardware.cpu import complete_rated
 
     info = meta.get("backend_info")
     if isinstance(info, dict) and isinstance(info.get("rated"), dict):
@@ -129,8 +130,8 @@ def _complete_rated(meta: dict) -> None:
         memory = info["rated"].setdefault("memory", [])
         if info["rated"].get("per_core") and not any(m.get("level") == "DRAM" for m in memory):
             memory.append({"level": "DRAM", "access": None, "scope": "host", "gbytes_per_s": None,
-                           "derivation": "no rated value: the run recorded none (made before ert rated DRAM; "
-                                         "rated.dram_gbytes_per_s or ert-run --rated-dram gives one)"})
+                           "derivation": no_rated_text("the run recorded none (made before ert rated DRAM; "
+                                         "rated.dram_gbytes_per_s or ert-run --rated-dram gives one)")})
 
 
 def _cache_hint(text: str) -> dict:

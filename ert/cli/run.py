@@ -280,7 +280,7 @@ def _plan(cfg, backend, *, comm):
     from ert.measure.plan import plan
 
     return plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements,
-                launches_of=backend.launches, tensor_of=getattr(backend, "tensor_plan", None))
+                launches_of=backend.launches, tensor_of=_tensor_of(backend))
 
 
 def _rank_warnings(backend, skipped_warning, *, comm, placement) -> list:
@@ -317,8 +317,8 @@ def _start_run_dir(cfg, run_dir: Path, backend, *, comm, placement, rank_warning
 
 
 def _rate_dram(cfg, meta: dict) -> None:
-    """A CPU backend's rated values get the host's DRAM (ert.dram_rated): the user's, SMBIOS's, or why none."""
-    from ert import dram_rated
+    """A CPU backend's rated values get the host's DRAM (ert.hardware.dram): the user's, SMBIOS's, or why none."""
+    from ert.hardware import dram as dram_rated
 
     rated = (meta.get("backend_info") or {}).get("rated")
     if not isinstance(rated, dict) or not rated.get("per_core"):
@@ -381,3 +381,10 @@ def _analyze_and_report(run_dir: Path, result, *, comm) -> int:
             comm.abort(130)  # other ranks may be waiting in a collective
         return 130
     return 0
+
+
+def _tensor_of(backend):
+    """The backend's tensor plan where it has tensor cores (ert.backends.TensorBackend), else None."""
+    from ert.backends import TensorBackend
+
+    return backend.tensor_plan if isinstance(backend, TensorBackend) else None

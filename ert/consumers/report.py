@@ -6,6 +6,7 @@ import math
 from typing import Any, Sequence
 
 from ert.units import human_bytes
+from ert.hardware import NO_RATED
 
 _MISSING = "-"
 
@@ -355,7 +356,7 @@ def _rated_section(doc: dict) -> list[str]:
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
         value, ratio, how = rated.get(key), rated.get("ratio"), str(rated.get("derivation", ""))
         if value is None:
-            known = how.startswith("no rated value:")
+            known = how.startswith(NO_RATED)
             if known and how not in reasons:
                 reasons.append(how)
             rows.append([f"{name} {unit}", format_rate(e.get(key)), _MISSING, _MISSING,

@@ -10,6 +10,7 @@ from ert.measure.driver import SweepResult, _timed, run_sweep
 from ert.rawio import RAW_NAME, RawWriter, read_raw
 from ert.spec import KernelSpec
 from ert.measure.plan import plan
+from ert.backends import TensorBackend
 
 # Each timed region of a hold lasts about this long: short enough to show a
 # clock that drops within seconds, long enough that timer overhead is nothing.
@@ -29,7 +30,7 @@ def _plan_for(config, backend, comm, threads: int):
     min_bytes = max(1, config.working_set.min_bytes * threads // max(counts)) if counts else None
     return plan(config, workers=threads * comm.size, granule_elements_of=backend.granule_elements,
                 launches_of=backend.launches, thread_tag=tag, min_bytes=min_bytes,
-                tensor_of=getattr(backend, "tensor_plan", None))
+                tensor_of=backend.tensor_plan if isinstance(backend, TensorBackend) else None)
 
 
 def run_all(*, config, run_dir: Path, backend, make_backend, comm, header: dict | None, progress=None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ert.errors import ErtError
+from ert.backends import MixBackend, TensorBackend
 
 
 def supported_precisions(cfg, backend):
@@ -35,8 +36,7 @@ def _kernels_supported(cfg, backend):
     from ert.spec import KernelSpec
 
     notes, changes = [], {}
-    supports_mix = getattr(backend, "supports_mix", None)
-    if cfg.mixes and supports_mix is None:
+    if cfg.mixes and not isinstance(backend, MixBackend):
         notes.append(f"backend {backend.name} runs no measured mixes: mixes {', '.join(cfg.mixes)} are skipped")
         changes["mixes"] = []
     ints = [p for p in cfg.precisions if p in ("int32", "int64") and backend.supports(KernelSpec(p, 1, False))]
@@ -56,7 +56,7 @@ def _tensor_supported(cfg, backend):
 
     if not cfg.tensor:
         return cfg, None
-    if getattr(backend, "tensor_plan", None) is None:
+    if not isinstance(backend, TensorBackend):
         raise ErtError(f"the {backend.name} backend has no tensor cores: tensor roofs are measured by the cuda "
                        f"backend only (remove `tensor`, or use backend: cuda)", key="tensor")
     dropped = [s.precision for s in tensor_specs(cfg) if not backend.supports(s)]

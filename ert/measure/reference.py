@@ -38,7 +38,7 @@ def measure_cpu_reference(threads: int) -> dict:
     gflops = spec.gflops_per_s(elements=per_thread * threads, trials=trials, seconds=seconds)
     out = {"backend": "numba-cpu", "kernel": spec.key, "threads": threads, "gflops_per_s": round(gflops, 2)}
     try:
-        # What these cores can physically do (ert.backends.cpu_rated's table x the measured clock):
+        # What these cores can physically do (ert.hardware.cpu's table x the measured clock):
         # an OpenCL CPU device runs on the same cores, so its ceilings are rated against it too.
         out["rated"] = backend.rated()
     except Exception as exc:  # noqa: BLE001 - a reference without a rated value is still a reference

@@ -21,6 +21,8 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from ert.hardware import no_rated_text
+
 
 @dataclass(frozen=True)
 class MemoryDevice:
@@ -59,7 +61,7 @@ def _mts(value: str | None) -> int | None:
 
 
 def rate_devices(devices: list[MemoryDevice]) -> tuple[float | None, str]:
-    """(GB/s, derivation) of populated devices, or (None, "no rated value: why")."""
+    """(GB/s, derivation) of populated devices, or (None, no_rated_text("why"))."""
     if not devices:
         return None, "dmidecode shows no populated memory devices (a VM guest?)"
     speeds = {d.mts for d in devices}
@@ -101,5 +103,5 @@ def dram_entry(*, user_gbps: float | None, smbios_text: str | None, smbios_why: 
     if machine is not None:
         return {**entry, "gbytes_per_s": machine, "derivation": machine_how}
     return {**entry, "gbytes_per_s": None,
-            "derivation": f"no rated value: {machine_how or 'SMBIOS was not read'} and the config has no "
-                          f"rated.dram_gbytes_per_s (or pass ert-run --rated-dram GBPS)"}
+            "derivation": no_rated_text(f"{machine_how or 'SMBIOS was not read'} and the config has no "
+                          f"rated.dram_gbytes_per_s (or pass ert-run --rated-dram GBPS)")}

@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ert.hardware import no_rated_text
+
 
 @dataclass(frozen=True)
 class Microarch:
@@ -182,13 +184,13 @@ _ZEN_L3 = ("AMD Software Optimization Guide for family 17h (55723) and 19h (5666
            "50 B/cycle/core, above one 32-byte path)")
 _INTEL_L2 = ("Intel 64 and IA-32 Architectures Optimization Reference Manual, cache table of the core: L2 peak "
              "64 B/cycle (to the L1)")
-_INTEL_L2_RW = ("no rated value: Intel's manual gives one L2 figure (64 B/cycle), not whether L1 write-backs "
-                "share it with the fills")
-_INTEL_L3 = ("no rated value: Intel publishes no peak L3 (mesh) bytes per cycle per core for this core, only "
-             "sustained figures")
-_ARM_L2 = ("no rated value: the Arm Neoverse Software Optimization Guide gives no L2 -> L1 bytes per cycle ert is "
-           "sure of (Chips and Cheese measured 19.3 B/cycle from Neoverse N1's L2; the interface width is inferred)")
-_ARM_L3 = "no rated value: the system-level cache's bandwidth per core depends on the mesh (CMN) the SoC uses"
+_INTEL_L2_RW = (no_rated_text("Intel's manual gives one L2 figure (64 B/cycle), not whether L1 write-backs "
+                "share it with the fills"))
+_INTEL_L3 = (no_rated_text("Intel publishes no peak L3 (mesh) bytes per cycle per core for this core, only "
+             "sustained figures"))
+_ARM_L2 = (no_rated_text("the Arm Neoverse Software Optimization Guide gives no L2 -> L1 bytes per cycle ert is "
+           "sure of (Chips and Cheese measured 19.3 B/cycle from Neoverse N1's L2; the interface width is inferred)"))
+_ARM_L3 = no_rated_text("the system-level cache's bandwidth per core depends on the mesh (CMN) the SoC uses")
 
 
 def _unrated(why: str) -> CacheRates:
@@ -204,7 +206,7 @@ LOWER_LEVELS: dict[str, tuple[CacheRates, CacheRates]] = {
                          "64 B/cycle, twice Zen 4's; AIDA64 on a Ryzen 5 9600X (6 cores, up to 5.4 GHz) read "
                          "1875 GB/s and wrote 1795 GB/s from L2 (about 58 and 55 B/cycle/core), so write-backs "
                          "have their own 64-byte path"),
-              _unrated("no rated value: AMD publishes no L3 -> L2 width for Zen 5 ert is sure of")),
+              _unrated(no_rated_text("AMD publishes no L3 -> L2 width for Zen 5 ert is sure of"))),
     **{name: (CacheRates(64, None, None, _INTEL_L2, _INTEL_L2_RW), _unrated(_INTEL_L3))
        for name in ("Skylake-SP", "Cascade Lake", "Cooper Lake", "Ice Lake-SP", "Sapphire Rapids",
                     "Emerald Rapids", "Granite Rapids", "Granite Rapids-D")},
@@ -217,7 +219,7 @@ def lower_level_rates(arch_name: str | None) -> dict[str, CacheRates]:
     """{"L2": ..., "L3": ...} for a microarchitecture's name (its one-FMA variant included), each maybe unrated."""
     base = (arch_name or "").split(" (")[0]
     l2, l3 = LOWER_LEVELS.get(base, (None, None))
-    why = f"no rated value: {arch_name or 'this CPU'}'s L2 and L3 widths are not in ert's table"
+    why = no_rated_text(f"{arch_name or 'this CPU'}'s L2 and L3 widths are not in ert's table")
     return {"L2": l2 or _unrated(why), "L3": l3 or _unrated(why)}
 
 
@@ -231,7 +233,7 @@ def lower_level_entries(*, arch_name: str | None, base: str, cores: int, clock_g
             per_cycle = rates.bytes_per_cycle(access)
             if per_cycle is None or not clock_ghz:
                 why = (rates.why_none or "no rated value") if per_cycle is None else \
-                    "no rated value: the sustained clock was not measured"
+                    no_rated_text("the sustained clock was not measured")
                 out.append({**entry, "gbytes_per_s": None, "derivation": why})
                 continue
             if access == "ro":
@@ -269,7 +271,7 @@ def lookup(cpu_name: str, model_name: str = "") -> tuple[Microarch | None, str]:
     """The table entry for a CPU, or None and why there is none."""
     arch = TABLE.get(cpu_name)
     if arch is None:
-        return None, f"no rated value: CPU '{cpu_name or 'unknown'}' ({model_name or 'no model name'}) is not in ert's microarchitecture table"
+        return None, no_rated_text(f"CPU '{cpu_name or 'unknown'}' ({model_name or 'no model name'}) is not in ert's microarchitecture table")
     if cpu_name in ("skylake-avx512", "cascadelake") and _ONE_FMA.search(model_name or ""):
         arch = Microarch(arch.name + " (one FMA unit)", arch.simd_bits, 1, arch.fma_latency, 0,
                          arch.l1_load_bytes, arch.l1_store_bytes, arch.source + "; Intel ARK: 1 AVX-512 FMA unit")
@@ -282,7 +284,7 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
     """``backend_info.rated`` for a CPU: compute per (precision, FMA) and L1 per access, each derived."""
     compute, memory = [], []
     if arch is None or not clock_ghz:
-        why = why_none or "no rated value: the sustained clock could not be measured"
+        why = why_none or no_rated_text("the sustained clock could not be measured")
         for p in precisions:
             for fma in (True, False):
                 compute.append({"precision": p, "fma": fma, "gflops_per_s": None, "derivation": why})
@@ -320,8 +322,8 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
         per_cycle = arch.iops_per_cycle(p)
         if per_cycle is None:
             compute.append({"precision": p, "fma": False, "gflops_per_s": None, "unit": "GIOP/s",
-                            "derivation": f"no rated value: {arch.name}'s vector integer multiply and add throughput "
-                                          f"is not in ert's table (no published figure ert is sure of)"})
+                            "derivation": no_rated_text(f"{arch.name}'s vector integer multiply and add throughput "
+                                          f"is not in ert's table (no published figure ert is sure of)")})
             continue
         pairs = dict(arch.int_madd_pairs_per_cycle)[p]
         lanes = arch.simd_bits // (32 if p == "int32" else 64)
@@ -335,7 +337,7 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
         per_cycle = arch.l1_bytes_per_cycle(access)
         if per_cycle is None:
             memory.append({"level": "L1", "access": access, "gbytes_per_s": None,
-                           "derivation": f"no rated value: {arch.name}'s L1 load/store widths are not in the table"})
+                           "derivation": no_rated_text(f"{arch.name}'s L1 load/store widths are not in the table")})
             continue
         how = (f"{arch.l1_load_bytes} B loads" if access == "ro"
                else f"one load and one store of min({arch.l1_load_bytes}, {arch.l1_store_bytes}) B each")
@@ -355,8 +357,8 @@ def _rated_14(arch: Microarch, base: str, cores: int, clock_ghz: float, precisio
         entry = {"precision": p, "fma": False, "op": "add", "unit": "GIOP/s"}
         if arch.int_add_per_cycle is None:
             out.append({**entry, "gflops_per_s": None,
-                        "derivation": f"no rated value: {arch.name}'s vector integer add throughput is not in "
-                                      f"ert's table"})
+                        "derivation": no_rated_text(f"{arch.name}'s vector integer add throughput is not in "
+                                      f"ert's table")})
             continue
         per_cycle = lanes * arch.int_add_per_cycle
         out.append({**entry, "gflops_per_s": round(cores * clock_ghz * per_cycle, 1),
@@ -378,8 +380,8 @@ def _rated_14(arch: Microarch, base: str, cores: int, clock_ghz: float, precisio
         pairs = dict(arch.int_fp_pairs_per_cycle).get(ip)
         if pairs is None:
             out.append({"precision": p, "fma": True, "mix": mix, "gflops_per_s": None, "unit": "GOP/s",
-                        "derivation": f"no rated value: the pipes of {arch.name}'s vector integer multiply are "
-                                      f"not in ert's table"})
+                        "derivation": no_rated_text(f"the pipes of {arch.name}'s vector integer multiply are "
+                                      f"not in ert's table")})
             continue
         per_cycle = lanes * pairs * 4  # an integer multiply-add (2 ops) and an FMA (2 FLOPs) per pair and lane
         out.append({"precision": p, "fma": True, "mix": mix, "unit": "GOP/s",
