@@ -204,6 +204,10 @@ class RunConfig(_Strict):
                                           "of these input types (fp16/bf16/tf32/fp8 accumulate in FP32, fp64 in FP64)")
     opencl: OpenCLOptions = Field(default_factory=OpenCLOptions)
     cuda: CudaOptions = Field(default_factory=CudaOptions)
+
+    def backend_options(self, name: str | None = None):
+        """The config's block for backend ``name`` (default: this config's backend): what it is created with."""
+        return {"opencl": self.opencl, "cuda": self.cuda}.get(name or self.backend)
     rated: Optional[RatedOptions] = Field(None, description="rated values given by the user: dram_gbytes_per_s")
 
     @field_validator("flops_per_element")

@@ -31,7 +31,7 @@ def _params():
 def backend(request):
     name = request.param
     threads = hwinfo.usable_cpus() if REGISTRY.entry(name).host_threads else 1
-    made = REGISTRY.create(name, threads=threads, config=CONFIG, local_rank=0, local_size=1)
+    made = REGISTRY.create(name, threads=threads, options=CONFIG.backend_options(name), local_rank=0, local_size=1)
     yield made
     made.close()
 

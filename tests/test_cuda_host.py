@@ -127,7 +127,7 @@ def test_1536_thread_gpus_get_a_full_wave_at_every_block_size(props):
         assert per_sm * threads <= 1536 and (per_sm * threads == 1536 or per_sm == info.resident_blocks_per_sm
                                              or threads == 1024)
     # A 1 GiB FP64 set: never the one-unit-per-thread fallback (a float64 per unit on the device).
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(props))
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(props))
     for launch in backend.launches(KernelSpec("fp64", 1, False), 1 << 27):
         assert launch["blocks"] * launch["threads"] <= info.sm_count * 1536
 
@@ -155,7 +155,7 @@ def test_launches_balance_the_work_and_never_exceed_the_geometry():
 
 def test_backend_geometry_from_config_and_fp16_units():
     dev = EmulatedGpu(V100)
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=dev)
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=dev)
     # FP16 runs half2 units: 2**21 halves are 2**20 units, the same geometries as 2**20 floats.
     assert backend.launches(KernelSpec("fp16", 2, True), 1 << 21) == backend.launches(KernelSpec("fp32", 2, True), 1 << 20)
     assert backend.granule_elements(KernelSpec("fp16", 2, True)) == 2
@@ -163,10 +163,10 @@ def test_backend_geometry_from_config_and_fp16_units():
     with pytest.raises(ValueError):
         backend.launches(KernelSpec("fp16", 2, True), 1001)
     cfg = from_dict({"cuda": {"blocks": [80, 160], "threads_per_block": [256, 512], "blocks_threads": 81920}})
-    custom = cuda_mod.CudaBackend(config=cfg, device=dev)
+    custom = cuda_mod.CudaBackend(options=cfg.cuda, device=dev)
     # 160 x 512 is the one pair; 2**20 units take 13 rounds, so 158 blocks do them evenly.
     assert custom.launches(KernelSpec("fp64", 1, False), 1 << 20) == [{"blocks": 158, "threads": 512}]
-    listed = cuda_mod.CudaBackend(config=from_dict({"cuda": {"blocks": [80, 160]}}), device=dev)
+    listed = cuda_mod.CudaBackend(options=from_dict({"cuda": {"blocks": [80, 160]}}).cuda, device=dev)
     assert len(listed.launches(KernelSpec("fp64", 1, False), 1 << 20)) == 10  # no product constraint
 
 
@@ -193,7 +193,7 @@ def test_no_saw_tooth_along_the_low_end_of_the_l2_plateau():
     plateau.
     """
     dev = EmulatedGpu(V100, latency_bound=True, launch_seconds=0.0, bytes_per_second=2e12)
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=dev)
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=dev)
     wave = 80 * 2048
     units = sorted({int(wave * 1.05 ** k) for k in range(0, 29)})
     gbytes = _sweep_gbytes(backend, KernelSpec("fp64", 1, False), units)
@@ -201,7 +201,7 @@ def test_no_saw_tooth_along_the_low_end_of_the_l2_plateau():
 
 
 def test_occupancy_is_recorded_per_point_and_defaults_are_one_wave():
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(H100, registers=32))
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(H100, registers=32))
     spec = KernelSpec("fp64", 1, False)
     for launch in backend.launches(spec, 1 << 24):
         backend.prepare(spec, elements_per_thread=1 << 24, launch=launch)
@@ -209,7 +209,7 @@ def test_occupancy_is_recorded_per_point_and_defaults_are_one_wave():
         assert occ == {"resident_blocks_per_sm": 2048 // launch["threads"], "resident_threads_per_sm": 2048,
                        "waves": 1}
     # At 40 registers (the kernels before their launch bounds) the same geometry needs two waves.
-    forty = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(H100, registers=40))
+    forty = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(H100, registers=40))
     launch = forty.launches(spec, 1 << 24)[0]
     forty.prepare(spec, elements_per_thread=1 << 24, launch=launch)
     assert forty.point_info()["occupancy"]["waves"] == 2
@@ -245,7 +245,7 @@ def test_sharing_is_decided_from_the_devices_the_ranks_hold():
     assert shared_device_warnings([("n1", "GPU-0"), ("n2", "GPU-0")], 0) == []
     assert shared_device_warnings([("n1", None), ("n1", None)], 0) == []
     # The backend reports the id its device has (a UUID on a real GPU).
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(H100, device_id="GPU-1234"),
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(H100, device_id="GPU-1234"),
                                    local_rank=2, local_size=4)
     assert backend.device_id == "GPU-1234" and backend.warnings[-1].startswith("NVIDIA L1")
     assert host.device_info({**H100, "uuid": bytes(range(16))}).uuid == "GPU-000102030405060708090a0b0c0d0e0f"
@@ -393,7 +393,7 @@ class EmulatedGpu:
 
 
 def _prepared(spec, elements, props=V100, **kw):
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(props, **kw))
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(props, **kw))
     launch = backend.launches(spec, elements)[-1]
     backend.prepare(spec, elements_per_thread=elements, launch=launch)
     return backend
@@ -473,7 +473,7 @@ def test_trials_inside_one_launch_keep_launch_overhead_out_of_small_points():
 
 
 def test_describe_feeds_the_analysis():
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(H100), local_rank=1, local_size=2)
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(H100), local_rank=1, local_size=2)
     info = backend.describe()
     assert info["backend"] == "cuda" and info["device"].startswith("NVIDIA H100")
     assert info["memory_name"] == "HBM" and [c["level"] for c in info["caches"]] == [1, 2]
@@ -506,7 +506,7 @@ def test_ert_backends_shows_cuda_unavailable_in_one_line():
 def test_report_puts_each_ceiling_beside_its_rated_peak():
     from ert.consumers.report import format_ceilings
 
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(V100))
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(V100))
     doc = {"metadata": {"backend_info": backend.describe()},
            "ceilings": {"memory": [{"level": "L2", "gbytes_per_s": 2100.0, "precision": "fp64", "access": "rw"},
                                    {"level": "HBM", "gbytes_per_s": 810.0, "precision": "fp64", "access": "rw"}],
@@ -522,7 +522,7 @@ def test_report_puts_each_ceiling_beside_its_rated_peak():
 # ----------------------------------------------------------------------------- the issue-13 review findings
 def test_the_old_buffer_is_released_before_a_larger_one_is_allocated():
     # EmulatedGpu.buffer asserts that nobody (the backend's _data) still holds the previous buffer.
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(V100))
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(V100))
     spec = KernelSpec("fp64", 1, False)
     for elements in (1 << 12, 1 << 14, 1 << 16):
         backend.prepare(spec, elements_per_thread=elements)
@@ -595,7 +595,7 @@ def test_a_busy_launch_raises_the_clocks_before_timing_and_clocks_are_recorded(t
     from ert.measure.plan import plan
 
     dev = EmulatedGpu(V100, clock_mhz=1530)
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=dev)
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=dev)
     cfg = from_dict({"backend": "cuda", "precisions": ["fp32"], "flops_per_element": [1], "access": ["rw", "ro"],
                      "working_set": {"min_bytes": 1 << 16, "max_bytes": 1 << 17, "growth": 2.0},
                      "timing": {"min_seconds": 1e-4, "repeats": 2, "max_remeasure": 0}, "threads": 1})
@@ -652,7 +652,7 @@ def test_read_write_curves_are_never_named_against_the_l1():
     """
     from ert.analysis.ceilings import caches_by_access, memory_ceilings
 
-    backend = cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedGpu(A100))
+    backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(A100))
     info = backend.describe()
     caches = caches_by_access(info["caches"])
     rw = _curve("rw", [(24 << 20, 4000.0), (1 << 40, 1500.0)])

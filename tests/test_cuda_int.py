@@ -249,7 +249,7 @@ class EmulatedIntGpu(EmulatedGpu):
 
 
 def _backend(props=H100, **kw) -> cuda_mod.CudaBackend:
-    return cuda_mod.CudaBackend(config=RunConfig(), device=EmulatedIntGpu(props, **kw))
+    return cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedIntGpu(props, **kw))
 
 
 INT_KINDS = [KernelSpec("int32", 1, False), KernelSpec("int32", 8, False), KernelSpec("int32", 8, False, op="add"),

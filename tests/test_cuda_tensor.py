@@ -385,7 +385,8 @@ class EmulatedTensorGpu:
 
 
 def _tensor_backend(props=SMALL_H100, config=None, **kw):
-    return cuda_mod.CudaBackend(config=config or from_dict({"backend": "cuda"}), device=EmulatedTensorGpu(props, **kw))
+    return cuda_mod.CudaBackend(options=(config or from_dict({"backend": "cuda"})).cuda,
+                                device=EmulatedTensorGpu(props, **kw))
 
 
 TENSOR_TIMING = {"min_seconds": 2e-4, "repeats": 3, "max_remeasure": 0}

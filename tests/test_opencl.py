@@ -33,7 +33,7 @@ def _backend(**opencl):
     from ert.backends import opencl as ocl
 
     config = from_dict({"precisions": ["fp64", "fp32"], "opencl": {"cpu_reference": False, **opencl}})
-    return ocl.create(config=config)
+    return ocl.create(options=config.opencl)
 
 
 @pytest.fixture(scope="module")
@@ -285,7 +285,7 @@ _ASM_SCRIPT = textwrap.dedent("""
     from ert.backends import opencl as ocl
     from ert.config import from_dict
     from ert.spec import KernelSpec
-    backend = ocl.create(config=from_dict({"opencl": {"cpu_reference": False}}))
+    backend = ocl.create(options=from_dict({"opencl": {"cpu_reference": False}}).opencl)
     spec = KernelSpec("fp64", 8, sys.argv[1] == "fma")
     backend.prepare(spec, elements_per_thread=backend.granule_elements(spec) * 4)
     backend.run(1)

@@ -26,7 +26,7 @@ def measured():
     from ert.backends import opencl as ocl
     from ert.config import from_dict
 
-    backend = ocl.create(config=from_dict({"opencl": {"cpu_reference": False}}))
+    backend = ocl.create(options=from_dict({"opencl": {"cpu_reference": False}}).opencl)
     records = []
     policy = {"min_seconds": 0.002, "noise_threshold": 0.25, "max_remeasure": 1}
     try:

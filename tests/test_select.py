@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ert.backends import select
+from ert.cli import select
 from ert.config import from_dict
 from ert.errors import ErtError
 

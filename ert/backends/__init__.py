@@ -223,7 +223,8 @@ class Registry:
 
     def create(self, name: str, **options) -> Backend:
         """The backend object.  Options every backend's create() accepts (and may ignore):
-        ``threads`` (host threads per rank), ``config`` (the RunConfig),
+        ``threads`` (host threads per rank), ``options`` (its own block of the config, e.g.
+        ``RunConfig.opencl``: a backend gets the values it needs, never the whole config),
         ``local_rank`` and ``local_size`` (this rank's index and the rank count on its node).
         """
         st = self.status(name)

@@ -73,9 +73,9 @@ def probe():
     return True, "", detail
 
 
-def create(*, config=None, local_rank: int = 0, local_size: int = 1, **_ignored) -> "CudaBackend":
+def create(*, options=None, local_rank: int = 0, local_size: int = 1, **_ignored) -> "CudaBackend":
     """The backend on the GPU this rank selects; ``threads`` is ignored (one host thread per rank)."""
-    return CudaBackend(config=config, local_rank=local_rank, local_size=local_size)
+    return CudaBackend(options=options, local_rank=local_rank, local_size=local_size)
 
 
 @functools.cache
@@ -251,10 +251,11 @@ class CudaBackend:
     name = NAME
     threads = 1
 
-    def __init__(self, *, config=None, local_rank: int = 0, local_size: int = 1, device=None):
+    def __init__(self, *, options=None, local_rank: int = 0, local_size: int = 1, device=None):
+        """``options``: the config's ``cuda`` block (ert.config.CudaOptions; defaults when None)."""
         from ert.config import CudaOptions
 
-        options = config.cuda if config is not None else CudaOptions()
+        options = options if options is not None else CudaOptions()
         self.local_rank, self.local_size = local_rank, local_size
         # Whether ranks share this GPU is decided from the device ids every rank
         # of the node reports (ert.measure.comm.shared_device_warnings), not from counts here.

@@ -62,10 +62,9 @@ def contract_warning(precision: str, fused: int) -> str:
             f"multiply-add(s) despite #pragma OPENCL FP_CONTRACT OFF; read it as an FMA ceiling")
 
 
-def create(*, config=None, local_rank: int = 0, local_size: int = 1, **_ignored) -> "OpenCLBackend":
-    from ert.config import RunConfig
-
-    return OpenCLBackend(config=config or RunConfig(), local_rank=local_rank, local_size=local_size)
+def create(*, options=None, local_rank: int = 0, local_size: int = 1, **_ignored) -> "OpenCLBackend":
+    """``options``: the config's ``opencl`` block (ert.config.OpenCLOptions; defaults when None)."""
+    return OpenCLBackend(options=options, local_rank=local_rank, local_size=local_size)
 
 
 class OpenCLBackend:
@@ -74,12 +73,14 @@ class OpenCLBackend:
     name = NAME
     threads = 1  # one host thread per rank drives the device
 
-    def __init__(self, *, config, local_rank: int = 0, local_size: int = 1):
+    def __init__(self, *, options=None, local_rank: int = 0, local_size: int = 1):
         import numpy as np
         import pyopencl as cl
 
+        from ert.config import OpenCLOptions
+
         self._np, self._cl = np, cl
-        self.options = config.opencl
+        self.options = options if options is not None else OpenCLOptions()
         self.local_rank, self.local_size = local_rank, local_size
         self.device, self.choice = select_device(self.options, local_rank=local_rank)
         # Ranks on one host that pick the same platform:device share it (ert.measure.comm.shared_device_warnings).

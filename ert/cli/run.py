@@ -4,7 +4,7 @@ The command line read into a config and a run directory, then one step per
 stage (backend, plan, run directory, measuring, analysis and report); MPI
 ranks placed, errors before the sweep agreed on, a failure during it ending
 every rank.  The run directory, backend selection and precision policy live
-in their stages (ert.measure.rundir, ert.backends.select,
+in their stages (ert.measure.rundir, ert.cli.select,
 ert.measure.precisions).  Only argparse and ert.errors are imported at module
 level.
 """
@@ -179,7 +179,7 @@ def _resumed_run(args):
 def _new_run(args, comm, placement):
     """(resolved config, new run directory) from CONFIG (or the packaged default) and the flags."""
     from ert import config as config_mod
-    from ert.backends import select
+    from ert.cli import select
     from ert.measure import rundir
 
     source = args.config or config_mod.default_path()
@@ -251,7 +251,7 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
 def _make_backend(cfg, threads: int, comm):
     from ert.backends import REGISTRY
 
-    return REGISTRY.create(cfg.backend, threads=threads, config=cfg, local_rank=comm.local_rank,
+    return REGISTRY.create(cfg.backend, threads=threads, options=cfg.backend_options(), local_rank=comm.local_rank,
                            local_size=comm.local_size)
 
 
