@@ -149,3 +149,21 @@ def test_best_launch_per_working_set_is_used_and_others_kept_as_evidence():
     assert sum(not r["valid"] for r in best) == 1  # invalid records stay, to be counted and reported
     levels, _ = memory_ceilings(best, ZEN4_CACHES, workers=1)
     assert [lvl["gbytes_per_s"] for lvl in levels] == [pytest.approx(400.0, rel=0.05), pytest.approx(50.0, rel=0.05)]
+
+
+def test_a_busy_machine_is_the_first_warning_and_a_quiet_run_has_none():
+    """A run where most points stayed noisy was measured under other work: said first, never silently."""
+    from pathlib import Path
+
+    from ert.analysis.ceilings import BUSY_NOISY_SHARE, build
+    from ert.rawio import read_raw
+
+    raw = read_raw(Path(__file__).parent / "data" / "bare-zen4-full.raw.jsonl")  # a quiet Zen 4 run
+    quiet = build(raw)
+    assert not any(w.startswith("busy machine") for w in quiet["warnings"])
+    points = raw.points
+    for rec in points[: int(len(points) * BUSY_NOISY_SHARE) + 1]:
+        rec["noisy"] = True
+    busy = build(raw)
+    share = sum(r["noisy"] for r in points) / len(points)
+    assert busy["warnings"][0].startswith("busy machine: ") and f"({share:.0%})" in busy["warnings"][0]

@@ -19,6 +19,8 @@ from ert.hwinfo import CacheInfo
 from ert.rawio import RAW_NAME, RawData, best_launches
 from ert.spec import is_integer, ops_unit, peak_spread, rates
 
+# A run in which at least this share of the points stayed noisy was measured on a busy machine.
+BUSY_NOISY_SHARE = 0.5
 PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2, "int32": 3, "int64": 4}
 # A level whose plateau_spread (ert.spec) is above this is not flat:
 # it mixes levels the fit could not separate, or the machine changed under it.
@@ -360,6 +362,11 @@ def build(raw: RawData) -> dict:
     if noisy:
         warnings.append(f"{len(noisy)} of {len(points)} point(s) stayed noisy after re-measuring "
                         f"(spread above {meta['config']['timing']['noise_threshold']:.0%})")
+    if points and len(noisy) >= BUSY_NOISY_SHARE * len(points):
+        # First, so that nobody reads the table without it: these are the machine's ceilings under load.
+        warnings.insert(0, f"busy machine: {len(noisy)} of {len(points)} points ({len(noisy) / len(points):.0%}) "
+                           "stayed noisy, so other work shared these cores during the run; every ceiling here "
+                           "is what was left over, not what the hardware sustains: measure again on a quiet machine")
     if len(points) < planned or not complete:
         warnings.append(f"partial run: {len(points)} of {planned} points measured; "
                         f"finish it with `ert-run --resume RUN_DIR`")
