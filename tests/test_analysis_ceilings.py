@@ -164,6 +164,8 @@ def test_a_busy_machine_is_the_first_warning_and_a_quiet_run_has_none():
     points = raw.points
     for rec in points[: int(len(points) * BUSY_NOISY_SHARE) + 1]:
         rec["noisy"] = True
+    raw.header["metadata"]["load_average_at_start"] = {"load1": 1.93, "cpus": 2}
     busy = build(raw)
     share = sum(r["noisy"] for r in points) / len(points)
     assert busy["warnings"][0].startswith("busy machine: ") and f"({share:.0%})" in busy["warnings"][0]
+    assert busy["warnings"][0].endswith("(load average 1.93 on 2 cpu(s) when it started)")

@@ -308,6 +308,13 @@ def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
     return warnings
 
 
+def _load_note(meta: dict) -> str:
+    load = meta.get("load_average_at_start")
+    if not isinstance(load, dict) or "load1" not in load:
+        return ""
+    return f" (load average {load['load1']:g} on {load.get('cpus', '?')} cpu(s) when it started)"
+
+
 def build(raw: RawData) -> dict:
     """The ceiling document from a raw file's records alone."""
     header = raw.header
@@ -366,7 +373,8 @@ def build(raw: RawData) -> dict:
         # First, so that nobody reads the table without it: these are the machine's ceilings under load.
         warnings.insert(0, f"busy machine: {len(noisy)} of {len(points)} points ({len(noisy) / len(points):.0%}) "
                            "stayed noisy, so other work shared these cores during the run; every ceiling here "
-                           "is what was left over, not what the hardware sustains: measure again on a quiet machine")
+                           "is what was left over, not what the hardware sustains: measure again on a quiet machine"
+                           + _load_note(meta))
     if len(points) < planned or not complete:
         warnings.append(f"partial run: {len(points)} of {planned} points measured; "
                         f"finish it with `ert-run --resume RUN_DIR`")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 from datetime import datetime, timezone
@@ -56,4 +57,14 @@ def collect(*, config, backend_info: dict, ranks: int, threads_per_rank: int, ho
         "date": now_iso(),
         "config": config.to_dict(),
         "config_sha256": config.sha256(),
+        **load_average(),
     }
+
+
+def load_average() -> dict:
+    """The host's 1-minute load average and usable cpus when the run started: other work shows here."""
+    try:
+        load1 = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return {}
+    return {"load_average_at_start": {"load1": round(load1, 2), "cpus": hwinfo.usable_cpus()}}
