@@ -333,6 +333,13 @@ def _announce(cfg, run_dir: Path, *, comm, rank_warnings) -> None:
     for warning in rank_warnings:
         print(f"ert-run: warning: {warning}", file=sys.stderr)
     print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}", file=sys.stderr)
+    from ert.measure.metadata import load_average
+
+    load = load_average().get("load_average_at_start")
+    if comm.size == 1 and load and load["load1"] > 0.5 * load["cpus"]:
+        print(f"ert-run: warning: the host is busy (load average {load['load1']:g} on {load['cpus']} cpu(s)): "
+              "other work will slow and scatter the measurements; a quiet machine gives its real ceilings",
+              file=sys.stderr)
 
 
 def _measure(cfg, points, run_dir: Path, backend, header, *, comm, quiet: bool):

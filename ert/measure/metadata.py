@@ -67,4 +67,4 @@ def load_average() -> dict:
         load1 = os.getloadavg()[0]
     except (AttributeError, OSError):
         return {}
-    return {"load_average_at_start": {"load1": round(load1, 2), "cpus": hwinfo.usable_cpus()}}
+    return {"load_average_at_start": {"load1": round(load1, 2), "cpus": os.cpu_count() or 1}}  # the whole host
