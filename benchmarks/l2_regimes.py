@@ -35,13 +35,14 @@ sys.path.insert(0, str(HERE))
 from level_check import build, run_c  # noqa: E402
 
 
-def numba_rate(backend, spec, *, elements_per_thread: int, fresh: bool) -> float:
+def numba_rate(backend, spec, *, elements_per_thread: int, fresh: bool, min_seconds: float = 0.01) -> float:
+    """GB/s of ert's numba-cpu kernel at one size, as ert times a point (ert.measure.timing; median of 5)."""
+    from ert.measure import timing
+
     if fresh:
         backend._buf = None  # a buffer of exactly this size: 4 KiB pages
     backend.prepare(spec, elements_per_thread=elements_per_thread)
-    trials = 1
-    while backend.run(trials) < 0.01:
-        trials *= 2
+    trials, _ = timing.calibrate(backend.run, min_seconds=min_seconds, jump=False)
     seconds = statistics.median(backend.run(trials) for _ in range(5))
     return spec.gbytes_per_s(elements=elements_per_thread * backend.threads, trials=trials, seconds=seconds)
 

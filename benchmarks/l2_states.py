@@ -17,7 +17,12 @@ produces; rows that agree say the slow L2 points of a sweep came from outside (a
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from l2_regimes import numba_rate  # noqa: E402 - the same measurement of one point
 
 
 def main() -> int:
@@ -38,15 +43,7 @@ def main() -> int:
     huge.prepare(spec, elements_per_thread=(512 << 20) // 8)
 
     def rate(backend, per_thread: int, new: bool = False) -> float:
-        if new:
-            backend._buf = None
-        ept = per_thread // 8
-        backend.prepare(spec, elements_per_thread=ept)
-        trials = 1
-        while backend.run(trials) < 0.005:
-            trials *= 2
-        seconds = statistics.median(backend.run(trials) for _ in range(5))
-        return spec.gbytes_per_s(elements=ept * args.threads, trials=trials, seconds=seconds)
+        return numba_rate(backend, spec, elements_per_thread=per_thread // 8, fresh=new, min_seconds=0.005)
 
     sizes = [int(l1 * f) // 4096 * 4096 for f in (1.2, 2.4, 3.0, 4.5)] + [l2 // 3 // 4096 * 4096]
     print(f"{hwinfo.cpu_model()}: L1d {l1 >> 10} KiB, L2 {l2 >> 10} KiB per core; {args.threads} threads; "

@@ -32,7 +32,7 @@ def measured():
     try:
         count = stage.measure_transfers(backend.link_transfers(max(SIZES)), SIZES, samples=3,
                                         emit=records.append, **policy)
-        rated = backend.link_rated(stage.host_copy_reference(max(SIZES), min_seconds=0.002, samples=3))
+        rated = backend.link_rated(lambda: stage.host_copy_reference(max(SIZES), min_seconds=0.002, samples=3))
         # Resume: every id already measured is skipped, the rest are measured.
         done = {r["id"] for r in records if r["bytes"] != SIZES[-1]}
         again = []

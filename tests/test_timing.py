@@ -48,7 +48,7 @@ def test_sample_remeasures_a_noisy_size_and_keeps_the_quietest_attempt():
     cleared = []
     got = timing.sample(clock, 1, samples=3, noise_threshold=0.1, max_remeasure=2,
                         before_last=lambda: cleared.append(len(clock.calls)))
-    assert got.attempts == 2 and not got.noisy  # the second attempt was quiet: no third
+    assert got.attempts == 2 and got.kept == 1 and not got.noisy  # the second attempt was quiet: no third
     assert got.seconds == pytest.approx([0.001, 0.00105, 0.001])
     assert cleared == [2, 5]  # before the last sample of each attempt
 
@@ -56,7 +56,7 @@ def test_sample_remeasures_a_noisy_size_and_keeps_the_quietest_attempt():
 def test_sample_keeps_the_least_noisy_when_every_attempt_is_noisy():
     clock = Clock(1e-3, extra=[0, 0.003, 0, 0, 0.001, 0, 0, 0.002, 0])
     got = timing.sample(clock, 1, samples=3, noise_threshold=0.1, max_remeasure=2)
-    assert got.attempts == 3 and got.noisy and got.spread == pytest.approx(1.0)
+    assert got.attempts == 3 and got.kept == 1 and got.noisy and got.spread == pytest.approx(1.0)
 
 
 def test_a_real_closure_is_timed():

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
 from ert.spec import plateau_spread
-from ert.hardware import no_rated_text
+from ert.hardware import NO_RATED, no_rated_text
 
 KINDS = ("link", "peer", "network")
 # Order in which levels are reported: links, then peers, then the network.
@@ -59,11 +59,11 @@ def _rated(level: str, kind: str, rate: float, meta: dict, recs: list[dict]) -> 
         if not isinstance(known, dict):
             transport = next((r.get("transport") for r in recs if r.get("transport")), None)
             why = f"{transport}" if transport else f"the backend knows no rated value for {level}"
-            return {"gbytes_per_s": None, "ratio": None, "derivation": no_rated_text(f"{why}")}
+            return {"gbytes_per_s": None, "ratio": None, "derivation": no_rated_text(why)}
         value = known.get("gbytes_per_s")
         derivation = str(known.get("derivation") or "")
         if not value:
-            text = derivation if derivation.startswith("no rated value") else no_rated_text(f"{derivation}")
+            text = derivation if derivation.startswith(NO_RATED) else no_rated_text(derivation)
             return {"gbytes_per_s": None, "ratio": None, "derivation": text}
         return {"gbytes_per_s": round(float(value), 4), "ratio": round(rate / float(value), 4),
                 "derivation": derivation}

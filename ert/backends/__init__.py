@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 from ert.backends.check import CheckResult
 from ert.errors import ErtError
@@ -105,14 +105,14 @@ class LinkBackend(Protocol):
     ``link_transfers(max_bytes)``: one ``Transfer`` per (level, variant), with
     buffers for sizes up to ``max_bytes``, released by ``close()``.
     ``link_rated(reference)``: level -> {"gbytes_per_s": value or None,
-    "derivation": text}; ``reference`` is this host's memory-copy rate
+    "derivation": text}; ``reference()`` measures this host's memory-copy rate
     (``ert.measure.transfers.host_copy_reference``), which a CPU device's
-    "link" is set beside.
+    "link" is set beside: a backend calls it only if it needs it.
     """
 
     def link_transfers(self, max_bytes: int) -> list[Transfer]: ...
 
-    def link_rated(self, reference: dict | None = None) -> dict[str, dict]: ...
+    def link_rated(self, reference: Callable[[], dict] | None = None) -> dict[str, dict]: ...
 
 
 @runtime_checkable

@@ -517,7 +517,7 @@ class CudaBackend:
         self._topology = self._links.topology
         return self._links.transfers()
 
-    def link_rated(self, reference: dict | None = None) -> dict[str, dict]:
+    def link_rated(self, reference=None) -> dict[str, dict]:
         """level -> {"gbytes_per_s", "derivation"}: NVLink-C2C or PCIe (NVML, else sysfs) for the links; the
         best pair's NVLinks (or PCIe) for peer-d2d where peers were measured."""
         from ert.backends import cuda_links

@@ -386,12 +386,13 @@ class OpenCLBackend:
                                                max_bytes=max_bytes)
         return self._links.transfers()
 
-    def link_rated(self, reference: dict | None = None) -> dict[str, dict]:
+    def link_rated(self, reference=None) -> dict[str, dict]:
         """level -> {"gbytes_per_s": value or None, "derivation": text}: PCIe from sysfs on a GPU; on a CPU
-        device no rated value, with ``reference`` (this host's memory-copy rate) beside it."""
+        device no rated value, with ``reference()`` (this host's memory-copy rate, measured now) beside it."""
         from ert.backends import opencl_links
 
-        return opencl_links.link_rated(self.device, reference=reference if self.kind == "cpu" else None)
+        measured = reference() if self.kind == "cpu" and reference is not None else None
+        return opencl_links.link_rated(self.device, reference=measured)
 
     # -- metadata -------------------------------------------------------------------
     def describe(self) -> dict:

@@ -61,7 +61,7 @@ def cmd_plot(args) -> int:
             from ert.analysis.ceilings import build
 
             doc = build(raw)
-        plot.plot_sweep(run_dir, args.output, doc=doc, raw=raw)
+        plot.plot_sweep(raw, doc, args.output)
     else:
         from ert.consumers.appdata import load_app
         from ert.ceilings_io import load_ceilings

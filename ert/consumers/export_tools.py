@@ -176,7 +176,7 @@ def _is_amd_gpu(doc: dict) -> bool:
     meta = doc.get("metadata", {})
     info = meta.get("backend_info", {})
     vendor = " ".join(str(info.get(k, "")) for k in ("device_vendor", "platform_vendor", "vendor")).lower()
-    text = " ".join(str(meta.get(k, "")) for k in ("device",)).lower()
+    text = str(meta.get("device", "")).lower()
     gpu = str(info.get("device_type", "")).upper() == "GPU" or meta.get("backend") in ("hip", "rocm")
     amd = any(w in vendor for w in ("advanced micro devices", "amd")) or \
         any(w in text for w in ("radeon", "instinct", " mi2", " mi3", "gfx9"))
@@ -399,7 +399,7 @@ def to_kerncraft(doc: dict) -> str:
     for model in ("overlapping model", "non-overlapping model"):
         w(f"{model}:")
         w("  ports:")
-        w(f"    OSACA: INFORMATION_REQUIRED (only kerncraft's ECM models use ports; ert does not measure them)")
+        w("    OSACA: INFORMATION_REQUIRED (only kerncraft's ECM models use ports; ert does not measure them)")
         w("  performance counter metric: INFORMATION_REQUIRED")
     rw_top = dict(series["rw"][-1][1])
     w("memory hierarchy:")

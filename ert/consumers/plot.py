@@ -372,22 +372,18 @@ def _cache_hints(meta: dict) -> list[tuple[str, int]]:
     return [hints[k] for k in sorted(hints)]
 
 
-def plot_sweep(run_dir, out_path, *, doc: dict, raw=None) -> None:
+def plot_sweep(raw, doc: dict, out_path) -> None:
     """Why each ceiling is what it is: GB/s vs working set with plateaus shaded, GFLOP/s vs FLOPs per element.
 
-    ``doc``: the run's ceilings (the CLI reads ceilings.json, or builds them when a run was cut before it
-    was written); ``raw``: its raw records, read from ``run_dir`` when not given.
+    ``raw``: the run's raw records (ert.rawio.RawData); ``doc``: its ceilings (the CLI reads ceilings.json,
+    or builds them when a run was cut before it was written).
     """
     plt = _pyplot()
     check_output(out_path)
     from ert.spec import rates
-    from ert.rawio import best_launches, read_raw
+    from ert.rawio import best_launches
     from ert.units import human_bytes
 
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ErtError("--sweep needs a run directory (holding raw.jsonl)", path=run_dir)
-    raw = raw if raw is not None else read_raw(run_dir)
     points = [r for r in best_launches(raw.points) if r["valid"]]
     if not points:
         raise ErtError("has no valid measured points to plot", path=raw.path)

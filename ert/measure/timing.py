@@ -25,13 +25,15 @@ MAX_COUNT = 1 << 22
 
 @dataclass
 class Samples:
-    """Timed samples of ``count`` repeats each: the quietest attempt, how many were made, and its verdict."""
+    """Timed samples of ``count`` repeats each: the quietest attempt (``kept``, from 0), how many attempts
+    were made, and its verdict. Attempt k's samples were the k-th ``samples`` calls of ``timed``."""
 
     count: int
     seconds: list[float]
     spread: float
     noisy: bool
-    attempts: int
+    kept: int
+    attempts: int = 0
 
 
 def calibrate(timed: Timed, *, min_seconds: float, start: int = 1, max_count: int = MAX_COUNT,
@@ -70,7 +72,7 @@ def sample(timed: Timed, count: int, *, samples: int, noise_threshold: float, ma
                 before_last()
             seconds.append(timed(count))
         spread = timing_spread(seconds)
-        current = Samples(count, seconds, spread, spread > noise_threshold, attempt + 1)
+        current = Samples(count, seconds, spread, spread > noise_threshold, attempt)
         if best is None or current.spread < best.spread:
             best = current
         if not current.noisy:

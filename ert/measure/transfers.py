@@ -123,8 +123,8 @@ def header_metadata(cfg, backend, comm) -> dict:
     out: dict = {}
     if "links" in cfg.levels and isinstance(backend, LinkBackend):
         try:
-            reference = host_copy_reference(min(cfg.transfer.max_bytes, 256 << 20))
-            out["link_rated"] = backend.link_rated(reference)
+            # Measured only if the backend sets its links beside it (a CPU device's "links" are memory copies).
+            out["link_rated"] = backend.link_rated(lambda: host_copy_reference(min(cfg.transfer.max_bytes, 256 << 20)))
         except Exception as exc:  # noqa: BLE001 - a rated table is a nicety; the levels still run
             out["link_rated_error"] = f"{type(exc).__name__}: {exc}"
     if "network" in cfg.levels and comm.size > 1:
@@ -374,29 +374,22 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
             return time.perf_counter() - t0
 
         # The engine: the slowest rank's seconds decide (every rank calibrates and samples in step, so
-        # they agree on the count and on each attempt); each rank's own seconds are kept per attempt.
-        attempts: list[list[list[float]]] = []
+        # they agree on the count and on each attempt); each rank's own seconds are kept per call.
+        rows: list[list[float]] = []
 
         def timed(n: int) -> float:
-            everyone = sub.allgather(sample(n))
-            if attempts:
-                attempts[-1].append(everyone)
-            return max(everyone)
-
-        n, _ = timing.calibrate(timed, min_seconds=cfg.transfer.min_seconds)
+            rows.append(sub.allgather(sample(n)))
+            return max(rows[-1])
 
         def clear() -> None:
             rbuf[...] = 0  # the checked sample starts from zeros: stale data cannot pass
 
-        def timed_sample(count: int) -> float:
-            if len(attempts) == 0 or len(attempts[-1]) == cfg.transfer.samples:
-                attempts.append([])
-            return timed(count)
-
-        got = timing.sample(timed_sample, n, samples=cfg.transfer.samples, noise_threshold=cfg.timing.noise_threshold,
+        n, _ = timing.calibrate(timed, min_seconds=cfg.transfer.min_seconds)
+        rows.clear()
+        k = cfg.transfer.samples
+        got = timing.sample(timed, n, samples=k, noise_threshold=cfg.timing.noise_threshold,
                             max_remeasure=cfg.timing.max_remeasure, before_last=clear)
-        per_rank = next(rows for rows in attempts if [max(r) for r in rows] == got.seconds)
-        samples = got.seconds
+        samples, per_rank = got.seconds, rows[got.kept * k:(got.kept + 1) * k]
         # Check: ping-pong ranks see the pattern (echoed) in their receive buffer; stream receivers too.
         received = np.asarray(rbuf.get() if cuda_aware else rbuf)
         checks_here = partner is None or (not ping_pong and sending) or bool(np.array_equal(received, pattern))
@@ -411,12 +404,6 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
             say(f"network: {level} {size} B -> {rate:.3f} GB/s, "
                 f"{transfer_latency_us(record):.2f} us per transfer"
                 + ("" if ok else " CHECK FAILED"))
-
-
-def _max():
-    from mpi4py import MPI
-
-    return MPI.MAX
 
 
 def _record(level, variant, pairs, size, n, samples, per_rank, ranks, ok, checks, ping_pong, cfg, common) -> dict:
