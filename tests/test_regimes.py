@@ -244,3 +244,36 @@ def test_ert_show_prints_a_level_with_several_regimes_as_its_range_and_regimes()
     (line,) = _regimes_note([entry, {"level": "L3", "regimes": [entry["regimes"][0]], "range_gbytes_per_s": [1, 2]}])
     assert line == ("  L2: 560.0 - 1010 GB/s over its points; regimes 610.0 at 96 KiB - 400 KiB (6 points); "
                     "950.0 at 450 KiB - 700 KiB (4 points); the roof is the fastest")
+
+
+def _two_mode_memory(fast_every: int, seed: int = 0):
+    """L3 at 190 GB/s to 32 MiB, then memory that alternates: every ``fast_every``-th point 57, else 34 GB/s
+    (a shared host's DRAM, seen on the Zen 4 guest); the memory level holds every point from 128 MiB."""
+    wss, bw = _curve(lambda w: 190.0 if w <= 32 * MIB else 34.0, seed, noise=0.01)
+    memory = _l2_cut(wss, 128 * MIB, 256 * MIB)
+    if fast_every:
+        bw[memory[::fast_every]] *= 57.0 / 34.0
+    named = [_level("L3", _l2_cut(wss, 2 * MIB, 32 * MIB), wss, bw), _level("DRAM", memory, wss, bw)]
+    # The fit's plateau: the slow mode (the median), as rule 5 leaves it.
+    named[1] = _level("DRAM", memory[bw[memory] < 45], wss, bw)
+    return wss, bw, named
+
+
+def test_memory_that_changed_under_the_run_is_roofed_by_its_fast_mode():
+    wss, bw, named = _two_mode_memory(fast_every=2)
+    judged, warnings = _judge(wss, bw, named)
+    dram = judged[-1]
+    assert dram.level.plateau.gbytes_per_s == pytest.approx(57.0, rel=0.03)  # an upper bound of the run
+    assert max(bw[list(dram.level.plateau.indices)]) <= 1.05 * dram.level.plateau.gbytes_per_s
+    assert dram.range_gbytes_per_s[0] == pytest.approx(34.0, rel=0.05)  # the slow mode shows in its range
+    assert any("DRAM: the memory read" in w and "changed during the run" in w for w in warnings)
+
+
+@pytest.mark.parametrize("fast_every", [0, 6])
+def test_flat_memory_or_two_fast_points_keep_the_plateau(fast_every):
+    wss, bw, named = _two_mode_memory(fast_every)
+    fast = np.count_nonzero(bw[_l2_cut(wss, 128 * MIB, 256 * MIB)] > 45)
+    assert fast == (0 if not fast_every else 2) < MIN_REGIME_POINTS  # none, or too few to be a roof
+    judged, warnings = _judge(wss, bw, named)
+    assert judged[-1].level.plateau == named[1].plateau
+    assert not any("memory read" in w for w in warnings)

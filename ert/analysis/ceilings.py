@@ -42,8 +42,8 @@ def _own_levels(curve: list[dict], caches, *, workers: int, memory_name: str, la
     if tail is not None:
         plateaus.append(tail)
         warnings.append(f"{label}: the {tail.n_points} points from {tail.wss_bytes[0] / 2**20:.0f} MiB on "
-                        f"scatter too much to form a plateau (spread {tail.spread:.0%}); their median is "
-                        f"reported as the last level. Bandwidth changed during the run: measure again")
+                        f"scatter too much to form a plateau (spread {tail.spread:.0%}); they form the last "
+                        f"level (median {tail.gbytes_per_s:.4g} GB/s). Bandwidth changed during the run: measure again")
     named, level_warnings = name_levels(plateaus, caches, workers=workers, memory_name=memory_name,
                                         wss_bytes=wss, gbytes_per_s=gbs, noisy=noisy)
     warnings.extend(f"{label}: {w}" for w in level_warnings)
@@ -183,6 +183,7 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
             }
             if j.regimes:  # rule 6 judged this cache level
                 entry["regimes"] = [r.as_dict() for r in j.regimes]
+            if j.range_gbytes_per_s:  # rule 6, or a memory valued at its fast mode
                 entry["range_gbytes_per_s"] = [round(j.range_gbytes_per_s[0], 4), round(j.range_gbytes_per_s[1], 4)]
             ceilings.append(entry)
             scattered = tail is not None and (p is tail or tail in lvl.pieces)  # the tail has its own warning

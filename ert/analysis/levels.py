@@ -35,7 +35,9 @@ memory level.  The rules, applied in this order (docs/method.md states them too)
 5. The memory is one level however its plateaus differ (a host cache the
    guest does not see, or memory traffic that changed during the run); its
    value is the plateau at the largest working sets, its points every point
-   from its first to the sweep's end, and a warning lists the modes.
+   from its first to the sweep's end, and a warning lists the modes. When
+   the host's bandwidth changed during the run, ert.analysis.regimes roofs
+   it at its fast mode (the rate 3 of its clean points reach).
 """
 
 from __future__ import annotations
@@ -418,8 +420,8 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
             basis += f"; one level from {len(pieces)} plateaus, valued at the largest working sets"
             warnings.append(f"{name} changes within the level: {', '.join(_describe(p) for p in pieces)}. One level "
                          f"(a host cache the guest does not see, or memory traffic that changed during the run), "
-                         f"valued at the largest working sets ({value_from.gbytes_per_s:.4g} GB/s); read it as a "
-                         f"range")
+                         f"its plateau at the largest working sets ({value_from.gbytes_per_s:.4g} GB/s); read it as "
+                         f"a range")
     else:
         if first:
             fastest = max(range(len(pieces)), key=lambda i: pieces[i].gbytes_per_s)

@@ -16,7 +16,8 @@ applied here after the levels are named:
   working set lies from 2 x the aggregate capacity of L_(k-1) (past the
   transition out of the cache before it) up to the larger of L_k's
   aggregate capacity and its own last point, and that no other named level
-  holds.  The memory (DRAM, HBM) is never judged this way: rule 5 stands.
+  holds.  The memory (DRAM, HBM) has no cache after it and no regimes: see
+  its modes below.
 * **Regimes.**  The window's clean points (all points when fewer than three
   are clean), in working-set order, are split into constant stretches by the
   same optimal partition the plateau fit uses (L1 misfit in log rate plus a
@@ -37,6 +38,17 @@ applied here after the levels are named:
   a slower regime still shows as a range, and ``regimes`` lists each regime's
   working sets, value and points.  A warning names the regimes when there
   are several.
+
+The memory level (rule 5 names it one level however its plateaus differ) is
+an upper bound too. On a shared host its bandwidth can switch between modes
+during a run (Zen 4 guest: read-only 34 or 57 GB/s, read+write 54 or 100, at
+random working sets from one point to the next, so no plateau of the fast
+mode forms). Its points from 2 x the last cache's aggregate capacity on are
+taken, and when the rate ``MIN_REGIME_POINTS`` of their clean points reach is
+above the level's plateau by more than ``MEMORY_MODE_MARGIN``, that rate is
+its roof (what the memory gives the kernel while the host lets it), its
+range the lowest to highest clean rate, and a warning says so. One or two
+fast points still make no roof.
 
 Points of a curve that end up in no level are listed per curve with the
 reason (``unassigned_points``): the overhead ramp below the first level, the
@@ -60,6 +72,9 @@ from ert.spec import plateau_spread
 # window lifted by chance (a quiet moment on a shared host), three points
 # agreeing is the least that says the level sustains the rate.
 MIN_REGIME_POINTS = 3
+# The memory is re-valued at its fast mode only when that mode is this much above its plateau (the noise of a
+# memory plateau on a quiet host is a few per cent).
+MEMORY_MODE_MARGIN = 0.10
 # The window of L_k starts at this multiple of L_(k-1)'s aggregate capacity:
 # transitions between levels span a factor of about 1.5-2 past a capacity.
 WINDOW_START_FACTOR = 2.0
@@ -129,10 +144,42 @@ class JudgedLevel:
     range_gbytes_per_s: tuple[float, float] | None = None
 
 
+def _is_cache(name: str) -> bool:
+    return name.startswith("L") and name[1:].isdigit()
+
+
+def _memory_modes(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np.ndarray, bw: np.ndarray,
+                  flags: np.ndarray, label: str) -> tuple[JudgedLevel, str | None]:
+    """The memory level, re-valued at its fast mode when the host's bandwidth changed during the run."""
+    lo = max(WINDOW_START_FACTOR * last_cache, lvl.plateau.wss_bytes[0])
+    points = np.array([i for i in np.flatnonzero(wss >= lo) if i not in taken and np.isfinite(bw[i]) and bw[i] > 0],
+                      dtype=int)
+    clean = points[~flags[points]] if points.size else points
+    if clean.size < MIN_REGIME_POINTS:
+        return JudgedLevel(lvl), None
+    fast = float(np.sort(bw[clean])[-MIN_REGIME_POINTS])
+    value = lvl.plateau.gbytes_per_s
+    if fast <= value * (1 + MEMORY_MODE_MARGIN):
+        return JudgedLevel(lvl), None
+    held = np.union1d(np.array(lvl.plateau.indices, dtype=int), points)
+    values = bw[clean]
+    plateau = replace(lvl.plateau, gbytes_per_s=fast, spread=plateau_spread(values), n_points=int(held.size),
+                      wss_bytes=(int(wss[held].min()), int(wss[held].max())), indices=tuple(int(i) for i in held),
+                      noisy_points=int(np.count_nonzero(flags[held])))
+    n_fast = int(np.count_nonzero(values >= fast))
+    basis = (f"{lvl.basis}; roof: the rate {MIN_REGIME_POINTS} of its clean points from "
+             f"{fmt_bytes(lo)} on reach ({n_fast} of {clean.size} points), above its plateau of {value:.4g} GB/s")
+    warning = (f"{label} {lvl.name}: the memory read {float(values.min()):.4g} - {float(values.max()):.4g} GB/s "
+               f"over {clean.size} clean points from {fmt_bytes(lo)}: the host's memory bandwidth changed during "
+               f"the run (another tenant); the roof is the rate {n_fast} of them reach, {fast:.4g} GB/s, not the "
+               f"{value:.4g} GB/s plateau; the slower mode shows in its range")
+    return JudgedLevel(replace(lvl, plateau=plateau, basis=basis), (), (float(values.min()), float(values.max()))), warning
+
+
 def _window(level: NamedLevel, capacities: dict[int, int], taken: set[int], wss: np.ndarray) -> np.ndarray | None:
     """The curve indices rule 6 judges ``level`` over, or None when the level is not a judged cache level."""
     name = level.name
-    if not (name.startswith("L") and name[1:].isdigit()):
+    if not _is_cache(name):
         return None  # the memory, or a level the hints do not list (L2b)
     k = int(name[1:])
     if k not in capacities or k - 1 not in capacities:
@@ -154,6 +201,11 @@ def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, worker
     judged, warnings = [], []
     for k, lvl in enumerate(named):
         taken = {i for j, other in enumerate(named) if j != k for i in other.plateau.indices}
+        if k == len(named) - 1 and not _is_cache(lvl.name) and capacities:
+            level, warning = _memory_modes(lvl, max(capacities.values()), taken, wss, bw, flags, label)
+            judged.append(level)
+            warnings += [warning] if warning else []
+            continue
         window = _window(lvl, capacities, taken, wss)
         if window is None or window.size < MIN_REGIME_POINTS:
             judged.append(JudgedLevel(lvl))
