@@ -21,6 +21,10 @@ set -euo pipefail
 
 CONFIG=${1:-}                      # empty: the packaged default
 RANKS=${RANKS:-2}                  # ranks per node
+if [ "$RANKS" -gt "$SLURM_CPUS_ON_NODE" ]; then
+    echo "slurm-cpu.sh: error: RANKS=$RANKS ranks per node, but the node has $SLURM_CPUS_ON_NODE cpu(s)" >&2
+    exit 2
+fi
 CORES=$(( SLURM_CPUS_ON_NODE / RANKS ))
 OUT=${OUT:-results/${SLURM_JOB_ID}-$(hostname -s)-cpu}
 
@@ -28,7 +32,12 @@ OUT=${OUT:-results/${SLURM_JOB_ID}-$(hostname -s)-cpu}
 source "${ERT_VENV:-$PWD/.venv}/bin/activate"
 
 # Threads are cores per rank; OMP_* left unset so ert-run pins them per rank.
-srun --ntasks-per-node="$RANKS" --cpus-per-task="$CORES" --cpu-bind=cores \
+# --kill-on-bad-exit: a rank that dies (or a node that goes) ends the step at once,
+# instead of leaving the others waiting in a collective until the time limit.
+# MPI reaches the ranks through Slurm's PMI: the site's default (MpiDefault), or
+# SRUN_MPI=pmi2 for MPICH (the pip 'mpich' wheel) where the default is none.
+srun ${SRUN_MPI:+--mpi="$SRUN_MPI"} --kill-on-bad-exit=1 \
+     --ntasks-per-node="$RANKS" --cpus-per-task="$CORES" --cpu-bind=cores \
      ert-run ${CONFIG:+"$CONFIG"} --out "$OUT"
 
 ert show "$OUT"

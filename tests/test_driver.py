@@ -157,3 +157,34 @@ def test_a_trial_guess_skips_calibration_doublings():
     b = ScriptedBackend(per_trial=1e-3)
     m = measure(b, COMM, timing=Timing(min_seconds=0.01, repeats=3, min_repeats=3), start_trials=8)
     assert b.calls[:3] == [8, 16, 16] and m.trials == 16
+
+
+# ---------------------------------------------------------------------------- ranks that take turns
+from ert.measure.driver import CONCURRENT_SLACK, region_seconds  # noqa: E402
+
+
+def test_concurrent_ranks_are_timed_by_the_slowest():
+    # Two ranks of one host ran together (ends 5 us apart): the slowest region decides.
+    everyone = [(0.0020, 10.0020), (0.0021, 10.002105)]
+    assert region_seconds(everyone, ["node1", "node1"]) == (0.0021, False)
+
+
+def test_ranks_that_took_turns_on_one_host_are_timed_over_the_span():
+    # Rank 1 ran its whole region after rank 0's: each timed 2 ms, the host's work took 4 ms.
+    everyone = [(0.002, 10.002), (0.002, 10.004)]
+    seconds, serialized = region_seconds(everyone, ["node1", "node1"])
+    assert serialized and seconds == pytest.approx(0.004)
+    # Ranks on different hosts never share a clock or cores: their offsets say nothing.
+    assert region_seconds(everyone, ["node1", "node2"]) == (0.002, False)
+    # Two hosts, each with a pair that took turns on one: the worst host's span.
+    four = [(0.002, 1.002), (0.002, 1.004), (0.002, 7.002), (0.002, 7.0021)]
+    assert region_seconds(four, ["a", "a", "b", "b"])[0] == pytest.approx(0.004)
+    # Without host names (a serial run), nothing can be said.
+    assert region_seconds(everyone, None) == (0.002, False)
+
+
+def test_the_slack_separates_skew_from_turns():
+    just_under = [(0.010, 5.0), (0.010, 5.0 + 0.010 * (CONCURRENT_SLACK - 1) * 0.9)]
+    just_over = [(0.010, 5.0), (0.010, 5.0 + 0.010 * (CONCURRENT_SLACK - 1) * 1.1)]
+    assert region_seconds(just_under, ["h", "h"])[1] is False
+    assert region_seconds(just_over, ["h", "h"])[1] is True

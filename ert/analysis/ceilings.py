@@ -370,6 +370,12 @@ def build(raw: RawData) -> dict:
     if noisy:
         warnings.append(f"{len(noisy)} of {len(points)} point(s) stayed noisy after re-measuring "
                         f"(spread above {meta['config']['timing']['noise_threshold']:.0%})")
+    serialized = [r for r in points if r.get("serialized_regions")]
+    if serialized:
+        warnings.append(f"{len(serialized)} of {len(points)} point(s): the ranks of one host took turns instead of "
+                        f"running together (more ranks than cores?), so those regions were timed over the host's "
+                        f"whole span, first start to last end, e.g. {serialized[0]['id']}; per-rank rates there are "
+                        f"shares of the same cores")
     if points and len(noisy) >= BUSY_NOISY_SHARE * len(points):
         # First, so that nobody reads the table without it: these are the machine's ceilings under load.
         warnings.insert(0, f"busy machine: {len(noisy)} of {len(points)} points ({len(noisy) / len(points):.0%}) "

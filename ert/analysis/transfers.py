@@ -74,6 +74,19 @@ def _rated(level: str, kind: str, rate: float, meta: dict, recs: list[dict]) -> 
         return {"gbytes_per_s": None, "ratio": None,
                 "derivation": f"{SHARED_MEMORY_REASON} (the 'nodes' are split by the test-only "
                               f"ERT_TEST_NODE_ID={network['node_override']!r}; no NIC was used)"}
+    route = network.get("route") or None
+    if route and route.get("virtual"):
+        kind = route.get("kind") or "virtual"
+        speed = f"; its speed file's {route['speed_mbit']} Mb/s is nominal" if route.get("speed_mbit") else ""
+        return {"gbytes_per_s": None, "ratio": None,
+                "derivation": no_rated_text(f"{kind} has no line rate ({route.get('from', 'rank 0')} reaches "
+                                            f"{route.get('to', 'its partner')} over {route['name']}, a virtual "
+                                            f"{kind} interface{speed})")}
+    if route and route.get("speed_mbit") and level == "net-inter-node":
+        rate_nic = route["speed_mbit"] / 8000.0
+        return {"gbytes_per_s": round(rate_nic, 4), "ratio": round(rate / rate_nic, 4),
+                "derivation": f"the NIC the two hosts talk over, {route['name']} ({route['address']}): its link "
+                              f"speed {route['speed_mbit']} Mb/s / 8 = {rate_nic:g} GB/s per direction"}
     nics = [n for n in network.get("nics", []) if n.get("gbytes_per_s")]
     if not nics:
         return {"gbytes_per_s": None, "ratio": None,
@@ -155,6 +168,17 @@ def transfer_ceilings(transfers: list[dict], meta: dict) -> tuple[list[dict], li
                                      None)
         if matrix is not None:
             entry["matrix"] = matrix
+        crossed = interface_share(recs)
+        if crossed:
+            entry["interface_bytes"] = crossed
+            route = (meta.get("network") or {}).get("route") or {}
+            if route.get("virtual") and crossed["share"] < MIN_INTERFACE_SHARE:
+                warnings.append(
+                    f"{level} {variant}: only {crossed['share']:.0%} of the bytes the messages carried crossed "
+                    f"{crossed['interface']}, the {route.get('kind', 'virtual')} link between "
+                    f"{route.get('from', 'the hosts')} and {route.get('to', 'its partner')}: MPI took another path "
+                    f"(shared memory between hosts that share one machine's kernel, as containers and namespaces "
+                    f"do), so this is not the link's bandwidth; with UCX, UCX_TLS=tcp,self keeps it on the link")
         entries.append(entry)
         if len(chosen) < 2:
             warnings.append(f"{level} {variant}: the largest size stands alone (no neighbour within "
@@ -162,6 +186,24 @@ def transfer_ceilings(transfers: list[dict], meta: dict) -> tuple[list[dict], li
         if entry["noisy_points"]:
             warnings.append(f"{level} {variant}: built on {entry['noisy_points']} noisy size(s) of {len(chosen)}")
     return entries, warnings
+
+
+# Below this share of the messages' bytes on the hosts' interface, the traffic went another way.
+MIN_INTERFACE_SHARE = 0.5
+
+
+def interface_share(recs: list[dict]) -> dict | None:
+    """Bytes the hosts' interface counted against the bytes the messages carried, over a level's records.
+
+    None where no record read the counters (one host, or a run made before they were read).
+    """
+    counted = [r["interface_bytes"] for r in recs if isinstance(r.get("interface_bytes"), dict)]
+    payload = sum(int(c.get("payload", 0)) for c in counted)
+    if not counted or payload <= 0:
+        return None
+    total = sum(max(0, int(c.get("counted", 0))) for c in counted)
+    return {"interface": str(counted[0].get("interface", "")), "counted": total, "payload": payload,
+            "share": round(total / payload, 4)}
 
 
 def _by_pair(recs: list[dict]) -> dict[tuple, list[dict]]:

@@ -56,6 +56,9 @@ class MpiComm:
         self.local_rank = node.Get_rank()
         self.local_size = node.Get_size()
         node.Free()
+        # Every rank's host (its clock and cores): a region's ranks are checked per host for running together.
+        self.hosts = comm.allgather(MPI.Get_processor_name())
+        self.serialized_regions = 0
 
     def barrier(self) -> None:
         self._comm.Barrier()
@@ -154,4 +157,13 @@ def world():
         raise ErtError(f"launched as {size} MPI ranks, but mpi4py cannot load ({exc}); "
                        f"install mpi4py or run without mpirun", key="mpi") from None
     comm = MpiComm(MPI.COMM_WORLD)
-    return comm if comm.size > 1 else SerialComm()
+    if comm.size == 1:
+        # N independent "rank 0"s, each writing the same run directory: the launcher's PMI never reached MPI.
+        from ert.errors import ErtError
+
+        hint = ("srun started them without a PMI MPI understands: use srun --mpi=pmi2 (MPICH) or the site's "
+                "PMIx (srun --mpi=list), or MpiDefault in slurm.conf" if os.environ.get("SLURM_STEP_ID")
+                else "the launcher and the MPI library mpi4py loaded do not match (mpi4py's MPI: "
+                     f"{comm.library() or 'unknown'})")
+        raise ErtError(f"launched as {size} ranks, but MPI sees 1 in each: {hint}", key="mpi")
+    return comm

@@ -31,17 +31,56 @@ class Measurement:
     noisy: bool
     remeasured: int               # attempts after the first, set once the loop ends
     rank_seconds: list[list[float]] = field(default_factory=list)  # per repeat: every rank's seconds
+    serialized: int = 0           # regions (of all attempts) timed over a host's span: its ranks took turns
+
+
+# Ranks of one host ran together when their regions, on the host's clock, span at most this much more
+# than the slowest region (barrier exit skew is microseconds against regions of milliseconds).
+CONCURRENT_SLACK = 1.10
+
+
+def region_seconds(everyone: list[tuple[float, float]], hosts: list[str] | None) -> tuple[float, bool]:
+    """The seconds all ranks' work of one region took, and whether some host's ranks ran one after another.
+
+    ``everyone[r]`` is rank r's (seconds, end) with ``end`` read from the
+    host's monotonic clock as its region finished; ``hosts[r]`` its host.
+    Normally the slowest rank's seconds.  But ranks that share cores (more
+    ranks than cores, or an oversubscribed test cluster) can each run their
+    whole region while the others wait, and every rank then times a full
+    core: summed, their work would sit above what the host can do.  So where
+    a host's ranks span (first start to last end) more than CONCURRENT_SLACK x
+    the slowest region, that span is the region's time.
+    """
+    slowest = max(s for s, _ in everyone)
+    if not hosts or len(hosts) != len(everyone):
+        return slowest, False
+    spans: dict[str, list[float]] = {}
+    for (seconds, end), host in zip(everyone, hosts):
+        lo_hi = spans.setdefault(host, [end - seconds, end])
+        lo_hi[0], lo_hi[1] = min(lo_hi[0], end - seconds), max(lo_hi[1], end)
+    span = max(hi - lo for lo, hi in spans.values())
+    if span > CONCURRENT_SLACK * slowest:
+        return span, True
+    return slowest, False
 
 
 def _timed(backend, comm, trials: int) -> tuple[float, list[float]]:
-    """One timed region on every rank after a barrier: (slowest rank's seconds, every rank's seconds).
+    """One timed region on every rank after a barrier: (its seconds, every rank's seconds).
 
-    The slowest rank decides: aggregate rates are all ranks' work over it.
+    The slowest rank decides: aggregate rates are all ranks' work over it --
+    or over the span of a host whose ranks did not run at the same time
+    (``region_seconds``; counted in ``comm.serialized_regions``).
     """
     comm.barrier()
     seconds = backend.run(trials)
-    everyone = comm.allgather(seconds)
-    return max(everyone), everyone
+    end = time.perf_counter()
+    if comm.size == 1:
+        return seconds, [seconds]
+    everyone = comm.allgather((seconds, end))
+    region, serialized = region_seconds(everyone, getattr(comm, "hosts", None))
+    if serialized:
+        comm.serialized_regions = getattr(comm, "serialized_regions", 0) + 1
+    return region, [s for s, _ in everyone]
 
 
 def calibrate(backend, comm, *, min_seconds: float, start_trials: int = 1) -> tuple[int, float]:
@@ -75,6 +114,7 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
     cap = timing.max_point_seconds or float("inf")
     spent = 0.0
     best: Measurement | None = None
+    serialized_before = getattr(comm, "serialized_regions", 0)
     for attempt in range(timing.max_remeasure + 1):
         slow, per_rank = map(list, zip(*(_timed(backend, comm, trials) for _ in range(first))))
         while statistics.median(slow) < timing.min_seconds / 2 and trials < MAX_TRIALS:
@@ -101,6 +141,7 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
                 break
             trials = min(MAX_TRIALS, trials * 2)
     best.remeasured = attempt
+    best.serialized = getattr(comm, "serialized_regions", 0) - serialized_before
     return best
 
 
@@ -128,6 +169,7 @@ def point_record(point: Point, m: Measurement, *, check_ok: bool, check_detail: 
         "spread": m.spread,
         "noisy": m.noisy,
         "remeasured": m.remeasured,
+        **({"serialized_regions": m.serialized} if m.serialized else {}),
         "valid": check_ok,
         "check": check_detail,
         "time": time.time(),

@@ -116,6 +116,85 @@ def read_nics(net_root: str = "/sys/class/net", ib_root: str = "/sys/class/infin
     return nics
 
 
+def interfaces(net_root: str = "/sys/class/net") -> list[dict]:
+    """This host's network interfaces with an IPv4 address: name, address/prefix, virtual or not, kind, speed.
+
+    ``virtual`` is true for an interface with no device behind it (veth,
+    bridge, tun, a VM's or container's virtual NIC): its ``speed`` file, where
+    it has one, is a nominal figure (veth says 10000 Mb/s), not a line rate.
+    """
+    import ipaddress
+
+    out = []
+    net = Path(net_root)
+    if not net.is_dir():
+        return out
+    for dev in sorted(net.iterdir()):
+        if dev.name == "lo":
+            continue
+        addr = _ipv4(dev.name)
+        if not addr:
+            continue
+        try:
+            real = os.path.realpath(dev)
+        except OSError:
+            real = str(dev)
+        virtual = "/devices/virtual/" in real or not (dev / "device").exists()
+        try:
+            speed = int((dev / "speed").read_text().strip())
+        except (OSError, ValueError):
+            speed = None
+        out.append({"name": dev.name, "address": str(ipaddress.ip_interface(addr)), "virtual": virtual,
+                    "kind": _link_kind(dev.name) if virtual else "device",
+                    "speed_mbit": speed if speed and speed > 0 else None})
+    return out
+
+
+def _ipv4(name: str) -> str | None:
+    """``a.b.c.d/prefix`` of interface ``name`` (its primary IPv4 address), or None."""
+    import fcntl
+    import ipaddress
+    import socket
+    import struct
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            packed = struct.pack("256s", name.encode()[:15])
+            addr = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), 0x8915, packed)[20:24])   # SIOCGIFADDR
+            mask = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), 0x891B, packed)[20:24])   # SIOCGIFNETMASK
+    except OSError:
+        return None
+    return f"{addr}/{ipaddress.IPv4Network(f'0.0.0.0/{mask}').prefixlen}"
+
+
+def _link_kind(name: str) -> str:
+    """A virtual interface's kind (veth, bridge, tun, ...) from ``ip -d link``; "virtual" when it cannot tell."""
+    import json
+    import subprocess
+
+    try:
+        out = subprocess.run(["ip", "-j", "-d", "link", "show", name], capture_output=True, text=True, timeout=5)
+        return str(json.loads(out.stdout)[0].get("linkinfo", {}).get("info_kind") or "virtual")
+    except (OSError, ValueError, IndexError, KeyError, subprocess.SubprocessError, AttributeError):
+        return "virtual"
+
+
+def route_between(mine: list[dict], theirs: list[dict]) -> dict | None:
+    """The interface of ``mine`` whose subnet holds an address of ``theirs``: where the two hosts talk.
+
+    None when no subnet is shared (routed networks, InfiniBand without IPoIB):
+    the rated value then falls back to the host's NICs.
+    """
+    import ipaddress
+
+    for iface in mine:
+        network = ipaddress.ip_interface(iface["address"]).network
+        for other in theirs:
+            if ipaddress.ip_interface(other["address"]).ip in network:
+                return {**iface, "peer_address": other["address"]}
+    return None
+
+
 def header_metadata(cfg, backend, comm) -> dict:
     """What the stage adds to the header's metadata (collective): link rated values, nodes, NICs."""
     import socket
@@ -130,7 +209,14 @@ def header_metadata(cfg, backend, comm) -> dict:
     if "network" in cfg.levels and comm.size > 1:
         override = node_override()
         nodes = comm.allgather(node_id(comm.rank, comm.size, _processor_name(socket.gethostname()), override))
-        out["network"] = {"nodes": nodes, "pairs": plan_pairs(nodes), "nics": read_nics(),
+        pairs = plan_pairs(nodes)
+        ifaces = comm.allgather(interfaces())
+        route = None
+        if pairs["inter"] and not override:
+            route = route_between(ifaces[0], ifaces[pairs["inter"][1]])
+            if route:
+                route = {**route, "from": nodes[0], "to": nodes[pairs["inter"][1]]}
+        out["network"] = {"nodes": nodes, "pairs": pairs, "nics": read_nics(), "route": route,
                           "node_override": override, "cuda_aware": _cuda_aware(cfg)}
     return out
 
@@ -302,7 +388,10 @@ def _network(cfg, comm, network: dict, writer, done, say) -> None:
             sub = None
         if sub is not None:
             try:
-                _measure_job(cfg, sub, comm.rank, level, variant, job_pairs, sizes, writer, done, say, common)
+                route = network.get("route") or {}
+                iface = route.get("name") if level != "net-intra-node" and comm.rank == 0 else None
+                _measure_job(cfg, sub, comm.rank, level, variant, job_pairs, sizes, writer, done, say, common,
+                             iface=iface)
             finally:
                 sub.Free()
         _gentle_barrier(comm)
@@ -323,8 +412,22 @@ def _method(level: str, cuda_aware: bool) -> str:
             f"barrier before each sample, the slower rank decides")
 
 
-def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, done, say, common) -> None:
-    """Every size of one level among its member ranks (``sub``: their communicator, ordered by world rank)."""
+def iface_bytes(name: str, net_root: str = "/sys/class/net") -> int | None:
+    """Bytes interface ``name`` has sent plus received so far (its kernel counters), or None."""
+    try:
+        stats = Path(net_root) / name / "statistics"
+        return int((stats / "tx_bytes").read_text()) + int((stats / "rx_bytes").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, done, say, common,
+                 iface: str | None = None) -> None:
+    """Every size of one level among its member ranks (``sub``: their communicator, ordered by world rank).
+
+    ``iface`` (rank 0, between nodes): the interface the hosts talk over; its
+    byte counters, read around each size, show whether MPI's messages crossed it.
+    """
     import numpy as np
 
     cuda_aware = common["cuda_aware"]
@@ -349,7 +452,10 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
         rbuf = xp.zeros(size, dtype=np.uint8)
         ack = np.zeros(1, dtype=np.uint8)
 
+        payload = [0]  # bytes this rank's messages put through its host's interface, all calls
+
         def sample(n: int) -> float:
+            payload[0] += (2 * n * size) if ping_pong else (n * size * len(pairs))
             if cuda_aware:
                 xp.cuda.runtime.deviceSynchronize()
             sub.Barrier()
@@ -384,6 +490,7 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
         def clear() -> None:
             rbuf[...] = 0  # the checked sample starts from zeros: stale data cannot pass
 
+        counted_before = iface_bytes(iface) if iface else None
         n, _ = timing.calibrate(timed, min_seconds=cfg.transfer.min_seconds)
         rows.clear()
         k = cfg.transfer.samples
@@ -395,9 +502,14 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
         checks_here = partner is None or (not ping_pong and sending) or bool(np.array_equal(received, pattern))
         checks = sub.allgather((world_rank, checks_here))
         ok = all(good for _, good in checks)
+        counted_after = iface_bytes(iface) if iface else None
         if sub.Get_rank() == 0:
+            extra = dict(common)
+            if counted_before is not None and counted_after is not None:
+                extra["interface_bytes"] = {"interface": iface, "counted": counted_after - counted_before,
+                                            "payload": payload[0]}
             record = _record(level, variant, pairs, size, n, samples, per_rank, ranks, ok, checks, ping_pong,
-                             cfg, common)
+                             cfg, extra)
             if writer:
                 writer.append(record)
             rate = transfer_gbytes_per_s(record)
