@@ -114,8 +114,8 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
-SlurmdTimeout=30
-MessageTimeout=5
+SlurmdTimeout=3
+MessageTimeout=2
 KillWait=2
 InactiveLimit=0
 JobAcctGatherType=jobacct_gather/none
@@ -197,6 +197,17 @@ start_slurm() {
     die "the two hosts did not come up idle within 30 s (logs in $DIR)"
 }
 
+HOSTS_MARK="# ert local-cluster"
+
+add_names() {  # the hosts resolve each other by name, as a cluster's do (MPI launchers need it)
+    local i=0 node
+    for node in "${NODES[@]}"; do
+        i=$(( i + 1 ))
+        echo "$NET.1$i $node $HOSTS_MARK" >>/etc/hosts
+    done
+    echo "$NET.1 $CTL $HOSTS_MARK" >>/etc/hosts
+}
+
 link_conf() {  # /etc/slurm/slurm.conf -> ours when the machine has none, so plain sbatch finds it
     if [ ! -e /etc/slurm/slurm.conf ]; then
         mkdir -p /etc/slurm
@@ -217,6 +228,7 @@ cmd_up() {
     start_munge
     write_conf
     make_hosts
+    add_names
     link_conf
     start_slurm
     touch "$DIR/up"
@@ -246,6 +258,12 @@ cmd_down() {
     done
     pkill -KILL -f "slurmctld -f $DIR/slurm.conf" 2>/dev/null || true
     ip link delete "$BRIDGE" 2>/dev/null || true
+    if grep -q "$HOSTS_MARK" /etc/hosts 2>/dev/null; then
+        # In place (not sed -i's rename): /etc/hosts may be a bind mount.
+        grep -v "$HOSTS_MARK" /etc/hosts >"/tmp/ert-cluster-hosts.$$" || true
+        cat "/tmp/ert-cluster-hosts.$$" >/etc/hosts
+        rm -f "/tmp/ert-cluster-hosts.$$"
+    fi
     if [ -e "$DIR/started-munge" ]; then
         pkill -x munged 2>/dev/null || true
     fi
@@ -276,9 +294,34 @@ cmd_status() {
     SLURM_CONF="$DIR/slurm.conf" sinfo -N -o '%N %T %c %G' 2>&1 | sed "s|^|$ME: sinfo: |"
 }
 
+cmd_exec() {  # run a command on one host: inside its network, host name and mounts (those of its slurmd)
+    local node=${1:-} pid
+    [ -n "$node" ] && [ $# -ge 2 ] || die "usage: $ME exec HOST COMMAND [ARG...]"
+    shift
+    need_root
+    [ -e "$DIR/up" ] || die "the cluster is down: '$ME up' first"
+    pid=$(cat "$DIR/slurmd-$node.pid" 2>/dev/null) || die "no host '$node' (hosts: ${NODES[*]})"
+    kill -0 "$pid" 2>/dev/null || die "host $node's slurmd (pid $pid) is not running"
+    # As between real hosts: MPI between hosts over TCP (see write_conf), unless the caller chose.
+    export UCX_TLS=${UCX_TLS:-tcp,self} FI_PROVIDER=${FI_PROVIDER:-tcp}
+    local i k=0
+    for i in "${!NODES[@]}"; do [ "${NODES[$i]}" = "$node" ] && k=$(( i + 1 )); done
+    # ... and on its share of the cores, as its slurmd.
+    exec nsenter -t "$pid" --net --uts --mount --wd="$PWD" -- taskset -c "$(node_cpus "$k")" "$@"
+}
+
+cmd_ssh() {  # ssh's calling convention, for launchers (hydra: mpiexec -launcher ssh -launcher-exec ...)
+    while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done   # ssh options such as -x
+    local node=${1:?usage: $ME ssh HOST COMMAND}
+    shift
+    cmd_exec "$node" sh -c "$*"
+}
+
 case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
-    *) echo "usage: $ME up|down|status" >&2; exit 2 ;;
+    exec) shift; cmd_exec "$@" ;;
+    ssh) shift; cmd_ssh "$@" ;;
+    *) echo "usage: $ME up|down|status | exec HOST COMMAND... | ssh [-opts] HOST COMMAND..." >&2; exit 2 ;;
 esac

@@ -12,6 +12,7 @@
 #SBATCH --nodes=1
 #SBATCH --gpus-per-node=4
 #SBATCH --time=00:30:00
+#SBATCH --no-requeue               # a failed measurement is resumed (--resume), never rerun from scratch
 #SBATCH --output=ert-gpu-%j.out
 ##SBATCH --account=myproject
 ##SBATCH --constraint=gpu

@@ -34,6 +34,25 @@ PAST_LAST_CACHE = 8.0
 _WARNED_LEVELS = ("L1", "L2", "L3")
 
 
+def occupied_cores(placements: list | None, cores_per_rank: int) -> int | None:
+    """Physical cores the run's threads occupy, counting a core shared by ranks of one host once; None if unknown.
+
+    ``placements``: the header's per-rank placement (host, cpus, cores).
+    """
+    known = [p for p in placements or [] if isinstance(p, dict) and p.get("cpus") and p.get("host")]
+    if not known or len(known) != len(placements):
+        return None
+    by_host: dict[str, list[dict]] = {}
+    for p in known:
+        by_host.setdefault(str(p["host"]), []).append(p)
+    total = 0
+    for ranks in by_host.values():
+        cpus = set().union(*(set(p["cpus"]) for p in ranks))
+        per_core = max(1, len(ranks[0]["cpus"]) // max(1, int(ranks[0].get("cores") or 1)))
+        total += min(len(ranks) * cores_per_rank, max(1, len(cpus) // per_core))
+    return total
+
+
 def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
     """The backend's rated ceilings for ``threads_per_rank`` threads on every rank, or None without any.
 
@@ -58,6 +77,12 @@ def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
         if cores != described or ranks > 1:
             at = f" at {clock:.2f} GHz" if clock and cores != described else ""
             note = f" (for {cores} core(s) per rank{at}{', x %d ranks' % ranks if ranks > 1 else ''})"
+        occupied = occupied_cores(meta.get("placement"), cores)
+        if occupied is not None and occupied < ranks * cores:
+            # More ranks than cores on a host: they take turns on the same cores, which do the work once.
+            factor *= occupied / (ranks * cores)
+            note = (f" (for {occupied} core(s) in all: {ranks} ranks x {cores} core(s), but ranks of one host "
+                    f"share cores)")
     out = {"compute": {}, "memory": {}}
     for entry in rated.get("compute", []):
         value = entry.get("gflops_per_s")

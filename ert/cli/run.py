@@ -217,13 +217,23 @@ def cmd_run(args) -> int:
     cfg, run_dir, resume = _agreed(comm, lambda: _prepare_run(args, comm, placement))
     if comm.size == 1:
         return _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement)
+    from ert.measure import watchdog
+
+    # Over several hosts: a host that dies or is cut off ends the job within seconds, named.
+    guard = watchdog.start(comm, run_dir, getattr(comm, "hosts", []))
+    if guard.note and comm.rank == 0 and (not guard.proc or not args.quiet):
+        print(f"ert-run: {'warning: ' if not guard.proc else ''}{guard.note}", file=sys.stderr)
     try:
-        return _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement)
+        result = _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement)
+        guard.close()
+        return result
     except QuietExit:
+        guard.close()
         raise
     except BaseException as exc:  # noqa: BLE001 - any failure on one rank must end the whole job
         # The other ranks wait in a collective for this one: print once, then
         # Abort, which ends every rank (and mpiexec) instead of hanging it.
+        guard.close()
         interrupted = isinstance(exc, KeyboardInterrupt)
         what = "interrupted" if interrupted else f"error: rank {comm.rank}: {_one_line(exc)}"
         print(f"ert-run: {what}", file=sys.stderr)

@@ -62,7 +62,8 @@ def split_cores(cores: list[list[int]], *, local_rank: int, local_size: int) -> 
         return [], "no cpus in the affinity mask"
     if n < local_size:
         return [cores[local_rank % n]], (f"{local_size} ranks on a node with {n} usable core(s): ranks share "
-                                          f"cores, so per-core ceilings will read low")
+                                          f"cores and take turns on them (points are timed over the turns, "
+                                          f"and rated for the cores, not the ranks)")
     lo, hi = local_rank * n // local_size, (local_rank + 1) * n // local_size
     return cores[lo:hi], None
 
