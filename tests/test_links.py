@@ -116,14 +116,14 @@ def test_nvlink_rated_by_nvmls_version_enum_with_the_datasheet_totals():
     """NVML answers nvmlNvlinkVersion_t: the enum values are pynvml's own constants, not generations."""
     pynvml = pytest.importorskip("pynvml")
     # (enum, links, the datasheet's bidirectional total in GB/s): per direction is half of it.
-    for enum, links, total in ((pynvml.NVML_NVLINK_VERSION_2_0, 6, 300),   # V100
+    for enum, count, total in ((pynvml.NVML_NVLINK_VERSION_2_0, 6, 300),   # V100
                                (pynvml.NVML_NVLINK_VERSION_3_0, 12, 600),  # A100
                                (pynvml.NVML_NVLINK_VERSION_3_1, 12, 600),  # A100 as NVML reports it
                                (pynvml.NVML_NVLINK_VERSION_4_0, 18, 900),  # H100 SXM
                                (pynvml.NVML_NVLINK_VERSION_5_0, 18, 1800)):  # B200
-        rated = hw_links.nvlink_rated(version=enum, links=links, source="t")
+        rated = hw_links.nvlink_rated(version=enum, links=count, source="t")
         assert rated["gbytes_per_s"] == pytest.approx(total / 2), (enum, rated)
-        assert f"{links} links" in rated["derivation"] and "datasheet" in rated["derivation"]
+        assert f"{count} links" in rated["derivation"] and "datasheet" in rated["derivation"]
     assert "NVLink 4.0 (NVML version enum 6)" in hw_links.nvlink_rated(version=6, links=18, source="t")["derivation"]
     # An RTX A6000 / GeForce RTX 3090 bridge reports NVLink 3.x too: 4 links, 112.5 GB/s in total.
     bridge = hw_links.nvlink_rated(version=pynvml.NVML_NVLINK_VERSION_3_1, links=4, source="t",
