@@ -559,8 +559,8 @@ class CudaBackend:
 
     # -- link and peer levels (issue 15; ert.backends.cuda_links) ---------------------------
     def link_transfers(self, max_bytes: int) -> list:
-        """link-h2d, link-d2h and link-bidir (pinned and pageable) and, on the node's first rank where it
-        sees two or more GPUs, peer-d2d between every ordered pair (peer access on and off); buffers for
+        """link-h2d, link-d2h and link-bidir from pinned host memory, link-h2d and link-d2h from pageable
+        (cuda_links.HOST_TRANSFERS) and, on the node's first rank where it sees two or more GPUs, peer-d2d between every ordered pair (peer access on and off); buffers for
         up to ``max_bytes``, released by ``close``. ert.measure.transfers times them. Never run on a GPU yet.
         """
         from ert.backends import cuda_links
