@@ -15,11 +15,15 @@ back and the events time the link, not Python's enqueue cost (OpenCL's user
 event does the same in ``ert.backends.opencl_links``).  A sample of more than
 ``GATE_BATCH`` copies runs as several gated batches whose event spans add up:
 a stream queues a bounded number of commands before the enqueueing host
-blocks.  Pageable and ``staged`` copies are not gated: a pageable copy
-returns to the host only when its bytes have been staged, so behind a closed
-gate the host would wait for it and never open the gate.  For the same
-reason there is no pageable ``link-bidir``: one host thread would run its two
-directions one after the other and time their sum, not a bidirectional link.
+blocks.  Pageable and ``staged`` copies are not gated: cudaMemcpyAsync from
+or to pageable memory holds the host (device to host until the copy is done,
+host to device until its bytes are in the driver's staging buffers, which
+only the stream's progress frees), so behind a closed gate the host would
+wait for copies that wait for the host.  For the same reason there is no
+pageable ``link-bidir``: from one host thread each device-to-host copy holds
+the host, so the two directions would mostly take turns (the next
+host-to-device copy is not even queued meanwhile) and the rate would be
+neither one direction's nor both at once.
 
 The classes ``CupyLinks`` / ``CupyTransfer`` / ``CupyPeerTransfer`` /
 ``CupyGate`` need a GPU; every decision (which transfers, the topology, the
@@ -50,7 +54,7 @@ HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2
 EVENTS = "CUDA events on the copy stream(s): first start to last end"
 GATED = ("every copy of a sample queued behind a gate kernel that the host opens once they are all queued "
          "(batches of at most {batch} copies, their event spans added)")
-UNGATED = {"pageable": "not gated (a pageable copy returns to the host only when its bytes are staged: a sample "
+UNGATED = {"pageable": "not gated (a pageable copy holds the host until it is done or staged: a sample "
                        "includes the host's per-call cost)",
            "staged": "not gated (the driver stages the copy through host memory and may hold the host meanwhile)"}
 # The gate (kernels/ert_cuda_gate.cu): its kernel, the copies queued behind one gate, how long it waits for
