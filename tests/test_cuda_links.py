@@ -254,6 +254,14 @@ def test_nvlink_states_read_through_the_nvml_stand_in():
     assert "version" not in partial[0] and "Not Supported" in partial[0]["unread"]["version"]
     assert partial[0]["remote_bus_id"] == "00000000:C0:00.0"
     assert list(cl._nvlink_states(_Nvml({"x": []}), "x")) == []  # no NVLink
+    # An nvidia-ml-py older than nvmlDeviceGetNvLinkRemoteDeviceType: the links are still counted.
+    full = _dgx_h100_nvml()
+    old = SimpleNamespace(**{name: getattr(full, name) for name in dir(full)
+                             if name.startswith(("nvml", "NVML")) and name != "nvmlDeviceGetNvLinkRemoteDeviceType"})
+    old.NVMLError = pynvml.NVMLError
+    states = list(cl._nvlink_states(old, _H100[0]))
+    assert len(states) == 18 and "AttributeError" in states[0]["unread"]["remote_is_switch"]
+    assert states[0]["version"] == pynvml.NVML_NVLINK_VERSION_4_0
 
 
 def test_h100_and_a100_and_rtx_nodes_rated_from_nvml_through_the_whole_read(monkeypatch):

@@ -251,8 +251,8 @@ def _nvlink_states(pynvml, handle):
         try:
             kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
             entry["remote_is_switch"] = kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
-        except pynvml.NVMLError as exc:
-            unread["remote_is_switch"] = str(exc)
+        except (pynvml.NVMLError, AttributeError) as exc:  # AttributeError: an nvidia-ml-py older than the call
+            unread["remote_is_switch"] = f"{type(exc).__name__}: {exc}"
         if unread:
             entry["unread"] = unread
         yield entry
