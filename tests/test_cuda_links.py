@@ -494,6 +494,7 @@ NVCC = shutil.which("nvcc")
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA 13) is not on PATH: cannot compile the gate kernel")
 @pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90"])
 def test_the_gate_kernel_compiles_with_nvcc(arch, tmp_path):
@@ -507,6 +508,11 @@ def test_the_gate_kernel_compiles_with_nvcc(arch, tmp_path):
     assert ".entry ert_gate" in ptx and "%globaltimer" in ptx and "nanosleep" in ptx
     # The flag is re-read from memory every turn (volatile), never hoisted out of the loop.
     assert re.search(r"ld\.volatile(\.global)?\.u32", ptx), ptx
+    # ptxas assembles it for the architecture too (nvcc -cubin).
+    cubin = tmp_path / "gate.cubin"
+    proc = subprocess.run([NVCC, f"-arch={arch}", "-cubin", "-o", str(cubin), str(source)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and cubin.stat().st_size > 0, proc.stderr
 
 
 def _rec(a, b, nbytes, seconds, *, on=True):
