@@ -325,19 +325,12 @@ class _Cuda:
         self.streams = {}
 
     def stream(self, name):
+        """A stand-in for cupy.cuda.Stream: its ``ptr`` (what memcpyAsync gets) and ``wait_event``."""
         log = self.log
-
-        class Stream:
-            def __init__(self):
-                self.name, self.ptr = name, 1000 + len(self_streams)
-
-            def wait_event(self, event):
-                log.append(("wait", self.name, event.name))
-
-        self_streams = self.streams
-        s = Stream()
-        self.streams[s.ptr] = name
-        return s
+        stream = SimpleNamespace(name=name, ptr=1000 + len(self.streams),
+                                 wait_event=lambda event: log.append(("wait", name, event.name)))
+        self.streams[stream.ptr] = name
+        return stream
 
 
 class _Gate:
