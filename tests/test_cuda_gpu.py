@@ -21,6 +21,8 @@ pytestmark = [pytest.mark.gpu,
                                   KernelSpec("fp16", 1, False, "ro"), KernelSpec("fp64", 1, False, "ro")],
                          ids=lambda s: s.key)
 def test_every_kind_of_kernel_runs_and_passes_its_check(spec):
+    import cupy
+
     backend = cuda_mod.create()
     try:
         elements = 1 << 22
@@ -39,6 +41,9 @@ def test_every_kind_of_kernel_runs_and_passes_its_check(spec):
         # A corrupted element is found by the on-device check.
         if spec.access == "rw":
             backend._data[100:104].fill(255)  # NaN in every precision
+            # The fill ran on CuPy's current (legacy default) stream, which nothing orders with the backend's
+            # non-blocking kernel stream: wait for it, or the check kernel could read the buffer before it.
+            cupy.cuda.runtime.deviceSynchronize()
             result = backend.check()
             assert not result.ok and f"the first, element {100 // spec.itemsize}:" in result.detail, result.detail
     finally:

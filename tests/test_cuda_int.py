@@ -382,6 +382,8 @@ _GPU_OK, _GPU_REASON, _ = cuda_mod.probe()
 @pytest.mark.skipif(not _GPU_OK, reason=f"needs an NVIDIA GPU; the cuda backend says: {_GPU_REASON}")
 @pytest.mark.parametrize("spec", INT_KINDS, ids=lambda s: s.key)
 def test_integer_kernels_run_on_the_gpu_and_pass_their_exact_check(spec):
+    import cupy
+
     backend = cuda_mod.create()
     try:
         elements = 1 << 22
@@ -394,6 +396,9 @@ def test_integer_kernels_run_on_the_gpu_and_pass_their_exact_check(spec):
             assert backend.point_info()["occupancy"]["waves"] == 1, backend.point_info()
         values = backend._data[:64].view(host.HOST_DTYPE[spec.precision].__name__)
         values[3:5] += 1  # two elements off by one: caught exactly, the first named
+        # That kernel ran on CuPy's current (legacy default) stream, which nothing orders with the backend's
+        # non-blocking kernel stream: wait for it, or the check kernel could read the buffer before it.
+        cupy.cuda.runtime.deviceSynchronize()
         result = backend.check()
         assert not result.ok and "2 element(s)" in result.detail and "the first, element 3:" in result.detail, \
             result.detail

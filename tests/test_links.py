@@ -110,8 +110,33 @@ def test_pcie_rated_per_direction_and_both(gen, lanes, expected):
 def test_c2c_and_nvlink_rated():
     c2c = hw_links.c2c_rated(source="GH200")
     assert c2c["link-h2d"]["gbytes_per_s"] == 450 and c2c["link-bidir"]["gbytes_per_s"] == 900
-    assert hw_links.nvlink_rated(version=4, links=18, source="t")["gbytes_per_s"] == 450
-    assert hw_links.nvlink_rated(version=9, links=2, source="t")["gbytes_per_s"] is None
+
+
+def test_nvlink_rated_by_nvmls_version_enum_with_the_datasheet_totals():
+    """NVML answers nvmlNvlinkVersion_t: the enum values are pynvml's own constants, not generations."""
+    pynvml = pytest.importorskip("pynvml")
+    # (enum, links, the datasheet's bidirectional total in GB/s): per direction is half of it.
+    for enum, count, total in ((pynvml.NVML_NVLINK_VERSION_2_0, 6, 300),   # V100
+                               (pynvml.NVML_NVLINK_VERSION_3_0, 12, 600),  # A100
+                               (pynvml.NVML_NVLINK_VERSION_3_1, 12, 600),  # A100 as NVML reports it
+                               (pynvml.NVML_NVLINK_VERSION_4_0, 18, 900),  # H100 SXM
+                               (pynvml.NVML_NVLINK_VERSION_5_0, 18, 1800)):  # B200
+        rated = hw_links.nvlink_rated(version=enum, links=count, source="t")
+        assert rated["gbytes_per_s"] == pytest.approx(total / 2), (enum, rated)
+        assert f"{count} links" in rated["derivation"] and "datasheet" in rated["derivation"]
+    assert "NVLink 4.0 (NVML version enum 6)" in hw_links.nvlink_rated(version=6, links=18, source="t")["derivation"]
+    # An RTX A6000 / GeForce RTX 3090 bridge reports NVLink 3.x too: 4 links, 112.5 GB/s in total.
+    bridge = hw_links.nvlink_rated(version=pynvml.NVML_NVLINK_VERSION_3_1, links=4, source="t",
+                                   device_name="NVIDIA GeForce RTX 3090")
+    assert bridge["gbytes_per_s"] == pytest.approx(112.5 / 2) and "RTX A6000 datasheet" in bridge["derivation"]
+    for enum in (pynvml.NVML_NVLINK_VERSION_INVALID, pynvml.NVML_NVLINK_VERSION_6_0, 99):
+        rated = hw_links.nvlink_rated(version=enum, links=2, source="t")
+        assert rated["gbytes_per_s"] is None and "no rate in the table" in rated["derivation"]
+    assert hw_links.nvlink_rated(version=6, links=0, source="t")["gbytes_per_s"] is None
+    # Every enum value in the table is one of pynvml's NVML_NVLINK_VERSION_* and names that version.
+    constants = {getattr(pynvml, n): n for n in dir(pynvml) if n.startswith("NVML_NVLINK_VERSION_")}
+    for enum, (label, _, _) in hw_links.NVLINK_VERSIONS.items():
+        assert constants[enum] == "NVML_NVLINK_VERSION_" + label.replace(".", "_"), (enum, label)
 
 
 def test_link_speed_parsing_and_generations():

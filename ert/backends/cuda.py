@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from importlib import resources
 
 import numpy as np
@@ -29,6 +30,18 @@ INIT_THREADS = 256
 # [ctk] extra brings them as wheels (or use a system CUDA toolkit).
 INSTALL_HINT = ("pip install 'cupy-cuda13x[ctk]' (Turing sm_75 and newer) or 'cupy-cuda12x[ctk]' (Volta sm_70), "
                 "or plain cupy with a system CUDA toolkit")
+# What probe() compiles once per process (CuPy caches it on disk): the FP16 header exactly as
+# kernels/ert_cuda.cu includes it.  CuPy's own cuda_fp16.h includes vector_types.h and
+# cuda_runtime_api.h, which only the CUDA headers (the [ctk] wheels or a toolkit) hold.
+PROBE_SOURCE = """#if defined(__has_include)
+#if __has_include(<cuda_fp16.h>)
+#include <cuda_fp16.h>
+#endif
+#endif
+extern "C" __global__ void ert_probe(float *x) { x[0] = 1.0f; }
+"""
+_MISSING_HEADER = re.compile(r'cannot open source file "([^"]+)"')
+_MISSING_NVRTC = re.compile(r"libnvrtc|nvrtc[^ ]*\.(so|dll)", re.IGNORECASE)
 # Before each point is timed, a busy launch of this length brings the clocks
 # up from where an idle GPU left them (the host checks and compiles between points).
 WARMUP_SECONDS = 0.02
@@ -49,8 +62,36 @@ def _cuda_version(code: int) -> str:
     return f"{code // 1000}.{code % 1000 // 10}"
 
 
+def compile_hint(exc: BaseException) -> str | None:
+    """What to install when CuPy cannot compile for want of the CUDA headers or of NVRTC itself; None otherwise."""
+    text = str(exc)
+    missing = _MISSING_HEADER.search(text)
+    if missing:
+        return (f"NVRTC cannot open the CUDA header {missing.group(1)!r}: {INSTALL_HINT}, or set CUDA_PATH to a "
+                f"CUDA toolkit whose include/ holds it")
+    if _MISSING_NVRTC.search(text):
+        return f"CuPy cannot load NVRTC (libnvrtc): {INSTALL_HINT}, or set CUDA_PATH to a CUDA toolkit"
+    return None
+
+
+@functools.cache
+def _compile_check(cupy) -> Exception | None:
+    """None where CuPy compiles PROBE_SOURCE for the current GPU, else the error (once per process and module)."""
+    try:
+        cupy.RawModule(code=PROBE_SOURCE, options=COMPILE_OPTIONS).compile()
+    except Exception as exc:  # noqa: BLE001 - reported, with a hint where one fits
+        return exc
+    return None
+
+
 def probe():
-    """(available, reason, detail); never raises, and needs no GPU to answer."""
+    """(available, reason, detail); never raises, and needs no GPU to answer.
+
+    With a GPU it also compiles a kernel that includes the FP16 header as
+    ert's kernels do: missing CUDA headers or NVRTC make it unavailable, with
+    what to install.  Any other compile error is kept in ``detail`` (the
+    kernels' own compilation will say more).
+    """
     try:
         import cupy
     except Exception as exc:  # not installed, or a broken install
@@ -70,6 +111,12 @@ def probe():
     if count < 1:
         return False, "the CUDA driver reports no GPU", detail
     detail.update(devices=count, accelerators=count, driver=_cuda_version(driver))
+    error = _compile_check(cupy)
+    if error is not None:
+        hint = compile_hint(error)
+        if hint:
+            return False, f"{hint} ({_one_line(error)[:300]})", detail
+        detail["compile_check"] = _one_line(error)[:500]
     return True, "", detail
 
 
@@ -133,7 +180,13 @@ class CupyDevice:
         module = _MODULES.get(key)
         if module is None:
             module = self._cp.RawModule(code=source, options=options)
-            module.compile()
+            try:
+                module.compile()
+            except Exception as exc:
+                hint = compile_hint(exc)
+                if hint is None:
+                    raise
+                raise RuntimeError(f"{kernel_file}: {hint} ({_one_line(exc)[:300]})") from exc
             _MODULES[key] = module
         return module
 
@@ -506,8 +559,8 @@ class CudaBackend:
 
     # -- link and peer levels (issue 15; ert.backends.cuda_links) ---------------------------
     def link_transfers(self, max_bytes: int) -> list:
-        """link-h2d, link-d2h and link-bidir (pinned and pageable) and, on the node's first rank where it
-        sees two or more GPUs, peer-d2d between every ordered pair (peer access on and off); buffers for
+        """link-h2d, link-d2h and link-bidir from pinned host memory, link-h2d and link-d2h from pageable
+        (cuda_links.HOST_TRANSFERS) and, on the node's first rank where it sees two or more GPUs, peer-d2d between every ordered pair (peer access on and off); buffers for
         up to ``max_bytes``, released by ``close``. ert.measure.transfers times them. Never run on a GPU yet.
         """
         from ert.backends import cuda_links

@@ -1,20 +1,40 @@
 """CUDA host<->device link levels and peer GPU levels: copies on non-default streams timed by CUDA events.
 
 Levels ``link-h2d``, ``link-d2h`` and ``link-bidir`` (H2D and D2H on two
-streams at once), each from ``pinned`` (cudaHostAlloc through CuPy) and
-``pageable`` (numpy) host memory; where this process sees two or more GPUs,
-``peer-d2d`` between every ordered pair, variant ``p2p`` (peer access
-enabled: the copy goes GPU to GPU, over NVLink or PCIe) and ``staged`` (peer
-access disabled: the driver stages the copy through host memory).
+streams at once) from ``pinned`` host memory (cudaHostAlloc through CuPy),
+and ``link-h2d`` and ``link-d2h`` from ``pageable`` (numpy) host memory;
+where this process sees two or more GPUs, ``peer-d2d`` between every ordered
+pair, variant ``p2p`` (peer access enabled: the copy goes GPU to GPU, over
+NVLink or PCIe) and ``staged`` (peer access disabled: the driver stages the
+copy through host memory).
 
-The classes ``CupyLinks`` / ``CupyTransfer`` / ``CupyPeerTransfer`` need a
-GPU; every decision (which transfers, the topology, the rated rates, NVLink
-counts) is host logic here, tested without one.  Never run on a GPU yet.
+**The gate.**  The pinned and ``p2p`` copies of a sample wait behind a one-thread
+kernel (kernels/ert_cuda_gate.cu) that spins on a word of mapped pinned host
+memory; the host sets it once the batch is queued, so the copies run back to
+back and the events time the link, not Python's enqueue cost (OpenCL's user
+event does the same in ``ert.backends.opencl_links``).  A sample of more than
+``GATE_BATCH`` copies runs as several gated batches whose event spans add up:
+a stream queues a bounded number of commands before the enqueueing host
+blocks.  Pageable and ``staged`` copies are not gated: cudaMemcpyAsync from
+or to pageable memory holds the host (device to host until the copy is done,
+host to device until its bytes are in the driver's staging buffers, which
+only the stream's progress frees), so behind a closed gate the host would
+wait for copies that wait for the host.  For the same reason there is no
+pageable ``link-bidir``: from one host thread each device-to-host copy holds
+the host, so the two directions would mostly take turns (the next
+host-to-device copy is not even queued meanwhile) and the rate would be
+neither one direction's nor both at once.
+
+The classes ``CupyLinks`` / ``CupyTransfer`` / ``CupyPeerTransfer`` /
+``CupyGate`` need a GPU; every decision (which transfers, the topology, the
+rated rates, NVLink counts, the order of gate, events and copies) is host
+logic here, tested without one.  Never run on a GPU yet.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib import resources
 
 import numpy as np
 
@@ -25,10 +45,25 @@ from ert.hardware import no_rated_text
 
 LINK_LEVELS = ("link-h2d", "link-d2h", "link-bidir")
 HOST_VARIANTS = ("pinned", "pageable")
+# (level, variant) measured: no pageable link-bidir (see the module's docstring).
+HOST_TRANSFERS = tuple((level, variant) for variant in HOST_VARIANTS for level in LINK_LEVELS
+                       if not (variant == "pageable" and level == "link-bidir"))
 PEER_VARIANTS = {"p2p": True, "staged": False}
 # cudaMemcpyKind
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2
 EVENTS = "CUDA events on the copy stream(s): first start to last end"
+GATED = ("every copy of a sample queued behind a gate kernel that the host opens once they are all queued "
+         "(batches of at most {batch} copies, their event spans added)")
+UNGATED = {"pageable": "not gated (a pageable copy holds the host until it is done or staged: a sample "
+                       "includes the host's per-call cost)",
+           "staged": "not gated (the driver stages the copy through host memory and may hold the host meanwhile)"}
+# The gate (kernels/ert_cuda_gate.cu): its kernel, the copies queued behind one gate, how long it waits for
+# the host before it opens by itself, and what its status word says.
+GATE_KERNEL_FILE = "ert_cuda_gate.cu"
+GATE_KERNEL = "ert_gate"
+GATE_BATCH = 256
+GATE_TIMEOUT_S = 1.0
+GATE_RELEASED, GATE_TIMED_OUT = 1, 2
 
 
 # ----------------------------------------------------------------------------- host logic
@@ -37,9 +72,11 @@ class PeerTopology:
     """What one process sees of its GPUs: their count, who can access whom, and the link between each pair.
 
     ``link[a][b]`` is "NVLink", "PCIe" or "unknown"; ``nvlinks[a][b]`` the
-    NVLink count from a to b (0 where none) and ``nvlink_version`` the
-    version NVML reports (0 where unknown).  Built from the CUDA runtime and
-    NVML on a GPU machine (``read_topology``), or written out by a test.
+    NVLink count from a to b (0 where none) and ``nvlink_version`` what
+    nvmlDeviceGetNvLinkVersion answers: the enum nvmlNvlinkVersion_t
+    (``ert.hardware.links.NVLINK_VERSIONS``; 0 where unknown); ``names`` the
+    devices' names (a GeForce/RTX NVLink is a bridge).  Built from the CUDA
+    runtime and NVML on a GPU machine (``read_topology``), or written out by a test.
     """
 
     devices: list[int]
@@ -47,6 +84,7 @@ class PeerTopology:
     link: list[list[str]] = field(default_factory=list)
     nvlinks: list[list[int]] = field(default_factory=list)
     nvlink_version: int = 0
+    names: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         n = len(self.devices)
@@ -91,7 +129,9 @@ def peer_rated(topology: PeerTopology, *, host_rated: dict | None = None) -> dic
             pair = [topology.devices[ia], topology.devices[ib]]
             count = topology.nvlinks[ia][ib]
             if count:
-                rated = hw_links.nvlink_rated(version=topology.nvlink_version, links=count, source="NVML")
+                name = topology.names[ia] if ia < len(topology.names) else ""
+                rated = hw_links.nvlink_rated(version=topology.nvlink_version, links=count, source="NVML",
+                                              device_name=name)
             elif topology.link[ia][ib] == "PCIe" and host_rated and host_rated.get("gbytes_per_s"):
                 rated = {"gbytes_per_s": host_rated["gbytes_per_s"],
                          "derivation": f"over PCIe, as the host link: {host_rated['derivation']}"}
@@ -187,25 +227,38 @@ def read_nvml_link(pci_bus_id: str) -> dict:
 
 
 def _nvlink_states(pynvml, handle):
-    """Each NVLink of the GPU: active or not, and where readable its remote bus id, version and switch flag."""
-    for link in range(int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
+    """Each NVLink of the GPU: active or not, and where readable its remote bus id, version enum and switch flag.
+
+    Links are asked in order until NVML refuses one (no NVLink, or past the
+    GPU's last).  A field NVML does not answer is left out and its error kept
+    in ``unread`` (a run's metadata shows what could not be read).
+    """
+    for link in range(int(pynvml.NVML_NVLINK_MAX_LINKS)):
         try:
             active = pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
-        except Exception:
+        except pynvml.NVMLError:
             return  # no NVLink here, or past the last link
         entry = {"link": link, "active": bool(active)}
+        unread = {}
         try:
-            remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link)
-            entry["remote_bus_id"] = host.text_of(remote.busId)
+            entry["remote_bus_id"] = host.text_of(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+        except pynvml.NVMLError as exc:
+            unread["remote_bus_id"] = str(exc)
+        try:
             entry["version"] = int(pynvml.nvmlDeviceGetNvLinkVersion(handle, link))
+        except pynvml.NVMLError as exc:
+            unread["version"] = str(exc)
+        try:
             kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
-            entry["remote_is_switch"] = kind == getattr(pynvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 1)
-        except Exception:
-            pass
+            entry["remote_is_switch"] = kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+        except (pynvml.NVMLError, AttributeError) as exc:  # AttributeError: an nvidia-ml-py older than the call
+            unread["remote_is_switch"] = f"{type(exc).__name__}: {exc}"
+        if unread:
+            entry["unread"] = unread
         yield entry
 
 
-def read_topology(runtime, *, bus_ids: list[str], nvml: list[dict]) -> PeerTopology:
+def read_topology(runtime, *, bus_ids: list[str], nvml: list[dict], names: list[str] | None = None) -> PeerTopology:
     """The PeerTopology of the visible GPUs from the CUDA runtime (deviceCanAccessPeer) and NVML's NVLink states."""
     n = len(bus_ids)
     devices = list(range(n))
@@ -214,7 +267,7 @@ def read_topology(runtime, *, bus_ids: list[str], nvml: list[dict]) -> PeerTopol
     link = [["self" if a == b else ("NVLink" if counts[a][b] else "PCIe") for b in devices] for a in devices]
     versions = [s.get("version", 0) for info in nvml for s in info.get("nvlinks", []) if s.get("active")]
     return PeerTopology(devices=devices, can_access=can, link=link, nvlinks=counts,
-                        nvlink_version=max(versions) if versions else 0)
+                        nvlink_version=max(versions) if versions else 0, names=list(names or []))
 
 
 def visible_topology() -> PeerTopology | None:
@@ -227,12 +280,97 @@ def visible_topology() -> PeerTopology | None:
         if count < 2:
             return None
         bus_ids = [runtime.deviceGetPCIBusId(d) for d in range(count)]
+        names = [host.text_of(runtime.getDeviceProperties(d)["name"]) for d in range(count)]
     except Exception:  # no CUDA here: no peers
         return None
-    return read_topology(runtime, bus_ids=bus_ids, nvml=[read_nvml_link(b) for b in bus_ids])
+    return read_topology(runtime, bus_ids=bus_ids, nvml=[read_nvml_link(b) for b in bus_ids], names=names)
+
+
+# ----------------------------------------------------------------------------- the gate (host logic)
+def gate_source() -> str:
+    """The text of kernels/ert_cuda_gate.cu (the gate kernel)."""
+    return resources.files("ert.kernels").joinpath(GATE_KERNEL_FILE).read_text()
+
+
+def gate_batches(count: int, batch: int = GATE_BATCH) -> list[int]:
+    """Copies per gated batch for a sample of ``count`` copies: full batches of ``batch``, then the rest."""
+    if count < 1 or batch < 1:
+        raise ValueError(f"a gated sample needs count >= 1 and batch >= 1, got {count} and {batch}")
+    full, rest = divmod(count, batch)
+    return [batch] * full + ([rest] if rest else [])
+
+
+def gated_seconds(cp, gate, stream, count: int, enqueue, *, others=(), batch: int = GATE_BATCH) -> tuple[float, int]:
+    """(seconds, batches whose gate timed out) of ``count`` copies queued behind the gate, batch by batch.
+
+    Per batch: the gate kernel closes ``stream``; the start event follows it
+    (``others``, the streams of a bidirectional sample, wait on that event);
+    ``enqueue(n)`` queues the batch's copies; the stop event follows them
+    (and the others' work); only then does the host open the gate and wait.
+    The batches' event spans add up: they time the copies, not their enqueueing.
+    """
+    seconds, timeouts = 0.0, 0
+    for n in gate_batches(count, batch):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        gate.close_on(stream)
+        start.record(stream)
+        for other in others:
+            other.wait_event(start)
+        enqueue(n)
+        for other in others:
+            done = cp.cuda.Event()
+            done.record(other)
+            stream.wait_event(done)
+        stop.record(stream)
+        gate.release()
+        seconds += _elapsed(cp, start, stop)
+        timeouts += gate.opened() == GATE_TIMED_OUT
+    return seconds, timeouts
+
+
+def ungated_seconds(cp, stream, count: int, enqueue) -> float:
+    """Seconds between events recorded before and after ``enqueue(count)`` on ``stream`` (pageable, staged)."""
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record(stream)
+    enqueue(count)
+    stop.record(stream)
+    return _elapsed(cp, start, stop)
+
+
+def _elapsed(cp, start, stop) -> float:
+    stop.synchronize()
+    return cp.cuda.get_elapsed_time(start, stop) / 1e3
 
 
 # ----------------------------------------------------------------------------- on a GPU
+class CupyGate:
+    """The gate kernel and its two words of mapped pinned host memory (flag, status). Needs a GPU."""
+
+    def __init__(self, cp):
+        runtime = cp.cuda.runtime
+        # Mapped (and portable: peer copies gate a stream of another GPU); under unified addressing the
+        # kernels see the host pointer itself.
+        self._memory = cp.cuda.PinnedMemory(64, runtime.hostAllocMapped | runtime.hostAllocPortable)
+        self.words = np.frombuffer(cp.cuda.PinnedMemoryPointer(self._memory, 0), dtype=np.uint32, count=2)
+        self.words[:] = 0
+        self._kernel = cp.RawKernel(gate_source(), GATE_KERNEL)  # compiled for each device on first use
+        self._timeout_ns = np.int64(int(GATE_TIMEOUT_S * 1e9))
+
+    def close_on(self, stream) -> None:
+        """Launch the gate on ``stream`` (of the current device): what follows waits until ``release``."""
+        self.words[:] = 0
+        ptr = self._memory.ptr
+        with stream:  # RawKernel launches on the current stream
+            self._kernel((1,), (1,), (np.uint64(ptr), np.uint64(ptr + 4), self._timeout_ns))
+
+    def release(self) -> None:
+        self.words[0] = 1
+
+    def opened(self) -> int:
+        """GATE_RELEASED or GATE_TIMED_OUT once the gate kernel has ended (0 before)."""
+        return int(self.words[1])
+
+
 class CupyLinks:
     """Buffers, streams and events for the link and peer levels of this rank's GPU (and its peers). Needs a GPU."""
 
@@ -247,6 +385,7 @@ class CupyLinks:
             self.device_out = cupy.empty(max_bytes, dtype=cupy.uint8)
             self.streams = [cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)]
             self.device_out.set(self.source)
+            self.gate = CupyGate(cupy)
         self._pinned = [cupy.cuda.alloc_pinned_memory(max_bytes) for _ in range(3)]
         pinned = [np.frombuffer(m, dtype=np.uint8, count=max_bytes) for m in self._pinned]
         self.host = {"pinned": (pinned[0], pinned[1]),
@@ -267,8 +406,7 @@ class CupyLinks:
                                             cupy.cuda.Stream(non_blocking=True))
 
     def transfers(self) -> list:
-        out = [CupyTransfer(self, level=level, variant=variant)
-               for variant in HOST_VARIANTS for level in LINK_LEVELS]
+        out = [CupyTransfer(self, level=level, variant=variant) for level, variant in HOST_TRANSFERS]
         if self.topology is not None:
             out += [CupyPeerTransfer(self, src=a, dst=b, peer_access=on) for a, b, on in peer_plan(self.topology)]
         return out
@@ -289,13 +427,14 @@ class CupyLinks:
             stream.synchronize()
         self.peer_buffers.clear()
         self.device_in = self.device_out = None
-        self.host, self._pinned, self.scratch = {}, [], None
+        self.host, self._pinned, self.scratch, self.gate = {}, [], None, None
         self.cp.get_default_memory_pool().free_all_blocks()
 
 
-def _elapsed(cp, start, stop) -> float:
-    stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) / 1e3
+def _note_timeouts(transfer, timeouts: int) -> None:
+    """Count the gate's timeouts of this size in the transfer's record (``gate_timeouts``)."""
+    if timeouts:
+        transfer.extra["gate_timeouts"] = transfer.extra.get("gate_timeouts", 0) + timeouts
 
 
 class CupyTransfer:
@@ -304,19 +443,24 @@ class CupyTransfer:
     kind = "link"
 
     def __init__(self, owner: CupyLinks, *, level: str, variant: str):
+        if (level, variant) not in HOST_TRANSFERS:
+            raise ValueError(f"no {variant} {level}: {HOST_TRANSFERS}")
         self.owner, self.level, self.variant = owner, level, variant
         self.directions = 2 if level == "link-bidir" else 1
+        self.gated = variant == "pinned"
         what = {"link-h2d": "cudaMemcpyAsync host to device on a non-default stream",
                 "link-d2h": "cudaMemcpyAsync device to host on a non-default stream",
                 "link-bidir": "cudaMemcpyAsync host to device and device to host at once on two streams"}[level]
         memory = "pinned host memory (cudaHostAlloc)" if variant == "pinned" else "pageable host memory (numpy)"
-        self.method = f"{what}, {memory}; {EVENTS}"
+        gate = GATED.format(batch=GATE_BATCH) if self.gated else UNGATED[variant]
+        self.method = f"{what}, {memory}; {gate}; {EVENTS}"
         self.extra = {"devices": [owner.index]}
         self._nbytes = 0
 
     def prepare(self, nbytes: int) -> None:
         owner = self.owner
         self._nbytes = nbytes
+        self.extra.pop("gate_timeouts", None)
         with owner.cp.cuda.Device(owner.index):
             if self.level in ("link-h2d", "link-bidir"):
                 owner.device_in[:nbytes].fill(links.POISON_BYTE)
@@ -324,27 +468,29 @@ class CupyTransfer:
         if self.level in ("link-d2h", "link-bidir"):
             owner.host[self.variant][1][:nbytes] = links.POISON_BYTE
 
-    def time(self, count: int) -> float:
-        owner, cp, runtime, n = self.owner, self.owner.cp, self.owner.runtime, self._nbytes
+    def _enqueue(self, count: int) -> None:
+        """Queue ``count`` repetitions: H2D on the first stream, D2H on the first (d2h) or the second (bidir)."""
+        owner, runtime, n = self.owner, self.owner.runtime, self._nbytes
         src, dst = owner.host[self.variant]
         first, second = owner.streams
+        for _ in range(count):
+            if self.level in ("link-h2d", "link-bidir"):
+                runtime.memcpyAsync(owner.device_in.data.ptr, src.ctypes.data, n, HOST_TO_DEVICE, first.ptr)
+            if self.level == "link-d2h":
+                runtime.memcpyAsync(dst.ctypes.data, owner.device_out.data.ptr, n, DEVICE_TO_HOST, first.ptr)
+            if self.level == "link-bidir":
+                runtime.memcpyAsync(dst.ctypes.data, owner.device_out.data.ptr, n, DEVICE_TO_HOST, second.ptr)
+
+    def time(self, count: int) -> float:
+        owner, cp = self.owner, self.owner.cp
+        first, second = owner.streams
         with cp.cuda.Device(owner.index):
-            start, stop, other_stop = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event()
-            start.record(first)
-            if self.level == "link-bidir":
-                second.wait_event(start)
-            for _ in range(count):
-                if self.level in ("link-h2d", "link-bidir"):
-                    runtime.memcpyAsync(owner.device_in.data.ptr, src.ctypes.data, n, HOST_TO_DEVICE, first.ptr)
-                if self.level == "link-d2h":
-                    runtime.memcpyAsync(dst.ctypes.data, owner.device_out.data.ptr, n, DEVICE_TO_HOST, first.ptr)
-                if self.level == "link-bidir":
-                    runtime.memcpyAsync(dst.ctypes.data, owner.device_out.data.ptr, n, DEVICE_TO_HOST, second.ptr)
-            if self.level == "link-bidir":
-                other_stop.record(second)
-                first.wait_event(other_stop)
-            stop.record(first)
-            return _elapsed(cp, start, stop)
+            if not self.gated:
+                return ungated_seconds(cp, first, count, self._enqueue)
+            seconds, timeouts = gated_seconds(cp, owner.gate, first, count, self._enqueue,
+                                              others=(second,) if self.level == "link-bidir" else ())
+        _note_timeouts(self, timeouts)
+        return seconds
 
     def check(self) -> tuple[bool, str]:
         owner, n = self.owner, self._nbytes
@@ -370,9 +516,12 @@ class CupyPeerTransfer:
     def __init__(self, owner: CupyLinks, *, src: int, dst: int, peer_access: bool):
         self.owner, self.src, self.dst, self.peer_access = owner, src, dst, peer_access
         self.variant = variant_of(peer_access)
+        self.gated = peer_access
         how = ("peer access enabled: GPU to GPU" if peer_access
                else "peer access disabled: the driver stages through host memory")
-        self.method = f"cudaMemcpyPeerAsync GPU {src} to GPU {dst} on a stream of GPU {src}, {how}; {EVENTS}"
+        gate = GATED.format(batch=GATE_BATCH) if self.gated else UNGATED["staged"]
+        self.method = (f"cudaMemcpyPeerAsync GPU {src} to GPU {dst} on a stream of GPU {src}, {how}; {gate}; "
+                       f"{EVENTS}")
         ia, ib = owner.topology.devices.index(src), owner.topology.devices.index(dst)
         self.extra = {"pair": (src, dst), "peer_access": peer_access, "devices": [src, dst],
                       "transport": owner.topology.link[ia][ib] if peer_access else "host memory (staged)"}
@@ -381,22 +530,28 @@ class CupyPeerTransfer:
     def prepare(self, nbytes: int) -> None:
         owner = self.owner
         self._nbytes = nbytes
+        self.extra.pop("gate_timeouts", None)
         owner.set_peer_access(self.src, self.dst, self.peer_access)
         with owner.cp.cuda.Device(self.dst):
             owner.peer_buffers[self.dst][1][:nbytes].fill(links.POISON_BYTE)
             owner.cp.cuda.Device(self.dst).synchronize()
 
-    def time(self, count: int) -> float:
-        owner, cp, n = self.owner, self.owner.cp, self._nbytes
+    def _enqueue(self, count: int) -> None:
+        owner, n = self.owner, self._nbytes
         src_buf, _, stream = owner.peer_buffers[self.src]
         dst_buf = owner.peer_buffers[self.dst][1]
+        for _ in range(count):
+            owner.runtime.memcpyPeerAsync(dst_buf.data.ptr, self.dst, src_buf.data.ptr, self.src, n, stream.ptr)
+
+    def time(self, count: int) -> float:
+        owner, cp = self.owner, self.owner.cp
+        stream = owner.peer_buffers[self.src][2]
         with cp.cuda.Device(self.src):
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record(stream)
-            for _ in range(count):
-                owner.runtime.memcpyPeerAsync(dst_buf.data.ptr, self.dst, src_buf.data.ptr, self.src, n, stream.ptr)
-            stop.record(stream)
-            return _elapsed(cp, start, stop)
+            if not self.gated:
+                return ungated_seconds(cp, stream, count, self._enqueue)
+            seconds, timeouts = gated_seconds(cp, owner.gate, stream, count, self._enqueue)
+        _note_timeouts(self, timeouts)
+        return seconds
 
     def check(self) -> tuple[bool, str]:
         owner, n = self.owner, self._nbytes

@@ -22,9 +22,25 @@ PCIE = {1: (2.5, 8 / 10, "8b/10b"), 2: (5.0, 8 / 10, "8b/10b"), 3: (8.0, 128 / 1
         6: (64.0, 242 / 256, "FLIT 242/256"), 7: (128.0, 242 / 256, "FLIT 242/256")}
 # NVLink-C2C (Grace Hopper GH200, Grace Blackwell GB200): 900 GB/s in total, 450 GB/s each way (NVIDIA's figures).
 C2C_GBYTES_PER_DIRECTION = 450.0
-# NVLink per link and direction, GB/s, by NVLink version (NVML's nvmlDeviceGetNvLinkVersion):
-# NVLink 1 (P100) 20; 2 (V100), 3 (A100), 4 (H100) 25; 5 (B200) 50.
-NVLINK_GBYTES_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+# NVLink per link and direction (GB/s) by the answer of NVML's nvmlDeviceGetNvLinkVersion, which is the enum
+# nvmlNvlinkVersion_t (pynvml's NVML_NVLINK_VERSION_*), not a generation: 1 = NVLink 1.0, 2 = 2.0, 3 = 2.2,
+# 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0, 8 = 6.0.  Each rate is a datasheet's total over its link count, halved
+# for one direction: enum -> (version, GB/s per link and direction, where the rate comes from).
+NVLINK_VERSIONS = {
+    1: ("1.0", 20.0, "Tesla P100 datasheet: 4 links, 160 GB/s bidirectional in total"),
+    2: ("2.0", 25.0, "Tesla V100 datasheet: 6 links, 300 GB/s bidirectional in total"),
+    3: ("2.2", 25.0, "no datasheet gives NVLink 2.2 a rate of its own: taken as 2.0's (Tesla V100 datasheet: "
+                     "6 links, 300 GB/s bidirectional in total)"),
+    4: ("3.0", 25.0, "A100 datasheet: 12 links, 600 GB/s bidirectional in total"),
+    5: ("3.1", 25.0, "A100 datasheet: 12 links, 600 GB/s bidirectional in total (NVML reports 3.1 on A100; "
+                     "hwloc issue 658)"),
+    6: ("4.0", 25.0, "H100 SXM datasheet: 18 links, 900 GB/s bidirectional in total"),
+    7: ("5.0", 50.0, "B200 (DGX B200) datasheet: 18 links, 1.8 TB/s bidirectional in total"),
+}
+# The NVLink 3 bridges of GeForce RTX 3090 and RTX A-series cards (NVML reports 3.x like A100): the RTX
+# A6000 datasheet gives 112.5 GB/s bidirectional over 4 links, 14.0625 GB/s per link and direction.
+NVLINK_BRIDGE_GBYTES_PER_LINK = 14.0625
+NVLINK_BRIDGE_SOURCE = "RTX A6000 datasheet: NVLink bridge, 4 links, 112.5 GB/s bidirectional in total"
 
 
 def pcie_generation(gt_per_s: float) -> int | None:
@@ -70,14 +86,25 @@ def c2c_rated(*, source: str) -> dict:
                            "derivation": f"2 x {one['derivation']}"}}
 
 
-def nvlink_rated(*, version: int, links: int, source: str) -> dict:
-    """Rated peer GB/s per direction over ``links`` NVLinks of ``version``: {"gbytes_per_s", "derivation"}."""
-    per_link = NVLINK_GBYTES_PER_LINK.get(version)
-    if per_link is None or links < 1:
+def nvlink_rated(*, version: int, links: int, source: str, device_name: str = "") -> dict:
+    """Rated peer GB/s per direction over ``links`` NVLinks: {"gbytes_per_s", "derivation"}.
+
+    ``version`` is NVML's nvmlNvlinkVersion_t (``NVLINK_VERSIONS``); a GeForce
+    or RTX card's NVLink 3.x is its bridge (``NVLINK_BRIDGE_GBYTES_PER_LINK``).
+    """
+    known = NVLINK_VERSIONS.get(version)
+    if known is None or links < 1:
+        name = f"enum {version}" + (" (NVLink 6.0)" if version == 8 else "")
         return {"gbytes_per_s": None,
-                "derivation": no_rated_text(f"NVLink version {version} x {links} links unknown ({source})")}
-    return {"gbytes_per_s": round(per_link * links, 1),
-            "derivation": f"NVLink {version}: {links} links x {per_link:g} GB/s per direction ({source})"}
+                "derivation": no_rated_text(f"NVLink version {name} x {links} links has no rate in the table "
+                                            f"({source})")}
+    label, per_link, why = known
+    upper = device_name.upper()
+    if version in (4, 5) and ("GEFORCE" in upper or "RTX" in upper):
+        per_link, why = NVLINK_BRIDGE_GBYTES_PER_LINK, f"{NVLINK_BRIDGE_SOURCE}; device {device_name!r}"
+    return {"gbytes_per_s": round(per_link * links, 2),
+            "derivation": f"NVLink {label} (NVML version enum {version}): {links} links x {per_link:g} GB/s "
+                          f"per direction ({why}; {source})"}
 
 
 def no_rated(why: str) -> dict:
