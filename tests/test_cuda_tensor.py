@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -55,19 +56,65 @@ H100_TENSOR_CLOCK = _info((9, 0), 132, 1830)  # the clock NVIDIA's FP16/BF16/TF3
 
 
 # ----------------------------------------------------------------------------- host logic
+ALL_SHAPES = [*tc.SHAPES.values(), *tc.WGMMA_SHAPES.values()]
+
+
+def _id(shape) -> str:
+    return f"{shape.name}-{shape.instruction}"
+
+
 def test_shapes_table():
     assert {s: (v.m, v.n, v.k) for s, v in tc.SHAPES.items()} == {
         "fp16": (16, 8, 16), "bf16": (16, 8, 16), "tf32": (16, 8, 8), "fp64": (8, 8, 4), "fp8": (16, 8, 32)}
     assert {s: v.flops_per_mma for s, v in tc.SHAPES.items()} == {
         "fp16": 4096, "bf16": 4096, "tf32": 2048, "fp64": 512, "fp8": 8192}
     for shape in tc.SHAPES.values():
-        assert shape.acc_per_thread == shape.m * shape.n // 32
+        assert shape.acc_per_thread == shape.m * shape.n // 32 and shape.threads_per_mma == 32
     assert tc.SHAPES["fp16"].ptx == "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
     assert tc.SHAPES["fp64"].ptx == "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64"
     assert [s.name for s in tc.shapes_for((8, 0))] == ["fp16", "bf16", "tf32", "fp64"]
-    assert [s.name for s in tc.shapes_for((8, 9))][-1] == "fp8"
-    assert len(tc.shapes_for((9, 0))) == len(tc.shapes_for((10, 0))) == 5
+    # FP8 mma.sync only where it is native (QMMA): Ada and sm_12x; ptxas emulates it on sm_90 to sm_11x.
+    for cc, fp8 in (((8, 6), False), ((8, 9), True), ((9, 0), False), ((10, 0), False), ((10, 3), False),
+                    ((11, 0), False), ((12, 0), True), ((12, 1), True)):
+        assert ("fp8" in [s.name for s in tc.shapes_for(cc)]) == fp8, cc
     assert tc.shapes_for((7, 5)) == []
+    # Hopper's wgmma, N = 256: 128 f32 accumulators per thread of a 128-thread warpgroup.
+    assert {s: (v.m, v.n, v.k, v.flops_per_mma) for s, v in tc.WGMMA_SHAPES.items()} == {
+        "fp16": (64, 256, 16, 524288), "bf16": (64, 256, 16, 524288), "tf32": (64, 256, 8, 262144),
+        "fp8": (64, 256, 32, 1048576)}
+    for shape in tc.WGMMA_SHAPES.values():
+        assert shape.acc_per_thread == shape.m * shape.n // 128 == 128 and shape.threads_per_mma == 128
+        assert shape.supported((9, 0)) and not any(shape.supported(cc) for cc in ((8, 9), (10, 0), (12, 0)))
+    assert tc.WGMMA_SHAPES["fp8"].ptx == "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"
+
+
+@pytest.mark.parametrize("cc, want", [
+    ((8, 0), {"fp16": ["mma.sync"], "fp64": ["mma.sync"], "fp8": []}),
+    ((8, 6), {"fp16": ["mma.sync"], "fp8": []}),
+    ((8, 9), {"fp16": ["mma.sync"], "fp8": ["mma.sync"]}),
+    ((9, 0), {"fp16": ["wgmma", "mma.sync"], "bf16": ["wgmma", "mma.sync"], "tf32": ["wgmma", "mma.sync"],
+              "fp64": ["mma.sync"], "fp8": ["wgmma"]}),
+    ((10, 0), {"fp16": ["mma.sync"], "fp64": ["mma.sync"], "fp8": []}),
+    ((12, 0), {"fp16": ["mma.sync"], "fp8": ["mma.sync"]}),
+])
+def test_variants_per_architecture(cc, want):
+    """FP8 only where native (mma.sync on sm_89/sm_12x, wgmma on sm_90); on sm_90 wgmma first: it is the roof."""
+    for name, instructions in want.items():
+        assert [s.instruction for s in tc.tensor_variants(cc, name)] == instructions, (cc, name)
+        why = tc.no_tensor_why(cc, name)
+        assert (why == "") == bool(instructions), why
+    if cc == (10, 0):
+        why = tc.no_tensor_why(cc, "fp8")
+        assert why.startswith("no FP8 tensor roof:") and "emulates it" in why and "tcgen05" in why
+    if cc == (8, 6):
+        assert "fp8 mma.sync needs sm_89; this GPU is sm_86" in tc.no_tensor_why(cc, "fp8")
+
+
+def test_mma_sync_labels():
+    assert tc.mma_sync_note((9, 0), "fp16") == "mma.sync, below Hopper's wgmma rate"
+    assert tc.mma_sync_note((9, 0), "fp64") == ""  # no wgmma form: DMMA is Hopper's FP64 tensor path
+    assert tc.mma_sync_note((8, 0), "fp16") == tc.mma_sync_note((12, 0), "fp16") == ""
+    assert "tcgen05" in tc.mma_sync_note((10, 0), "bf16")
 
 
 def test_flop_accounting():
@@ -75,11 +122,21 @@ def test_flop_accounting():
     # 2 blocks x 256 threads = 16 warps, 64 MMAs x 10 trials each, 4096 FLOPs per MMA.
     assert tc.flops_per_launch(fp16, blocks=2, threads_per_block=256, trials=10) == 16 * 64 * 10 * 4096
     assert tc.flops_per_launch(tc.SHAPES["fp64"], blocks=1, threads_per_block=32, trials=1, iters=8) == 8 * 512
+    # wgmma: 2 blocks x 256 threads = 4 warpgroups, 64 wgmmas x 10 trials, 2 x 64 x 256 x 16 FLOPs each.
+    wg = tc.WGMMA_SHAPES["fp16"]
+    assert tc.flops_per_launch(wg, blocks=2, threads_per_block=256, trials=10) == 4 * 64 * 10 * 524288
+    assert tc.mmas_per_trial(blocks=2, threads_per_block=256, shape=wg) == 4 * 64
     with pytest.raises(ValueError):
         tc.warps_of(1, 48)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        tc.flops_per_launch(wg, blocks=1, threads_per_block=64, trials=1)
     assert tc.compile_defines(fp16) == ("-DERT_MMA_TYPE=1", "-DERT_MMA_ITERS=64", "-DERT_MMA_SETS=8")
+    assert tc.compile_defines(tc.WGMMA_SHAPES["fp8"]) == ("-DERT_WGMMA_TYPE=4", "-DERT_WGMMA_ITERS=64")
+    assert tc.target_arch(wg, (9, 0)) == "sm_90a" and tc.target_arch(fp16, (9, 0)) == "sm_90"
     with pytest.raises(ValueError):
         tc.compile_defines(fp16, iters=12, sets=8)
+    with pytest.raises(ValueError, match="one accumulator set"):
+        tc.compile_defines(wg, sets=8)
 
 
 def test_operand_bits():
@@ -96,7 +153,8 @@ def test_operand_bits():
 
 def _emulate(shape: tc.MmaShape, *, trials: int, iters: int, sets: int) -> np.ndarray:
     """One warp's accumulators by doing every MMA as a matrix product in the accumulator type (one lane's view:
-    every element of D is alike, so lane l's register r of set s holds the element its start value says)."""
+    every element of D is alike, so lane l's register r of set s holds the element its start value says).
+    For wgmma the warp is one of its warpgroup's four; each holds the same (register + lane) values."""
     acc_t = shape.acc_dtype
     a = np.full((shape.m, shape.k), tc.A_VALUE, acc_t)
     b = np.full((shape.k, shape.n), tc.B_VALUE, acc_t)
@@ -112,19 +170,24 @@ def _emulate(shape: tc.MmaShape, *, trials: int, iters: int, sets: int) -> np.nd
     return d
 
 
-@pytest.mark.parametrize("name", list(tc.SHAPES))
-def test_replay_matches_an_emulation_bit_exactly(name):
-    shape = tc.SHAPES[name]
+@pytest.mark.parametrize("shape", ALL_SHAPES, ids=_id)
+def test_replay_matches_an_emulation_bit_exactly(shape):
+    wgmma = shape.instruction == "wgmma"
+    threads = 256 if wgmma else 64
     for trials in (0, 1, 2, 3, 6, 7):
-        for iters, sets in ((8, 4), (16, 8), (64, 8)):
-            got = tc.replay(shape, threads=64, trials=trials, iters=iters, sets=sets)
-            assert got.dtype == shape.acc_dtype and got.shape == (64, sets, shape.acc_per_thread)
+        for iters, sets in (((8, 1), (16, 1), (64, 1)) if wgmma else ((8, 4), (16, 8), (64, 8))):
+            got = tc.replay(shape, threads=threads, trials=trials, iters=iters, sets=sets)
+            assert got.dtype == shape.acc_dtype and got.shape == (threads, sets, shape.acc_per_thread)
             want = _emulate(shape, trials=trials, iters=iters, sets=sets)
-            assert np.array_equal(got[:32], want) and np.array_equal(got[32:], want), (trials, iters, sets)
+            for warp in range(threads // 32):
+                assert np.array_equal(got[32 * warp:32 * warp + 32], want), (trials, iters, sets, warp)
     # Exact for any trial count: even and odd trials cancel.
-    assert np.array_equal(tc.replay(shape, threads=32, trials=10 ** 9), tc.replay(shape, threads=32, trials=0))
-    odd = tc.replay(shape, threads=32, trials=10 ** 9 + 1)
-    assert odd[0, 0, 0] == 64 // 8 * shape.k * 0.5
+    assert np.array_equal(tc.replay(shape, threads=threads, trials=10 ** 9),
+                          tc.replay(shape, threads=threads, trials=0))
+    odd = tc.replay(shape, threads=threads, trials=10 ** 9 + 1)
+    assert odd[0, 0, 0] == 64 // tc.sets_of(shape) * shape.k * 0.5
+    with pytest.raises(ValueError):
+        tc.replay(shape, threads=threads + 32 if wgmma else 48, trials=1)
 
 
 def test_rated_a100_h100_match_nvidia_dense_figures():
@@ -134,6 +197,7 @@ def test_rated_a100_h100_match_nvidia_dense_figures():
     a100 = rated(A100)
     for precision, tflops in {"fp16": 312, "bf16": 312, "tf32": 156, "fp64": 19.5}.items():
         assert a100[precision] == pytest.approx(tflops, rel=0.01), precision
+    assert "fp8" not in a100
     h100 = rated(H100)
     assert h100["fp64"] == pytest.approx(66.9, rel=0.01)
     # NVIDIA quotes H100's FP16/BF16/TF32/FP8 figures at 1830 MHz, not the 1980 MHz maximum clock.
@@ -141,36 +205,88 @@ def test_rated_a100_h100_match_nvidia_dense_figures():
     for precision, tflops in {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp8": 1978.9}.items():
         assert h100_tensor[precision] == pytest.approx(tflops, rel=0.01), precision
     assert h100["fp16"] == pytest.approx(989.4 * 1980 / 1830, rel=0.001)
-    assert all("SMs x" in r["derivation"] for r in tc.rated_tensor_peaks(H100))
+    rows = {r["precision"]: r for r in tc.rated_tensor_peaks(H100)}
+    assert all("SMs x" in r["derivation"] for r in rows.values())
+    # The roof's instruction: wgmma wherever Hopper has one, DMMA's mma.sync for FP64.
+    assert {p: (r["instruction"], r["shape"]) for p, r in rows.items()} == {
+        "fp16": ("wgmma", "m64n256k16"), "bf16": ("wgmma", "m64n256k16"), "tf32": ("wgmma", "m64n256k8"),
+        "fp64": ("mma.sync", "m8n8k4"), "fp8": ("wgmma", "m64n256k32")}
 
 
 def test_unrated_architectures_say_why():
     for cc, words in (((8, 9), "Ada"), ((10, 0), "B200"), ((8, 6), "no per-SM tensor rate")):
         rows = tc.rated_tensor_peaks(_info(cc, 100, 1500))
         assert rows and all(r["gflops_per_s"] is None and words in r["derivation"] for r in rows), rows
+    assert "fp8" not in [r["precision"] for r in tc.rated_tensor_peaks(_info((10, 0), 148, 1965))]
     no_clock = tc.rated_tensor_peaks(_info((8, 0), 108, 0))
     assert all(r["gflops_per_s"] is None and r["derivation"] == "no rated value: SM clock unknown" for r in no_clock)
 
 
-# ----------------------------------------------------------------------------- nvcc: PTX of every variant
-ARCHS = ("sm_80", "sm_89", "sm_90", "sm_100")
+def test_cubin_one_byte_short_is_completed():
+    """CuPy's nvrtc.getCUBIN drops the image's last byte; complete_cubin restores it from the ELF headers."""
+    import struct
+
+    header = bytearray(0x40)
+    header[:4] = b"\x7fELF"
+    struct.pack_into("<QQ", header, 0x20, 0x100, 0x40)      # program headers at 0x100, sections at 0x40
+    struct.pack_into("<HHHH", header, 0x36, 56, 2, 64, 3)   # 2 x 56-byte program headers, 3 x 64-byte sections
+    image = bytes(header) + bytes(0x100 + 112 - 0x40)
+    assert len(tc.complete_cubin(image[:-1])) == len(image) and tc.complete_cubin(image[:-1]) == image
+    assert tc.complete_cubin(image) == image
+    assert tc.complete_cubin(image[:-20]) == image[:-20]  # more than a terminator missing: left as it is
+    assert tc.complete_cubin(b"not an elf") == b"not an elf"
+
+
+def test_sass_verdict_without_the_tools_says_so(monkeypatch):
+    monkeypatch.setattr(tc, "sass_tools", lambda: (None, None))
+    verdict = tc.sass_verdict(tc.SHAPES["fp16"], b"\x7fELF")
+    assert verdict["ok"] is None and verdict["detail"].startswith("SASS not checked: cuobjdump and nvdisasm not found")
+
+
+# ----------------------------------------------------------------------------- nvcc: PTX and SASS of every variant
+ARCHS = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
 ITER_SETS = ((64, 8), (16, 4), (8, 8))
+# Every architecture the code offers a tensor roof on (nvcc 13 targets from sm_80): the SASS test compiles each.
+SASS_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121")
+_WHEEL_BIN = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / \
+    "site-packages" / "nvidia" / "cu13" / "bin"
+CUOBJDUMP, NVDISASM_DIR = tc.sass_tools()
 
 
-def _variants(arch: str) -> list[tuple[tc.MmaShape, int, int]]:
-    cc = (int(arch[3:-1]), int(arch[-1]))
+def needs_sass(f):
+    f = pytest.mark.skipif(NVCC is None or CUOBJDUMP is None or NVDISASM_DIR is None,
+                           reason="needs nvcc and cuobjdump + nvdisasm (pip install nvidia-cuda-cuobjdump "
+                                  "nvidia-cuda-nvdisasm) to read the SASS")(f)
+    return pytest.mark.nvcc(f)
+
+
+def _cc(arch: str) -> tuple[int, int]:
+    digits = arch[3:].rstrip("a")
+    return int(digits[:-1]), int(digits[-1])
+
+
+def _variants(arch: str, iter_sets=ITER_SETS) -> list[tuple[tc.MmaShape, int, int]]:
+    cc = _cc(arch)
+    if arch.endswith("a"):
+        return [(shape, iters, 1) for shape in tc.WGMMA_SHAPES.values() for iters in {i for i, _ in iter_sets}]
     shapes = tc.shapes_for(cc) if arch != "sm_89" else [tc.SHAPES["fp8"]]
-    return [(shape, iters, sets) for shape in shapes for iters, sets in ITER_SETS]
+    return [(shape, iters, sets) for shape in shapes for iters, sets in iter_sets]
 
 
-def _batch(variants) -> str:
+UNDEF = ("ERT_MMA_TYPE", "ERT_MMA_ITERS", "ERT_MMA_SETS", "ERT_NAME_SUFFIX", "ERT_MMA_OP", "ERT_SIGN", "ERT_ACC",
+         "ERT_A_REGS", "ERT_B_REGS", "ERT_WGMMA_TYPE", "ERT_WGMMA_ITERS", "ERT_WGMMA_OP", "ERT_WGMMA_TAIL",
+         "ERT_WG_SIGN", "ERT_WG_ACC", "ERT_WG_A_BYTES", "ERT_WG_B_BYTES")
+
+
+def _batch(variants, extra_defines=()) -> str:
     lines = []
     for i, (shape, iters, sets) in enumerate(variants):
-        lines.append("#undef ERT_MMA_TYPE\n#undef ERT_MMA_ITERS\n#undef ERT_MMA_SETS\n#undef ERT_NAME_SUFFIX\n"
-                     "#undef ERT_MMA_OP\n#undef ERT_SIGN\n#undef ERT_ACC\n#undef ERT_A_REGS\n#undef ERT_B_REGS")
+        lines.append("\n".join(f"#undef {m}" for m in UNDEF))
         lines += [f"#define {d[2:].replace('=', ' ')}" for d in tc.compile_defines(shape, iters=iters, sets=sets)]
+        lines += [f"#define {d[2:].replace('=', ' ')}" for d in extra_defines]
         lines.append(f"#define ERT_NAME_SUFFIX _v{i}")
-        lines.append(f"namespace v{i} {{\n#include \"{KERNEL}\"\n}}")
+        kernel = KERNEL.parent / tc.kernel_file(shape)
+        lines.append(f"namespace v{i} {{\n#include \"{kernel}\"\n}}")
     return "\n".join(lines) + "\n"
 
 
@@ -180,12 +296,17 @@ def _nvcc(args, source: Path, out: Path):
     return proc.returncode, (out.read_text() if proc.returncode == 0 and out.suffix == ".ptx" else ""), proc.stderr
 
 
+PTX_ARCHS = ARCHS + ("sm_90a",)
+
+
 @pytest.fixture(scope="module")
 def ptx():
     """{arch: (rc, ptx, stderr)}: every variant for an arch in one batch, the batches in parallel."""
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = {}
-        for arch in ARCHS:
+        for arch in PTX_ARCHS:
             source = Path(tmp) / f"{arch}.cu"
             source.write_text(_batch(_variants(arch)))
             futures[arch] = pool.submit(_nvcc, ("-ptx", f"-arch={arch}"), source, Path(tmp) / f"{arch}.ptx")
@@ -199,43 +320,135 @@ def _entry(text: str, name: str) -> str:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", PTX_ARCHS)
 def test_every_variant_holds_its_mmas(ptx, arch):
     rc, text, err = ptx[arch]
     assert rc == 0, err[-2000:]
     assert f".target {arch}" in text
     for i, (shape, iters, sets) in enumerate(_variants(arch)):
-        body = _entry(text, f"ert_mma_v{i}")
-        mmas = re.findall(r"\bmma\.sync\.aligned\.\S+", body)
+        body = _entry(text, f"{tc.kernel_name(shape)}_v{i}")
+        pattern = r"\bwgmma\.mma_async\.\S+" if shape.instruction == "wgmma" else r"\bmma\.sync\.aligned\.\S+"
+        mmas = re.findall(pattern, body)
         # ERT_MMA_ITERS MMAs of the shape per trial: the trial loop is one loop, the MMAs unrolled in it.
         assert mmas == [shape.ptx] * iters, (shape.name, iters, sets, sorted(set(mmas)), len(mmas))
-        assert len(re.findall(r"^\$L__BB\d+_\d+:", body, re.M)) <= 4  # no unrolled copies of the trial loop
-        stores = re.findall(r"\bst\.global\.(f32|f64)\b", body)
-        assert len(stores) == sets * shape.acc_per_thread  # every accumulator stored: nothing dead
+        assert len(re.findall(r"^\$L__BB\d+_\d+:", body, re.M)) <= 8  # no unrolled copies of the trial loop
+        stores = re.findall(r"\bst\.global\.(?:v\d\.)?(f32|f64)\b", body)
+        stored = sum(int(m) if m else 1 for m in re.findall(r"\bst\.global\.(?:v(\d)\.)?f(?:32|64)\b", body))
+        assert stored == sets * shape.acc_per_thread  # every accumulator stored: nothing dead
         assert set(stores) == {shape.acc_type}
+        if shape.instruction == "wgmma":
+            assert body.count("wgmma.commit_group.sync.aligned") == 1 and "fence.proxy.async" in body
+
+
+@pytest.fixture(scope="module")
+def sass():
+    """{arch: {(shape, iters, sets): SASS text}} of every variant the code offers there, from nvcc cubins."""
+    if NVCC is None or CUOBJDUMP is None or NVDISASM_DIR is None:
+        pytest.skip("needs nvcc, cuobjdump and nvdisasm")
+    archs = SASS_ARCHS + ("sm_90a",)
+    env = {**os.environ, "PATH": NVDISASM_DIR + os.pathsep + os.environ.get("PATH", "")}
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = {}
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            for arch in archs:
+                source = Path(tmp) / f"{arch}.cu"
+                source.write_text(_batch(_variants(arch, ((64, 8),))))
+                jobs[arch] = pool.submit(_nvcc, ("-cubin", f"-arch={arch}"), source, Path(tmp) / f"{arch}.cubin")
+            results = {arch: job.result() for arch, job in jobs.items()}
+        out = {}
+        for arch in archs:
+            rc, _, err = results[arch]
+            assert rc == 0, f"{arch}: {err[-2000:]}"
+            out[arch] = {}
+            for i, variant in enumerate(_variants(arch, ((64, 8),))):
+                proc = subprocess.run([CUOBJDUMP, "-sass", "-fun", f"{tc.kernel_name(variant[0])}_v{i}",
+                                       str(Path(tmp) / f"{arch}.cubin")], capture_output=True, text=True, env=env,
+                                      timeout=120)
+                assert proc.returncode == 0, proc.stderr
+                out[arch][variant] = proc.stdout
+    return out
+
+
+@needs_sass
+@pytest.mark.parametrize("arch", SASS_ARCHS + ("sm_90a",))
+def test_sass_holds_one_native_tensor_instruction_per_counted_mma(sass, arch):
+    """The FLOP count assumes one HMMA / DMMA / QMMA (HGMMA / QGMMA for wgmma) per MMA of the PTX: the SASS of
+    every variant offered on every architecture holds exactly that many, and no other tensor instruction."""
+    offered = {v[0].name for v in sass[arch]}
+    if arch == "sm_90a":
+        assert offered == {"fp16", "bf16", "tf32", "fp8"}
+    else:
+        assert ("fp8" in offered) == (arch in ("sm_89", "sm_120", "sm_121")), (arch, offered)
+    for (shape, iters, sets), text in sass[arch].items():
+        verdict = tc.check_sass(shape, text, iters=iters)
+        assert verdict.ok, (arch, shape.name, verdict.detail)
+        counts = tc.tensor_instructions(text)
+        assert sum(counts.values()) == iters and all(op.startswith(shape.sass + ".") for op in counts), counts
+        expected = {"f16": "F32", "bf16": "BF16", "tf32": "TF32", "e4m3": "E4M3", "f64": ""}[shape.input_type]
+        assert all(expected in op for op in counts), (arch, counts)
+        if shape.instruction == "wgmma":
+            assert all(f".{shape.m}x{shape.n}x{shape.k}." in op for op in counts), counts
+
+
+@needs_sass
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
+def test_emulated_fp8_is_refused_by_the_sass_check(tmp_path, arch):
+    """The issue's case: FP8 mma.sync on sm_90/sm_100 is 2 HMMA + 256 FADD for a trial's 64 MMAs (the emulated
+    product folded); the kernel refuses to compile it, and forced through, the SASS check refuses it."""
+    rc, _, err = _nvcc(("-ptx", f"-arch={arch}", "-DERT_MMA_TYPE=5"), KERNEL, tmp_path / "x.ptx")
+    assert rc != 0 and "emulated by ptxas" in err
+    shape = tc.SHAPES["fp8"]
+    rc, _, err = _nvcc(("-cubin", f"-arch={arch}", "-DERT_MMA_TYPE=5", "-DERT_TEST_EMULATED_FP8"), KERNEL,
+                       tmp_path / "x.cubin")
+    assert rc == 0, err
+    verdict = tc.sass_verdict(shape, (tmp_path / "x.cubin").read_bytes())
+    assert verdict["ok"] is False and "QMMA" in verdict["detail"] and "emulated or folded" in verdict["detail"]
+    assert "QMMA" not in "".join(verdict["instructions"]) and 0 < sum(verdict["instructions"].values()) < 64
+
+
+@needs_sass
+def test_sass_verdict_reads_a_cubin_one_byte_short(tmp_path):
+    """What the backend does on the GPU: the NVRTC image (one byte short through CuPy) completed, then counted."""
+    shape = tc.WGMMA_SHAPES["bf16"]
+    source = tmp_path / "k.cu"
+    source.write_text(_batch([(shape, 64, 1)]).replace("#define ERT_NAME_SUFFIX _v0", "#define ERT_NAME_SUFFIX"))
+    rc, _, err = _nvcc(("-cubin", "-arch=sm_90a"), source, tmp_path / "k.cubin")
+    assert rc == 0, err
+    short = (tmp_path / "k.cubin").read_bytes()[:-1]
+    assert tc.sass_verdict(shape, short)["ok"] is None  # cuobjdump refuses the short image
+    verdict = tc.sass_verdict(shape, tc.complete_cubin(short))
+    assert verdict["ok"] is True and verdict["instructions"] == {"HGMMA.64x256x16.F32.BF16": 64}, verdict
 
 
 @needs_nvcc
-def test_no_spills_on_sm_90(tmp_path):
-    variants = _variants("sm_90")
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
+def test_no_spills(tmp_path, arch):
+    """mma.sync: no spills; wgmma: no spills and few enough registers for 2 warpgroups per SM (at most 3 fit)."""
+    variants = _variants(arch)
     source = tmp_path / "all.cu"
     source.write_text(_batch(variants))
-    proc = subprocess.run([NVCC, "-cubin", "-std=c++17", "-arch=sm_90", "-Xptxas", "-v", str(source),
+    proc = subprocess.run([NVCC, "-cubin", "-std=c++17", f"-arch={arch}", "-Xptxas", "-v", str(source),
                            "-o", str(tmp_path / "all.cubin")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    seen, name = {}, None
+    seen, registers, name = {}, {}, None
     for line in proc.stderr.splitlines():
         if m := re.search(r"Compiling entry function '(\w+)'", line):
             name = m.group(1)
         elif (m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)) and name:
             seen[name] = int(m.group(1)) + int(m.group(2))
+        elif (m := re.search(r"Used (\d+) registers", line)) and name:
+            registers[name] = int(m.group(1))
     assert len(seen) == len(variants)
     assert all(spill == 0 for spill in seen.values()), seen
+    if arch == "sm_90a":
+        per_sm = tc.WGMMA_THREADS_PER_SM
+        assert all(r * per_sm <= 65536 and r * 384 <= 65536 for r in registers.values()), registers
 
 
 @needs_nvcc
 @pytest.mark.parametrize("arch, defines", [("sm_75", ()), ("sm_80", ("-DERT_MMA_TYPE=5",)),
-                                           ("sm_90", ("-DERT_MMA_TYPE=6",)),
+                                           ("sm_86", ("-DERT_MMA_TYPE=5",)), ("sm_90", ("-DERT_MMA_TYPE=5",)),
+                                           ("sm_100", ("-DERT_MMA_TYPE=5",)), ("sm_90", ("-DERT_MMA_TYPE=6",)),
                                            ("sm_90", ("-DERT_MMA_ITERS=12", "-DERT_MMA_SETS=8"))])
 def test_bad_arch_or_defines_are_refused(tmp_path, arch, defines):
     rc, _, err = _nvcc(("-ptx", f"-arch={arch}", *defines), KERNEL, tmp_path / "x.ptx")
@@ -243,10 +456,23 @@ def test_bad_arch_or_defines_are_refused(tmp_path, arch, defines):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("arch, defines", [("sm_90", ()), ("sm_100a", ()), ("sm_89", ()),
+                                           ("sm_90a", ("-DERT_WGMMA_TYPE=5",)), ("sm_90a", ("-DERT_WGMMA_ITERS=0",))])
+def test_wgmma_kernel_refuses_other_targets_and_bad_defines(tmp_path, arch, defines):
+    rc, _, err = _nvcc(("-ptx", f"-arch={arch}", *defines), KERNEL.parent / tc.WGMMA_KERNEL_FILE, tmp_path / "x.ptx")
+    assert rc != 0 and "error" in err
+    if not defines:
+        assert "sm_90a" in err
+
+
+@needs_nvcc
 def test_compiles_with_no_defines(tmp_path):
     rc, text, err = _nvcc(("-ptx", "-arch=sm_80"), KERNEL, tmp_path / "x.ptx")
     assert rc == 0, err
     assert len(re.findall(r"\bmma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32\b", text)) == tc.DEFAULT_ITERS
+    rc, text, err = _nvcc(("-ptx", "-arch=sm_90a"), KERNEL.parent / tc.WGMMA_KERNEL_FILE, tmp_path / "w.ptx")
+    assert rc == 0, err
+    assert text.count(tc.WGMMA_SHAPES["fp16"].ptx + " ") == tc.DEFAULT_ITERS
 
 
 # ----------------------------------------------------------------------------- on a GPU (never run yet)

@@ -93,7 +93,8 @@ def _rescaled(entry: dict, factor: float, note: str) -> str:
 def compute_name(entry: dict) -> str:
     """``fp64 FMA``, ``fp32 no-FMA``, ``int32 multiply-add``, ``int64 add``, ``fp64 fma+add mix``, ``fp16 tensor``."""
     if entry.get("pipe") == "tensor":
-        return f"{entry['precision']} tensor"
+        instruction = entry.get("instruction")
+        return f"{entry['precision']} tensor" + (f" ({instruction})" if instruction else "")
     if entry.get("mix"):
         return f"{entry['precision']} {entry['mix']} mix"
     if is_integer(entry["precision"]):
