@@ -845,7 +845,9 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
         assert c["sass"].startswith("SASS holds 64 ")
     assert not any("still rose" in w for w in doc["warnings"])
     # The labelled mma.sync roofs are below rated, and said so; the consumers name the instruction.
-    assert any(w.startswith("fp16 tensor (mma.sync) peak:") for w in doc["warnings"]), doc["warnings"]
+    below = [w for w in doc["warnings"] if "below Hopper's wgmma rate" in w]
+    assert sorted(w.split(":")[0] for w in below) == [f"{p} tensor (mma.sync) peak" for p in ("bf16", "fp16", "tf32")]
+    assert not any("wgmma) peak" in w for w in doc["warnings"]), doc["warnings"]
     from ert.consumers import roofs as roofs_mod
 
     roof = roofs_mod.tensor_roof(doc, "fp16")
