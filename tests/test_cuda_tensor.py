@@ -13,10 +13,8 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -248,8 +246,6 @@ ARCHS = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
 ITER_SETS = ((64, 8), (16, 4), (8, 8))
 # Every architecture the code offers a tensor roof on (nvcc 13 targets from sm_80): the SASS test compiles each.
 SASS_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121")
-_WHEEL_BIN = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / \
-    "site-packages" / "nvidia" / "cu13" / "bin"
 CUOBJDUMP, NVDISASM_DIR = tc.sass_tools()
 
 

@@ -294,6 +294,16 @@ def sass_tools() -> tuple[str | None, str | None]:
     """(cuobjdump, the folder holding nvdisasm): on PATH, or from the nvidia-cuda-cuobjdump / -nvdisasm wheels."""
     wheel = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / \
         "site-packages" / "nvidia" / "cu13" / "bin"
+    try:  # wherever the nvidia namespace package is installed (a venv, --user, a --target folder)
+        import importlib.util
+
+        spec = importlib.util.find_spec("nvidia")
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            if (Path(folder) / "cu13" / "bin" / "cuobjdump").exists():
+                wheel = Path(folder) / "cu13" / "bin"
+                break
+    except (ImportError, ValueError):
+        pass
     cuobjdump = shutil.which("cuobjdump") or (str(wheel / "cuobjdump") if (wheel / "cuobjdump").exists() else None)
     nvdisasm = shutil.which("nvdisasm")
     folder = os.path.dirname(nvdisasm) if nvdisasm else (str(wheel) if (wheel / "nvdisasm").exists() else None)
