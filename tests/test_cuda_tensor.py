@@ -845,6 +845,12 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     assert sorted(w.split(":")[0] for w in below) == [f"{p} tensor (mma.sync) peak" for p in ("bf16", "fp16", "tf32")]
     assert not any("wgmma) peak" in w for w in doc["warnings"]), doc["warnings"]
     from ert.consumers import roofs as roofs_mod
+    from ert.consumers.report import _compute_section
+
+    shown = _compute_section(doc["ceilings"]["compute"])
+    assert "Tensor-core compute (warp-level MMA, warpgroup wgmma on Hopper; a multiply-add is 2 FLOPs)" in shown
+    assert sum("m64n256k16 wgmma" in line for line in shown) == 2  # fp16 and bf16
+    assert "  fp16 m16n8k16: mma.sync, below Hopper's wgmma rate" in shown
 
     roof = roofs_mod.tensor_roof(doc, "fp16")
     assert roof.entry["instruction"] == "wgmma" and roof.name == "FP16 tensor (wgmma m64n256k16, f32 accumulate)"
