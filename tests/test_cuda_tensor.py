@@ -913,3 +913,15 @@ def test_gpu_ert_run_gives_checked_tensor_roofs_at_0_8_of_rated(tmp_path):
         if c["rated"]["gflops_per_s"] is None or c.get("note"):
             continue  # no recorded figure (derivation says why), or mma.sync below wgmma / tcgen05
         assert c["rated"]["ratio"] >= 0.8, (c["precision"], c["instruction"], c["gflops_per_s"], c["rated"])
+
+
+def test_ert_validate_counts_the_tensor_config(capsys):
+    """`ert validate configs/gpu-tensor.yaml` (refused before issue 23: the plan had no GPU to ask)."""
+    import argparse
+
+    from ert.cli import cmd_validate
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "gpu-tensor.yaml"
+    assert cmd_validate(argparse.Namespace(config=str(config))) == 0
+    out = capsys.readouterr().out
+    assert "valid: 6 kernel variant(s)" in out and "plus tensor kernels fp16, bf16, tf32, fp64, fp8" in out
