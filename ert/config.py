@@ -200,8 +200,10 @@ class RunConfig(_Strict):
                     "copies and peer GPUs, device backends only), network (MPI, more than one rank only)")
     transfer: TransferOptions = Field(default_factory=TransferOptions)
     tensor: list[Literal["fp16", "bf16", "tf32", "fp64", "fp8"]] = Field(
-        default_factory=list, description="tensor-core roofs (cuda backend, sm_80+; fp8 sm_89+): warp-level mma.sync "
-                                          "of these input types (fp16/bf16/tf32/fp8 accumulate in FP32, fp64 in FP64)")
+        default_factory=list, description="tensor-core roofs (cuda backend, sm_80+; fp8 only where native: sm_89, "
+                                          "sm_12x mma.sync, sm_90 wgmma): warp-level mma.sync, and Hopper's wgmma on "
+                                          "sm_90, of these input types (fp16/bf16/tf32/fp8 accumulate in FP32, fp64 in "
+                                          "FP64)")
     opencl: OpenCLOptions = Field(default_factory=OpenCLOptions)
     cuda: CudaOptions = Field(default_factory=CudaOptions)
 

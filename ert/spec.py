@@ -34,28 +34,40 @@ INTEGER = ("int32", "int64")
 
 
 # Tensor-core (matrix) precisions (cuda only): the input type of a
-# warp-level mma.sync (SHAPES below).  fp16/bf16/tf32/fp8
-# accumulate in FP32, fp64 (DMMA) in FP64; FP8 products count as FLOPs.
+# warp-level mma.sync (SHAPES below) or, on Hopper (sm_90a), a warpgroup-level
+# wgmma (WGMMA_SHAPES).  fp16/bf16/tf32/fp8 accumulate in FP32, fp64 (DMMA)
+# in FP64; FP8 products count as FLOPs.
 TENSOR_PRECISIONS = ("fp16", "bf16", "tf32", "fp64", "fp8")
+# The tensor instructions a KernelSpec names: "" is warp-level mma.sync (every
+# record before issue 23), "wgmma" Hopper's warpgroup-level wgmma.mma_async.
+TENSOR_INSTRUCTIONS = ("", "wgmma")
 # Execution pipes of a compute kernel: the vector units (every backend), or the
 # tensor cores (a KernelSpec whose "element" is one warp-level MMA).
 PIPES = ("vector", "tensor")
 
 
-# The warp-level MMA shapes ert's tensor kernel runs (kernels/ert_cuda_tensor.cu), by input type.
+# The MMA shapes ert's tensor kernels run, by input type: mma.sync
+# (kernels/ert_cuda_tensor.cu) and wgmma (kernels/ert_cuda_wgmma.cu).
 @dataclass(frozen=True)
 class MmaShape:
-    """One mma.sync shape: C/D (M x N, acc) += A (M x K, input) * B (K x N, input), per warp."""
+    """One MMA shape: C/D (M x N, acc) += A (M x K, input) * B (K x N, input), per warp (mma.sync) or warpgroup."""
 
     name: str            # the precision's name in ert: fp16, bf16, tf32, fp64, fp8
-    type_code: int       # ERT_MMA_TYPE
+    type_code: int       # ERT_MMA_TYPE (mma.sync) or ERT_WGMMA_TYPE (wgmma)
     m: int
     n: int
     k: int
     input_type: str      # PTX type of A and B
     acc_type: str        # PTX type of C and D
     min_cc: tuple[int, int]
-    acc_per_thread: int  # accumulator registers per thread (M*N/32)
+    acc_per_thread: int  # accumulator registers per thread (M*N / threads per MMA)
+    sass: str            # the SASS opcode ptxas makes of one MMA (HMMA, DMMA, QMMA, HGMMA, QGMMA)
+    instruction: str = "mma.sync"   # "mma.sync" (a warp, 32 threads) or "wgmma" (a warpgroup, 128 threads)
+    # Compute capability majors whose ptxas has no native instruction for this
+    # mma.sync and emulates it (FP8 on sm_90, sm_100, sm_103, sm_110: F2FP
+    # conversions and HMMA, checked with cuobjdump): not offered there.
+    emulated_majors: tuple[int, ...] = ()
+    only_cc: tuple[int, int] | None = None  # wgmma: sm_90a only
 
     @property
     def flops_per_mma(self) -> int:
@@ -63,8 +75,21 @@ class MmaShape:
         return 2 * self.m * self.n * self.k
 
     @property
+    def threads_per_mma(self) -> int:
+        """Threads that issue one MMA together: a warp (mma.sync) or a warpgroup of 4 warps (wgmma)."""
+        return 128 if self.instruction == "wgmma" else 32
+
+    @property
+    def spec_instruction(self) -> str:
+        """KernelSpec.instruction of a kernel running this shape ("" for mma.sync)."""
+        return "wgmma" if self.instruction == "wgmma" else ""
+
+    @property
     def ptx(self) -> str:
         """The instruction as it appears in the PTX."""
+        if self.instruction == "wgmma":
+            return (f"wgmma.mma_async.sync.aligned.m{self.m}n{self.n}k{self.k}."
+                    f"{self.acc_type}.{self.input_type}.{self.input_type}")
         return (f"mma.sync.aligned.m{self.m}n{self.n}k{self.k}.row.col."
                 f"{self.acc_type}.{self.input_type}.{self.input_type}.{self.acc_type}")
 
@@ -75,16 +100,47 @@ class MmaShape:
         return np.float64 if self.acc_type == "f64" else np.float32
 
     def supported(self, compute_capability: tuple[int, int]) -> bool:
-        return tuple(compute_capability) >= self.min_cc
+        """Whether a GPU of this compute capability runs this MMA natively (not emulated by ptxas)."""
+        cc = tuple(compute_capability)
+        if self.only_cc is not None:
+            return cc == self.only_cc
+        return cc >= self.min_cc and cc[0] not in self.emulated_majors
+
+    def unsupported_why(self, compute_capability: tuple[int, int]) -> str:
+        """Why this GPU does not run it (one phrase), or "" where it does."""
+        cc = tuple(compute_capability)
+        arch = f"sm_{cc[0]}{cc[1]}"
+        if self.supported(cc):
+            return ""
+        if self.only_cc is not None:
+            return f"{self.instruction} needs sm_{self.only_cc[0]}{self.only_cc[1]}a; this GPU is {arch}"
+        if cc < self.min_cc:
+            return f"{self.name} {self.instruction} needs sm_{self.min_cc[0]}{self.min_cc[1]}; this GPU is {arch}"
+        return (f"{self.name} {self.instruction} has no native instruction on {arch}: ptxas emulates it "
+                f"(F2FP conversions and HMMA), so its rate would not be the tensor cores' {self.name.upper()} rate")
 
 
 SHAPES = {s.name: s for s in (
-    MmaShape("fp16", 1, 16, 8, 16, "f16", "f32", (8, 0), 4),
-    MmaShape("bf16", 2, 16, 8, 16, "bf16", "f32", (8, 0), 4),
-    MmaShape("tf32", 3, 16, 8, 8, "tf32", "f32", (8, 0), 4),
-    MmaShape("fp64", 4, 8, 8, 4, "f64", "f64", (8, 0), 2),
-    MmaShape("fp8", 5, 16, 8, 32, "e4m3", "f32", (8, 9), 4),
+    MmaShape("fp16", 1, 16, 8, 16, "f16", "f32", (8, 0), 4, "HMMA"),
+    MmaShape("bf16", 2, 16, 8, 16, "bf16", "f32", (8, 0), 4, "HMMA"),
+    MmaShape("tf32", 3, 16, 8, 8, "tf32", "f32", (8, 0), 4, "HMMA"),
+    MmaShape("fp64", 4, 8, 8, 4, "f64", "f64", (8, 0), 2, "DMMA"),
+    # Native QMMA on sm_89 (Ada) and sm_12x; emulated on sm_90, sm_100, sm_103, sm_110.
+    MmaShape("fp8", 5, 16, 8, 32, "e4m3", "f32", (8, 9), 4, "QMMA", emulated_majors=(9, 10, 11)),
 )}
+
+# Hopper's warpgroup MMAs, N = 256 (the largest, the full rate): 128 f32 accumulators per thread.
+WGMMA_SHAPES = {s.name: s for s in (
+    MmaShape("fp16", 1, 64, 256, 16, "f16", "f32", (9, 0), 128, "HGMMA", "wgmma", only_cc=(9, 0)),
+    MmaShape("bf16", 2, 64, 256, 16, "bf16", "f32", (9, 0), 128, "HGMMA", "wgmma", only_cc=(9, 0)),
+    MmaShape("tf32", 3, 64, 256, 8, "tf32", "f32", (9, 0), 128, "HGMMA", "wgmma", only_cc=(9, 0)),
+    MmaShape("fp8", 4, 64, 256, 32, "e4m3", "f32", (9, 0), 128, "QGMMA", "wgmma", only_cc=(9, 0)),
+)}
+
+
+def tensor_shape(precision: str, instruction: str = "") -> MmaShape:
+    """The shape a tensor KernelSpec runs: wgmma's where ``instruction`` is "wgmma", mma.sync's otherwise."""
+    return (WGMMA_SHAPES if instruction == "wgmma" else SHAPES)[precision]
 
 
 def is_integer(precision: str) -> bool:
@@ -145,6 +201,8 @@ class KernelSpec:
     # "tensor": one element is one warp-level MMA (flops_per_element = 2MNK of its
     # shape), done in registers: it moves no bytes and has no working set to sweep.
     pipe: str = "vector"
+    # A tensor kernel's instruction: "" warp-level mma.sync, "wgmma" Hopper's warpgroup MMA (TENSOR_INSTRUCTIONS).
+    instruction: str = ""
 
     def __post_init__(self) -> None:
         if self.pipe not in PIPES:
@@ -155,7 +213,11 @@ class KernelSpec:
             if not self.fma or self.access != "rw" or self.flops_per_element < 2 or self.op != "madd" or self.mix \
                     or self.flops_per_element & (self.flops_per_element - 1):
                 raise ValueError("a tensor kernel is a fused multiply-accumulate of a power-of-two FLOPs per MMA")
+            if self.instruction not in TENSOR_INSTRUCTIONS:
+                raise ValueError(f"unknown tensor instruction {self.instruction!r}")
             return
+        if self.instruction:
+            raise ValueError("only a tensor kernel names an instruction")
         if self.precision not in ITEMSIZE:
             raise ValueError(f"unknown precision {self.precision!r}")
         if self.access not in ACCESS:
@@ -233,9 +295,9 @@ class KernelSpec:
     @property
     def key(self) -> str:
         """A short stable name, e.g. ``fp64-fma-rw-f8``, ``int32-add-rw-f32``, ``fp32-mix_int32_fp32-rw-f64``,
-        ``fp16-tensor-mma-f4096``."""
+        ``fp16-tensor-mma-f4096`` (mma.sync), ``fp16-tensor-wgmma-f524288``."""
         if self.tensor:
-            return f"{self.precision}-tensor-mma-f{self.flops_per_element}"
+            return f"{self.precision}-tensor-{self.instruction or 'mma'}-f{self.flops_per_element}"
         if self.mix:
             return f"{self.precision}-mix_{mix_key(self.mix)}-{self.access}-f{self.flops_per_element}"
         kind = "fma" if self.fma else ("add" if self.flops_per_element == 1 or self.op == "add" else
@@ -266,6 +328,8 @@ class KernelSpec:
         }
         if self.tensor:  # vector records stay as they were
             out["pipe"] = self.pipe
+            if self.instruction:  # mma.sync records stay as they were
+                out["instruction"] = self.instruction
         return out
 
     @classmethod
@@ -278,6 +342,7 @@ class KernelSpec:
             op=data.get("op", "madd"),
             mix=data.get("mix") or "",
             pipe=data.get("pipe", "vector"),
+            instruction=data.get("instruction", ""),
         )
 
 

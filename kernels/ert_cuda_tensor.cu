@@ -1,6 +1,7 @@
 // The tensor-core compute kernel (issue 16): warp-level mma.sync in inline PTX.
-// Host logic: ert/backends/cuda_tensor.py.  NOT yet wired into ert-run's sweep,
-// and never run on a GPU (compiled to PTX/cubin by the tests only).
+// Host logic: ert/backends/cuda_tensor.py; ert-run measures it (config key tensor).
+// Never run on a GPU: compiled to PTX and cubin by the tests, its SASS read with cuobjdump.
+// On sm_90 (H100) mma.sync is below the rate wgmma reaches: kernels/ert_cuda_wgmma.cu is Hopper's roof.
 //
 // Specialised by compile-time defines, each with a default (the file compiles with none):
 //
@@ -8,7 +9,10 @@
 //                  2 BF16 -> FP32   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32   sm_80+
 //                  3 TF32 -> FP32   mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32    sm_80+
 //                  4 FP64 -> FP64   mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64       sm_80+ (DMMA)
-//                  5 FP8 e4m3 -> FP32  mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32  sm_89+
+//                  5 FP8 e4m3 -> FP32  mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32  sm_89, sm_12x
+//                    (native QMMA there; on sm_90, sm_100, sm_103 and sm_110 ptxas emulates it with
+//                    F2FP conversions and HMMA, and folds the identical products of a trial into
+//                    2 HMMA + 256 FADD: refused below)
 //   ERT_MMA_ITERS  MMAs per warp per trial, fully unrolled (a multiple of ERT_MMA_SETS)  default 64
 //   ERT_MMA_SETS   independent accumulator sets, used round-robin: consecutive MMAs
 //                  never depend on each other, so the tensor pipe stays busy     default 8
@@ -35,7 +39,9 @@
 // chain (D = A*B + D), and the operands come from kernel arguments, so the
 // compiler can neither fold nor drop an MMA.  The trial loop is not unrolled
 // (#pragma unroll 1); the MMA loop is, so the PTX holds ERT_MMA_ITERS mma.sync
-// per trial.
+// per trial.  The PTX is not what runs: ptxas may still emulate or fold, so the
+// tests (and ert on the GPU, where cuobjdump is found) count the SASS: exactly
+// ERT_MMA_ITERS HMMA / DMMA / QMMA, and no other tensor instruction.
 
 #ifndef ERT_MMA_TYPE
 #define ERT_MMA_TYPE 1
@@ -57,13 +63,17 @@
 #error "ERT_MMA_ITERS must be a positive multiple of ERT_MMA_SETS"
 #endif
 
-// The architecture guard: mma.sync of these shapes needs sm_80 (FP8: sm_89).
+// The architecture guard: mma.sync of these shapes needs sm_80; FP8 runs natively on sm_89 and sm_12x only.
 #if defined(__CUDA_ARCH__)
 #if __CUDA_ARCH__ < 800
 #error "the tensor-core kernel needs sm_80 or newer"
 #endif
 #if ERT_MMA_TYPE == 5 && __CUDA_ARCH__ < 890
 #error "FP8 (e4m3) mma.sync needs sm_89 or newer"
+#endif
+// (ERT_TEST_EMULATED_FP8 lets tests/test_cuda_tensor.py compile it anyway, to show the SASS check refuse it.)
+#if ERT_MMA_TYPE == 5 && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200 && !defined(ERT_TEST_EMULATED_FP8)
+#error "FP8 (e4m3) mma.sync is emulated by ptxas on sm_90 to sm_11x (F2FP + HMMA): no FP8 roof from it there"
 #endif
 #endif
 

@@ -27,7 +27,7 @@ def test_wheel_ships_kernels_configs_and_schemas(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("ert/kernels/numba_cpu.py", "ert/configs/default.yaml", "ert/configs/tiny.yaml",
                    "ert/schemas/ceilings-1.schema.json", "ert/schemas/HISTORY.md", "ert/cli/__init__.py",
-                   "ert/kernels/ert_opencl.cl", "ert/kernels/ert_cuda.cu", "ert/configs/gpu-a100.yaml",
+                   "ert/kernels/ert_opencl.cl", "ert/kernels/ert_cuda.cu", "ert/kernels/ert_cuda_wgmma.cu", "ert/configs/gpu-a100.yaml",
                    "ert/configs/thorough-cpu.yaml"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

@@ -235,14 +235,15 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
         spec = rec["spec"]
         if not rec["valid"] or spec["access"] != "rw" or spec["flops_per_element"] < 2:
             continue
-        key = (spec["precision"], spec["fma"], spec.get("op", "madd"), spec.get("mix", ""), spec.get("pipe", "vector"))
+        key = (spec["precision"], spec["fma"], spec.get("op", "madd"), spec.get("mix", ""), spec.get("pipe", "vector"),
+               spec.get("instruction", ""))
         gflops = rates(rec).gflops_per_s
         if key not in best or gflops > best[key][0]:
             best[key] = (gflops, rec)
     ceilings, warnings = [], []
     for key in sorted(best, key=lambda k: (k[4] != "vector", bool(k[3]), PRECISION_ORDER.get(k[0], 9), not k[1],
-                                           k[2], k[3])):
-        precision, fma, op, mix, pipe = key
+                                           k[2], k[3], k[5] != "wgmma")):
+        precision, fma, op, mix, pipe, _ = key
         gflops, rec = best[key]
         ceilings.append({
             "precision": precision,
@@ -269,8 +270,14 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
             mma = (rec.get("device") or {}).get("mma", "")
             shape = next((part for part in mma.split(".") if part.startswith("m") and "n" in part and "k" in part),
                          None)
+            device = rec.get("device") or {}
             ceilings[-1].update(pipe="tensor", unit="GFLOP/s", input_type=input_type, accumulate=acc,
-                                flops_per_mma=rec["spec"]["flops_per_element"])
+                                flops_per_mma=rec["spec"]["flops_per_element"],
+                                instruction=rec["spec"].get("instruction") or "mma.sync")
+            if device.get("note"):  # e.g. "mma.sync, below Hopper's wgmma rate"
+                ceilings[-1]["note"] = device["note"]
+            if isinstance(device.get("sass"), dict) and device["sass"].get("detail"):
+                ceilings[-1]["sass"] = device["sass"]["detail"]
             if shape:
                 ceilings[-1]["mma_shape"] = shape
             if rec.get("launch"):

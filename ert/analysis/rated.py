@@ -118,7 +118,8 @@ def _rescaled(entry: dict, factor: float, note: str) -> str:
 def compute_name(entry: dict) -> str:
     """``fp64 FMA``, ``fp32 no-FMA``, ``int32 multiply-add``, ``int64 add``, ``fp64 fma+add mix``, ``fp16 tensor``."""
     if entry.get("pipe") == "tensor":
-        return f"{entry['precision']} tensor"
+        instruction = entry.get("instruction")
+        return f"{entry['precision']} tensor" + (f" ({instruction})" if instruction else "")
     if entry.get("mix"):
         return f"{entry['precision']} {entry['mix']} mix"
     if is_integer(entry["precision"]):
@@ -229,7 +230,14 @@ def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) ->
         else:
             r = (rated or {"compute": {}})["compute"].get(compute_key(c))
         name = f"{_compute_name(c)} peak"
-        warnings += _attach(c, r, "gflops_per_s", name, ops_unit(c["precision"], c.get("mix")), warn=True)
+        warnings += _attach(c, r, "gflops_per_s", name, ops_unit(c["precision"], c.get("mix")),
+                            warn=not c.get("note"))
+        ratio = c["rated"].get("ratio")
+        if c.get("note") and ratio is not None and ratio < BELOW_RATED:
+            # A tensor roof that is not the architecture's full rate by design (mma.sync on sm_90).
+            warnings.append(f"{name}: {c['gflops_per_s']:.4g} GFLOP/s is {ratio:.0%} of the rated "
+                            f"{c['rated']['gflops_per_s']:.4g} GFLOP/s: {c['note']} (the instruction, not the "
+                            f"hardware, limits it)")
     for m in memory:
         r = _memory_rated(rated, m["level"], m.get("access")) if rated else None
         access = {"rw": "read+write", "ro": "read-only"}.get(m.get("access"), m.get("access") or "")

@@ -117,7 +117,10 @@ class LinkBackend(Protocol):
 
 @runtime_checkable
 class TensorBackend(Protocol):
-    """The tensor-core capability (cuda): MMAs per trial, accumulator bytes and launches of one tensor kernel."""
+    """The tensor-core capability (cuda): the kernels a config's tensor type becomes on this GPU (wgmma and
+    mma.sync on sm_90), and MMAs per trial, accumulator bytes and launches of one tensor kernel."""
+
+    def tensor_variants(self, spec: KernelSpec) -> list[KernelSpec]: ...
 
     def tensor_plan(self, spec: KernelSpec) -> tuple[int, int, list[dict]]: ...
 

@@ -8,10 +8,14 @@ which the tests exercise without a GPU.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import re
+import shutil
+import tempfile
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
@@ -125,6 +129,34 @@ def create(*, options=None, local_rank: int = 0, local_size: int = 1, **_ignored
     return CudaBackend(options=options, local_rank=local_rank, local_size=local_size)
 
 
+_CUBIN_DIR: list[str] = []
+
+
+def _cubin_dir() -> Path:
+    """A folder for the tensor kernels' cubins (CuPy loads a module from a file), removed at exit."""
+    if not _CUBIN_DIR:
+        _CUBIN_DIR.append(tempfile.mkdtemp(prefix="ert-cubin-"))
+        atexit.register(shutil.rmtree, _CUBIN_DIR[0], True)
+    return Path(_CUBIN_DIR[0])
+
+
+def nvrtc_cubin(source: str, options: tuple, arch: str) -> bytes:
+    """``source`` compiled by NVRTC to a cubin for ``arch`` (``sm_90a`` included, which CuPy's RawModule cannot ask
+    for: it appends ``-arch=sm_XY`` from the device).  Needs CuPy's NVRTC (the ``[ctk]`` extra); no GPU."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    program = nvrtc.createProgram(source, "ert_tensor.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(program, [*options, f"--gpu-architecture={arch}"])
+        except nvrtc.NVRTCError as exc:
+            log = " ".join(nvrtc.getProgramLog(program).split())
+            raise RuntimeError(f"NVRTC could not compile the tensor kernel for {arch}: {log[:500]}") from exc
+        return nvrtc.getCUBIN(program)
+    finally:
+        nvrtc.destroyProgram(program)
+
+
 @functools.cache
 def kernel_source(name: str = host.KERNEL_FILE) -> tuple[str, str]:
     """(the kernel file's text, its SHA-256), read once per process."""
@@ -197,10 +229,24 @@ class CupyDevice:
         return {"kernel": module.get_function(host.kernel_name(spec)), "init": module.get_function("ert_init"),
                 "check": module.get_function("ert_check"), "spin": module.get_function("ert_spin")}
 
-    def tensor_function(self, shape: cuda_tensor.MmaShape):
-        """ert_mma of kernels/ert_cuda_tensor.cu specialised for one MMA shape."""
-        return self._module(cuda_tensor.KERNEL_FILE, cuda_tensor.compile_defines(shape) + COMPILE_OPTIONS) \
-            .get_function(cuda_tensor.KERNEL_NAME)
+    def tensor_function(self, shape: cuda_tensor.MmaShape) -> tuple[object, dict]:
+        """(the kernel of one MMA shape, its SASS verdict): ert_mma of kernels/ert_cuda_tensor.cu or ert_wgmma of
+        kernels/ert_cuda_wgmma.cu, compiled by NVRTC for this GPU (sm_90a for wgmma) to a cubin whose tensor
+        instructions are counted (cuda_tensor.sass_verdict) before it is loaded."""
+        file, name = cuda_tensor.kernel_file(shape), cuda_tensor.kernel_name(shape)
+        source, digest = kernel_source(file)
+        options = cuda_tensor.compile_defines(shape) + COMPILE_OPTIONS
+        arch = cuda_tensor.target_arch(shape, self.info.compute_capability)
+        key = (digest, options, arch, self.index)
+        cached = _MODULES.get(key)
+        if cached is None:
+            cubin = cuda_tensor.complete_cubin(nvrtc_cubin(source, options, arch))
+            verdict = cuda_tensor.sass_verdict(shape, cubin)
+            path = _cubin_dir() / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.cubin"
+            path.write_bytes(cubin)
+            cached = _MODULES[key] = (self._cp.RawModule(path=str(path)), verdict)
+        module, verdict = cached
+        return module.get_function(name), verdict
 
     def zeros(self, count: int, dtype):
         """``count`` zeros of ``dtype`` on the device, written on the kernels' stream."""
@@ -375,50 +421,64 @@ class CudaBackend:
     def supports(self, spec: KernelSpec) -> bool:
         """fp64, fp32 and fp16 (half2) on every GPU it runs on; int32 and int64 (IMAD, IADD3) read+write
         multiply-add and add-only kernels; the tensor shapes of this compute capability; no measured mixes."""
-        if spec.tensor:  # mma.sync shapes of this compute capability (sm_80+, FP8 sm_89+)
-            shape = cuda_tensor.SHAPES.get(spec.precision)
-            return shape is not None and shape.supported(self._dev.info.compute_capability)
+        if spec.tensor:  # native mma.sync of this compute capability (sm_80+; FP8 sm_89, sm_12x); wgmma on sm_90
+            try:
+                shape = cuda_tensor.shape_of(spec)
+            except KeyError:
+                return False
+            return shape.flops_per_mma == spec.flops_per_element and \
+                shape.supported(self._dev.info.compute_capability)
         if spec.mix or spec.precision not in host.HOST_DTYPE:
             return False
         return spec.access == "rw" if is_integer(spec.precision) else spec.op == "madd"
 
     def unsupported_reason(self, precision: str) -> str:
         if precision.endswith(" tensor"):
-            shape = cuda_tensor.SHAPES.get(precision.split()[0])
-            need = f"sm_{shape.min_cc[0]}{shape.min_cc[1]}" if shape else "a known shape"
-            return f"{NAME}: {precision} mma.sync needs {need}; this GPU is {self._dev.info.arch}"
+            name = precision.split()[0]
+            if name not in cuda_tensor.SHAPES:
+                return f"{NAME}: {precision}: no known MMA shape"
+            return f"{NAME}: {cuda_tensor.no_tensor_why(self._dev.info.compute_capability, name)}"
         return f"{NAME} runs {', '.join(host.HOST_DTYPE)} only, not {precision}"
 
     # -- tensor cores ---------------------------------------------------------
+    def tensor_variants(self, spec: KernelSpec) -> list[KernelSpec]:
+        """The tensor kernels this GPU measures for the config's type ``spec.precision``, the roof first:
+        wgmma on sm_90 (fp16, bf16, tf32, fp8), then native mma.sync (none where only emulated)."""
+        cc = self._dev.info.compute_capability
+        return [cuda_tensor.spec_of(shape) for shape in cuda_tensor.tensor_variants(cc, spec.precision)]
+
     def tensor_plan(self, spec: KernelSpec) -> tuple[int, int, list[dict]]:
         """(MMAs per trial, bytes of the accumulators stored, launch geometries) of one tensor kernel.
 
-        Every geometry runs the same warps (cuda_tensor.tensor_launches), so
-        the MMAs per trial, the points' ``elements``, are one number.
+        Every geometry runs the same warps or warpgroups (cuda_tensor.tensor_launches),
+        so the MMAs per trial, the points' ``elements``, are one number.
         """
-        shape = cuda_tensor.SHAPES[spec.precision]
-        launches = cuda_tensor.tensor_launches(self._dev.info)
+        shape = cuda_tensor.shape_of(spec)
+        launches = cuda_tensor.tensor_launches(self._dev.info, shape)
         blocks, threads = launches[0]["blocks"], launches[0]["threads"]
-        return (cuda_tensor.mmas_per_trial(blocks=blocks, threads_per_block=threads),
+        return (cuda_tensor.mmas_per_trial(blocks=blocks, threads_per_block=threads, shape=shape),
                 cuda_tensor.out_bytes(shape, threads=blocks * threads), launches)
 
     def _prepare_tensor(self, spec: KernelSpec, *, elements_per_thread: int, launch: dict | None) -> None:
-        shape = cuda_tensor.SHAPES[spec.precision]
+        shape = cuda_tensor.shape_of(spec)
         if launch is None:
             launch = self.tensor_plan(spec)[2][0]
         blocks, threads = int(launch["blocks"]), int(launch["threads"])
-        if cuda_tensor.mmas_per_trial(blocks=blocks, threads_per_block=threads) != elements_per_thread:
+        if cuda_tensor.mmas_per_trial(blocks=blocks, threads_per_block=threads, shape=shape) != elements_per_thread:
             raise ValueError(f"launch {launch} does not run the {elements_per_thread} MMAs per trial planned")
-        kernel = self._dev.tensor_function(shape)  # compiled here, never inside a timed region
+        kernel, sass = self._dev.tensor_function(shape)  # compiled (and its SASS read) here, never while timed
         self._data = self._sums = None
-        self._data = self._dev.zeros(blocks * threads * cuda_tensor.DEFAULT_SETS * shape.acc_per_thread,
+        self._data = self._dev.zeros(blocks * threads * cuda_tensor.sets_of(shape) * shape.acc_per_thread,
                                      shape.acc_dtype)
-        self._spec, self._shape, self._kernel = spec, shape, kernel
+        self._spec, self._shape, self._kernel, self._sass = spec, shape, kernel, sass
         self._blocks, self._threads = blocks, threads
         resident = self._dev.occupancy(kernel, threads)
+        note = cuda_tensor.mma_sync_note(self._dev.info.compute_capability, shape.name) \
+            if shape.instruction == "mma.sync" else ""
         self._point = {"occupancy": host.occupancy(blocks=blocks, threads=threads, resident_blocks_per_sm=resident,
                                                    sm_count=self._dev.info.sm_count),
-                       "mma": shape.ptx, "mmas_per_trial": elements_per_thread}
+                       "mma": shape.ptx, "instruction": shape.instruction, "mmas_per_trial": elements_per_thread,
+                       "sass": sass, **({"note": note} if note else {})}
         # Warm-up (loads the module), then the busy launch that raises the clocks.
         self._dev.launch(kernel, blocks=blocks, threads=threads, args=self._tensor_args(1))
         self._last_trials = 1
@@ -431,7 +491,10 @@ class CudaBackend:
                 np.uint64(cuda_tensor.operand_word(shape, cuda_tensor.B_VALUE)))
 
     def _check_tensor(self) -> CheckResult:
-        """Every accumulator of every thread against the replay of the last launch (each launch starts afresh)."""
+        """Every accumulator of every thread against the replay of the last launch (each launch starts afresh);
+        a kernel whose SASS does not hold the tensor instructions its FLOPs count fails whatever its values."""
+        if self._sass.get("ok") is False:
+            return CheckResult(False, self._sass["detail"])
         shape, trials = self._shape, self._last_trials
         got = self._dev.read(self._data, 0, self._data.size)
         return cuda_tensor.check_output(shape, got, threads=self._blocks * self._threads, trials=trials)

@@ -1,22 +1,37 @@
-"""Host logic of the tensor-core kernel (kernels/ert_cuda_tensor.cu), testable without a GPU.
+"""Host logic of the tensor-core kernels, testable without a GPU.
 
-Shapes, FLOP accounting, the replay of what the kernel leaves in every
-accumulator, the output check, launch geometries and rated dense tensor
-peaks.  ert-run measures it through the cuda backend (config key ``tensor``,
-ceilings with ``pipe: "tensor"``); never run on a GPU yet.
+kernels/ert_cuda_tensor.cu (warp-level mma.sync, sm_80+) and
+kernels/ert_cuda_wgmma.cu (warpgroup-level wgmma, sm_90a): the variants each
+architecture measures, FLOP accounting, the replay of what a kernel leaves in
+every accumulator, the output check, launch geometries, the SASS check (the
+tensor instructions ptxas really emitted, counted against what the FLOPs
+assume) and rated dense tensor peaks.  ert-run measures them through the cuda
+backend (config key ``tensor``, ceilings with ``pipe: "tensor"``); never run
+on a GPU yet.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import struct
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
 from ert.backends.check import CheckResult
 from ert.backends.cuda_host import DeviceInfo
+from ert.spec import KernelSpec, tensor_shape
 
 KERNEL_FILE = "ert_cuda_tensor.cu"
 KERNEL_NAME = "ert_mma"
+WGMMA_KERNEL_FILE = "ert_cuda_wgmma.cu"
+WGMMA_KERNEL_NAME = "ert_wgmma"
 DEFAULT_ITERS = 64
 DEFAULT_SETS = 8
 # The operand values every A and B element holds (B's sign flips every trial):
@@ -27,12 +42,42 @@ B_VALUE = 0.5
 
 
 # The shapes and their FLOPs are hardware facts the plan needs too: they live in ert.spec.
-from ert.spec import SHAPES, MmaShape  # noqa: E402,F401 - re-exported for the backend and its tests
+from ert.spec import SHAPES, WGMMA_SHAPES, MmaShape  # noqa: E402,F401 - re-exported for the backend and its tests
+# Which shapes an architecture measures, and why not where it measures none, live beside its rates.
+from ert.hardware.nvidia import mma_sync_note, no_tensor_why, tensor_variants  # noqa: E402,F401
 
 
 def shapes_for(compute_capability: tuple[int, int]) -> list[MmaShape]:
-    """The shapes a GPU of this compute capability runs."""
+    """The mma.sync shapes a GPU of this compute capability runs natively."""
     return [s for s in SHAPES.values() if s.supported(compute_capability)]
+
+
+def spec_of(shape: MmaShape) -> KernelSpec:
+    """The KernelSpec of the tensor kernel that runs ``shape`` (one element = one MMA)."""
+    return KernelSpec(shape.name, shape.flops_per_mma, True, "rw", pipe="tensor", instruction=shape.spec_instruction)
+
+
+def shape_of(spec: KernelSpec) -> MmaShape:
+    return tensor_shape(spec.precision, spec.instruction)
+
+
+def sets_of(shape: MmaShape) -> int:
+    """Independent accumulator sets per thread: 8 for mma.sync, 1 for wgmma (128 registers, one chain)."""
+    return 1 if shape.instruction == "wgmma" else DEFAULT_SETS
+
+
+def kernel_file(shape: MmaShape) -> str:
+    return WGMMA_KERNEL_FILE if shape.instruction == "wgmma" else KERNEL_FILE
+
+
+def kernel_name(shape: MmaShape) -> str:
+    return WGMMA_KERNEL_NAME if shape.instruction == "wgmma" else KERNEL_NAME
+
+
+def target_arch(shape: MmaShape, compute_capability: tuple[int, int]) -> str:
+    """The NVRTC/nvcc target: sm_90a (architecture-specific) for wgmma, sm_XY otherwise."""
+    major, minor = compute_capability
+    return f"sm_{major}{minor}" + ("a" if shape.instruction == "wgmma" else "")
 
 
 def _check_iters(iters: int, sets: int) -> None:
@@ -40,9 +85,14 @@ def _check_iters(iters: int, sets: int) -> None:
         raise ValueError(f"ERT_MMA_ITERS ({iters}) must be a positive multiple of ERT_MMA_SETS ({sets})")
 
 
-def compile_defines(shape: MmaShape, *, iters: int = DEFAULT_ITERS, sets: int = DEFAULT_SETS) -> tuple[str, ...]:
-    """The -D options that specialise kernels/ert_cuda_tensor.cu for one shape."""
+def compile_defines(shape: MmaShape, *, iters: int = DEFAULT_ITERS, sets: int | None = None) -> tuple[str, ...]:
+    """The -D options that specialise the shape's kernel file (ert_cuda_tensor.cu or ert_cuda_wgmma.cu)."""
+    sets = sets_of(shape) if sets is None else sets
     _check_iters(iters, sets)
+    if shape.instruction == "wgmma":
+        if sets != 1:
+            raise ValueError("the wgmma kernel keeps one accumulator set (128 registers) per thread")
+        return (f"-DERT_WGMMA_TYPE={shape.type_code}", f"-DERT_WGMMA_ITERS={iters}")
     return (f"-DERT_MMA_TYPE={shape.type_code}", f"-DERT_MMA_ITERS={iters}", f"-DERT_MMA_SETS={sets}")
 
 
@@ -53,10 +103,19 @@ def warps_of(blocks: int, threads_per_block: int) -> int:
     return blocks * threads_per_block // 32
 
 
+def issuers_of(shape: MmaShape, *, blocks: int, threads_per_block: int) -> int:
+    """Warps (mma.sync) or warpgroups (wgmma: blocks of whole 128-thread warpgroups) of a launch."""
+    if threads_per_block % shape.threads_per_mma:
+        raise ValueError(f"threads per block must be a multiple of {shape.threads_per_mma} for {shape.instruction}, "
+                         f"not {threads_per_block}")
+    return blocks * threads_per_block // shape.threads_per_mma
+
+
 def flops_per_launch(shape: MmaShape, *, blocks: int, threads_per_block: int, trials: int,
                      iters: int = DEFAULT_ITERS) -> int:
-    """warps x iterations x trials x 2MNK: what one launch of ert_mma computes."""
-    return warps_of(blocks, threads_per_block) * iters * trials * shape.flops_per_mma
+    """warps (warpgroups for wgmma) x iterations x trials x 2MNK: what one launch computes."""
+    return issuers_of(shape, blocks=blocks, threads_per_block=threads_per_block) * iters * trials * \
+        shape.flops_per_mma
 
 
 # ----------------------------------------------------------------------------- operands and replay
@@ -100,9 +159,9 @@ def operand_word(shape: MmaShape, value: float) -> int:
     return word
 
 
-def replay(shape: MmaShape, *, threads: int, trials: int, iters: int = DEFAULT_ITERS, sets: int = DEFAULT_SETS,
+def replay(shape: MmaShape, *, threads: int, trials: int, iters: int = DEFAULT_ITERS, sets: int | None = None,
            a: float = A_VALUE, b: float = B_VALUE) -> np.ndarray:
-    """What ert_mma leaves in out[]: threads x sets x accumulators, in the accumulator type.
+    """What ert_mma (or ert_wgmma: one set of 128) leaves in out[]: threads x sets x accumulators, in the accumulator type.
 
     Each accumulator starts at set * ACC + register + lane; trial t adds
     iters/sets MMAs of +-K*a*b (B negated on odd trials) to every element of
@@ -110,9 +169,11 @@ def replay(shape: MmaShape, *, threads: int, trials: int, iters: int = DEFAULT_I
     leaves iters/sets * K * a * b.  Computed in float64 and exact (checked) in
     the accumulator type for the small integers and powers of two used.
     """
+    sets = sets_of(shape) if sets is None else sets
     _check_iters(iters, sets)
-    if threads % 32:
-        raise ValueError(f"threads must be whole warps, not {threads}")
+    if threads % shape.threads_per_mma:
+        raise ValueError(f"threads must be whole {'warpgroups' if shape.instruction == 'wgmma' else 'warps'}, "
+                         f"not {threads}")
     acc = shape.acc_per_thread
     lane = np.arange(threads) % 32
     start = (np.arange(sets)[:, None] * acc + np.arange(acc)[None, :])[None, :, :] + lane[:, None, None]
@@ -126,9 +187,10 @@ def replay(shape: MmaShape, *, threads: int, trials: int, iters: int = DEFAULT_I
 
 # Rated dense tensor peaks live in ert.hardware.nvidia; named here for the backend.
 from ert.hardware.nvidia import (  # noqa: E402,F401
+    MMA_SYNC_FULL_RATE,
+    TCGEN05_WHY,
     TENSOR_FLOPS_PER_CYCLE_PER_SM,
     UNRATED_WHY,
-    MMA_SYNC_FULL_RATE,
     rated_tensor_peaks,
 )
 
@@ -138,35 +200,50 @@ def default_launch(info: DeviceInfo, *, threads_per_block: int = 256, blocks_per
     return info.sm_count * blocks_per_sm, threads_per_block
 
 
-# Threads per SM of every tensor launch: 32 warps (8 per SM sub-partition's
+# Threads per SM of every mma.sync launch: 32 warps (8 per SM sub-partition's
 # tensor core at 4 sub-partitions), each with ERT_MMA_SETS independent chains.
 TENSOR_THREADS_PER_SM = 1024
 TENSOR_THREADS_PER_BLOCK = (256, 128, 512)
+# wgmma: 2 warpgroups per SM (the kernel takes 154 registers per thread, so at
+# most 3 fit), each with one chain of asynchronous wgmmas the tensor cores run
+# back to back; in blocks of 1 or 2 warpgroups.
+WGMMA_THREADS_PER_SM = 256
+WGMMA_THREADS_PER_BLOCK = (128, 256)
 
 
-def tensor_launches(info: DeviceInfo) -> list[dict]:
-    """The launch geometries a tensor point is measured at: the same warps in blocks of 256, 128, 512 threads.
+def tensor_launches(info: DeviceInfo, shape: MmaShape | None = None) -> list[dict]:
+    """The launch geometries a tensor point is measured at: the same threads in blocks of several sizes.
 
-    Every geometry runs SMs x 1024 threads, so the MMAs per trial are one
-    number for the point; the analysis keeps the fastest geometry.
+    mma.sync: SMs x 1024 threads in blocks of 256, 128, 512; wgmma: SMs x 256
+    threads in blocks of 128 and 256.  Every geometry of a shape runs the same
+    threads, so the MMAs per trial are one number for the point; the analysis
+    keeps the fastest geometry.
     """
-    total = info.sm_count * TENSOR_THREADS_PER_SM
-    return [{"blocks": total // t, "threads": t} for t in TENSOR_THREADS_PER_BLOCK if total % t == 0]
+    wgmma = shape is not None and shape.instruction == "wgmma"
+    per_sm, sizes = ((WGMMA_THREADS_PER_SM, WGMMA_THREADS_PER_BLOCK) if wgmma else
+                     (TENSOR_THREADS_PER_SM, TENSOR_THREADS_PER_BLOCK))
+    total = info.sm_count * per_sm
+    return [{"blocks": total // t, "threads": t} for t in sizes if total % t == 0]
 
 
-def mmas_per_trial(*, blocks: int, threads_per_block: int, iters: int = DEFAULT_ITERS) -> int:
-    """Warp-level MMAs one trial of a launch does (a tensor point's ``elements``)."""
-    return warps_of(blocks, threads_per_block) * iters
+def mmas_per_trial(*, blocks: int, threads_per_block: int, iters: int = DEFAULT_ITERS,
+                   shape: MmaShape | None = None) -> int:
+    """MMAs one trial of a launch does (a tensor point's ``elements``): warps (wgmma: warpgroups) x iterations."""
+    if shape is None:
+        return warps_of(blocks, threads_per_block) * iters
+    return issuers_of(shape, blocks=blocks, threads_per_block=threads_per_block) * iters
 
 
-def out_bytes(shape: MmaShape, *, threads: int, sets: int = DEFAULT_SETS) -> int:
+def out_bytes(shape: MmaShape, *, threads: int, sets: int | None = None) -> int:
     """Bytes of the accumulators every launch stores (a tensor point's ``wss_bytes``)."""
+    sets = sets_of(shape) if sets is None else sets
     return threads * sets * shape.acc_per_thread * np.dtype(shape.acc_dtype).itemsize
 
 
 def check_output(shape: MmaShape, got: np.ndarray, *, threads: int, trials: int, iters: int = DEFAULT_ITERS,
-                 sets: int = DEFAULT_SETS) -> CheckResult:
+                 sets: int | None = None) -> CheckResult:
     """The last launch's out[] against the replay, element for element (the values are exact: no tolerance)."""
+    sets = sets_of(shape) if sets is None else sets
     want = replay(shape, threads=threads, trials=trials, iters=iters, sets=sets).reshape(-1)
     got = np.asarray(got).reshape(-1)
     if got.size != want.size:
@@ -178,3 +255,103 @@ def check_output(shape: MmaShape, got: np.ndarray, *, threads: int, trials: int,
     thread, rest = divmod(first, sets * shape.acc_per_thread)
     return CheckResult(False, f"{bad.size} of {want.size} accumulators differ from the replay of {trials} "
                               f"trial(s), first thread {thread} register {rest}: {got[first]!r} != {want[first]!r}")
+
+
+# ----------------------------------------------------------------------------- SASS: what ptxas really emitted
+# Tensor-core SASS opcodes: warp-level HMMA (FP16/BF16/TF32), QMMA (FP8), DMMA
+# (FP64), IMMA (INT8), BMMA (binary); Hopper's warpgroup HGMMA, QGMMA, IGMMA.
+TENSOR_SASS = ("HMMA", "QMMA", "DMMA", "IMMA", "BMMA", "HGMMA", "QGMMA", "IGMMA")
+_SASS_RE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]\s+)?((?:" + "|".join(TENSOR_SASS) +
+                      r")(?:\.[0-9A-Za-z_]+)*)\b", re.M)
+
+
+def tensor_instructions(sass: str) -> Counter:
+    """Full tensor opcodes (``HMMA.16816.F32``, ``QGMMA.64x256x32.F32.E4M3.E4M3``) in cuobjdump/nvdisasm text, counted."""
+    return Counter(_SASS_RE.findall(sass))
+
+
+def check_sass(shape: MmaShape, sass: str, *, iters: int = DEFAULT_ITERS) -> CheckResult:
+    """Whether the kernel's SASS holds exactly ``iters`` tensor instructions of the shape's opcode and no other.
+
+    The FLOP count assumes one native instruction per MMA of the PTX.  Where
+    ptxas emulates an MMA (FP8 mma.sync on sm_90/sm_100: F2FP conversions and
+    HMMA) or folds identical ones (the emulated FP8 product, computed once and
+    added with FADD: 2 HMMA + 256 FADD for 64 MMAs), the count differs and the
+    rate would measure something else, however close to rated it comes.
+    """
+    counts = tensor_instructions(sass)
+    mine = sum(n for op, n in counts.items() if op.split(".")[0] == shape.sass)
+    other = {op: n for op, n in counts.items() if op.split(".")[0] != shape.sass}
+    found = ", ".join(f"{n} {op}" for op, n in sorted(counts.items())) or "no tensor instruction"
+    if mine == iters and not other:
+        return CheckResult(True, f"SASS holds {found}: one {shape.sass} per {shape.instruction} as counted")
+    return CheckResult(False, f"SASS holds {found} where {iters} {shape.sass} ({shape.instruction} "
+                              f"{shape.input_type}) were counted: ptxas emulated or folded the MMAs, so this rate is "
+                              f"not the tensor cores' {shape.name.upper()} rate")
+
+
+def sass_tools() -> tuple[str | None, str | None]:
+    """(cuobjdump, the folder holding nvdisasm): on PATH, or from the nvidia-cuda-cuobjdump / -nvdisasm wheels."""
+    wheel = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / \
+        "site-packages" / "nvidia" / "cu13" / "bin"
+    try:  # wherever the nvidia namespace package is installed (a venv, --user, a --target folder)
+        import importlib.util
+
+        spec = importlib.util.find_spec("nvidia")
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            if (Path(folder) / "cu13" / "bin" / "cuobjdump").exists():
+                wheel = Path(folder) / "cu13" / "bin"
+                break
+    except (ImportError, ValueError):
+        pass
+    cuobjdump = shutil.which("cuobjdump") or (str(wheel / "cuobjdump") if (wheel / "cuobjdump").exists() else None)
+    nvdisasm = shutil.which("nvdisasm")
+    folder = os.path.dirname(nvdisasm) if nvdisasm else (str(wheel) if (wheel / "nvdisasm").exists() else None)
+    return cuobjdump, folder
+
+
+def read_sass(cubin: bytes, function: str) -> tuple[str | None, str]:
+    """(SASS text of ``function`` in ``cubin``, "") or (None, why it could not be read)."""
+    cuobjdump, folder = sass_tools()
+    if cuobjdump is None or folder is None:
+        return None, ("SASS not checked: cuobjdump and nvdisasm not found (pip install nvidia-cuda-cuobjdump "
+                      "nvidia-cuda-nvdisasm)")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        env = {**os.environ, "PATH": folder + os.pathsep + os.environ.get("PATH", "")}
+        try:
+            proc = subprocess.run([cuobjdump, "-sass", "-fun", function, str(path)], capture_output=True, text=True,
+                                  env=env, timeout=120)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return None, f"SASS not checked: cuobjdump failed ({type(exc).__name__}: {exc})"
+    if proc.returncode != 0 or function not in proc.stdout:
+        return None, f"SASS not checked: cuobjdump said {' '.join(proc.stderr.split())[:200] or 'nothing'}"
+    return proc.stdout, ""
+
+
+def complete_cubin(cubin: bytes) -> bytes:
+    """``cubin`` padded with zeros to the end its ELF headers name.
+
+    CuPy's ``nvrtc.getCUBIN`` (14.x) returns the image one byte short (its
+    size drops a terminator, as for PTX); the byte lost is the last of the
+    last program header's 8-byte alignment field, a zero.  The driver loads
+    the short image, but cuobjdump refuses it as an invalid ELF.
+    """
+    if len(cubin) < 0x40 or cubin[:4] != b"\x7fELF":
+        return cubin
+    phoff, shoff = struct.unpack_from("<QQ", cubin, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", cubin, 0x36)
+    end = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+    missing = end - len(cubin)
+    return cubin + b"\0" * missing if 0 < missing <= 8 else cubin
+
+
+def sass_verdict(shape: MmaShape, cubin: bytes, *, iters: int = DEFAULT_ITERS) -> dict:
+    """What a tensor point records of its kernel's SASS: {"ok": True/False, or None where it could not be read,
+    "detail": one line, "instructions": {opcode: count}}.  A point whose ``ok`` is False fails its check."""
+    sass, why = read_sass(cubin, kernel_name(shape))
+    if sass is None:
+        return {"ok": None, "detail": why, "instructions": {}}
+    result = check_sass(shape, sass, iters=iters)
+    return {"ok": result.ok, "detail": result.detail, "instructions": dict(tensor_instructions(sass))}

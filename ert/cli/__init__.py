@@ -26,6 +26,10 @@ def cmd_validate(args) -> int:
     cfg = config_mod.load(args.config)
     threads = hwinfo.usable_cpus() if cfg.threads == "auto" else cfg.threads
     specs = kernel_specs(cfg)
+    # Tensor kernels depend on the GPU (which instructions it has, its SMs): counted apart, never planned here.
+    tensor = (f"; plus tensor kernels {', '.join(cfg.tensor)} (on the GPU: wgmma and mma.sync on sm_90, one point "
+              f"per launch geometry)") if cfg.tensor else ""
+    cfg = config_mod.with_overrides(cfg, tensor=[]) if cfg.tensor else cfg
     # The dense grid as this machine would plan it: device backends by their own
     # geometry (noted below), the CPU backend by this CPU's vector width and the
     # chain counts it sweeps, worked out without importing numba.
@@ -42,7 +46,7 @@ def cmd_validate(args) -> int:
                if cfg.sweep == "adaptive" else f"{len(points)} points")
     scaling = f" per thread count ({', '.join(map(str, cfg.thread_counts))})" if cfg.thread_counts else ""
     print(f"{args.config}: valid: {len(specs)} kernel variant(s) x up to {sizes} working set(s): {counted}"
-          f"{scaling} per rank layout (threads: {cfg.threads}, backend: {cfg.backend}){_geometry_note(cfg)}")
+          f"{scaling} per rank layout (threads: {cfg.threads}, backend: {cfg.backend}){_geometry_note(cfg)}{tensor}")
     return 0
 
 

@@ -290,7 +290,8 @@ def _plan(cfg, backend, *, comm):
     from ert.measure.plan import plan
 
     return plan(cfg, workers=cfg.threads * comm.size, granule_elements_of=backend.granule_elements,
-                launches_of=backend.launches, tensor_of=_tensor_of(backend))
+                launches_of=backend.launches, tensor_of=_tensor_of(backend),
+                tensor_variants_of=_tensor_of(backend, "tensor_variants"))
 
 
 def _rank_warnings(backend, skipped_warning, *, comm, placement) -> list:
@@ -400,8 +401,8 @@ def _analyze_and_report(run_dir: Path, result, *, comm) -> int:
     return 0
 
 
-def _tensor_of(backend):
-    """The backend's tensor plan where it has tensor cores (ert.backends.TensorBackend), else None."""
+def _tensor_of(backend, method: str = "tensor_plan"):
+    """The backend's tensor plan (or ``method``) where it has tensor cores (ert.backends.TensorBackend), else None."""
     from ert.backends import TensorBackend
 
-    return backend.tensor_plan if isinstance(backend, TensorBackend) else None
+    return getattr(backend, method) if isinstance(backend, TensorBackend) else None

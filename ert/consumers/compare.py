@@ -62,10 +62,11 @@ def _rows(docs: list[dict]) -> list[Row]:
             # The integer add roof and the measured mixes are rows of their own, and
             # so are tensor roofs, never set beside the vector roof of their precision.
             key += ((e["mix"],) if e.get("mix") else (("add",) if e.get("op") == "add" else ()))
-            key += ("tensor",) if e.get("pipe") == "tensor" else ()
+            key += ("tensor", e.get("instruction") or "mma.sync") if e.get("pipe") == "tensor" else ()
             integer = e.get("unit") == "GIOP/s" or e["precision"] in ("int32", "int64")
             if e.get("pipe") == "tensor":
-                shape = f" {e['mma_shape']}" if e.get("mma_shape") else ""
+                shape = "".join(f" {x}" for x in (e.get("instruction") if e.get("instruction") == "wgmma" else None,
+                                                   e.get("mma_shape")) if x)
                 acc = f", {e['accumulate']} accumulate" if e.get("accumulate") else ""
                 label = f"{e['precision']} tensor{shape}{acc} peak"
             else:

@@ -232,13 +232,19 @@ def _compute_section(entries: list[dict]) -> list[str]:
     lines = _float_compute_section(entries) if entries else []
     if tensor:
         rows = [[str(e.get("precision", _MISSING)), str(e.get("input_type", _MISSING)),
-                 str(e.get("accumulate", _MISSING)), str(e.get("mma_shape", _MISSING)),
+                 str(e.get("accumulate", _MISSING)),
+                 str(e.get("mma_shape", _MISSING)) + (" wgmma" if e.get("instruction") == "wgmma" else ""),
                  format_rate(e.get("gflops_per_s")), _format_spread(e.get("spread")),
                  _format_count(e.get("flops_per_mma", e.get("flops_per_element"))), _format_flag(e.get("noisy"))]
                 for e in tensor]
-        lines += ([""] if lines else []) + ["Tensor-core compute (warp-level MMA; a multiply-add is 2 FLOPs)"]
+        wgmma = any(e.get("instruction") == "wgmma" for e in tensor)
+        lines += ([""] if lines else []) + [
+            "Tensor-core compute (warp-level MMA" + (", warpgroup wgmma on Hopper" if wgmma else "") +
+            "; a multiply-add is 2 FLOPs)"]
         lines += _table(["precision", "input", "accumulate", "shape", "GFLOP/s", "spread", "FLOPs/MMA", "noisy"],
                         rows, [False, False, False, False, True, True, True, False])
+        lines += [f"  {e.get('precision', _MISSING)} {e.get('mma_shape', '')}: {e['note']}" for e in tensor
+                  if e.get("note")]
     if ints:
         rows = [[f"{e.get('precision', _MISSING)} {'add' if e.get('op') == 'add' else 'multiply-add'}", format_rate(e.get("gflops_per_s")), _format_spread(e.get("spread")),
                  _format_count(e.get("flops_per_element")), _format_bytes(e.get("wss_bytes")),

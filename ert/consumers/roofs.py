@@ -189,7 +189,8 @@ def _extra_of(entry: dict) -> ExtraRoof | None:
     precision = str(entry.get("precision", "?"))
     value = float(entry["gflops_per_s"])
     if entry.get("pipe") == "tensor":
-        detail = ", ".join(str(x) for x in (entry.get("mma_shape"),
+        shape = " ".join(str(x) for x in (entry.get("instruction"), entry.get("mma_shape")) if x)
+        detail = ", ".join(str(x) for x in (shape,
                                            f"{entry['accumulate']} accumulate" if entry.get("accumulate") else None)
                            if x)
         return ExtraRoof("tensor", precision, value, "GFLOP/s",

@@ -9,7 +9,7 @@ against a real GPU's numbers yet (no GPU in this project's sessions).
 from __future__ import annotations
 
 from ert.hardware import no_rated_text
-from ert.spec import SHAPES
+from ert.spec import SHAPES, WGMMA_SHAPES
 
 # Resident blocks per SM by compute capability (CUDA C++ Programming Guide,
 # "Technical Specifications per Compute Capability"), where the device does not
@@ -174,23 +174,73 @@ UNRATED_WHY = {
     (10, 0): "B200's dense figures differ between NVIDIA's datasheets (board power) and the clock they assume is "
              "not published: not recorded",
 }
-# Architectures whose full tensor rate is reached with mma.sync; on sm_90 and
-# sm_100 the full rate needs wgmma / tcgen05 (asynchronous, shared-memory
-# operands), which this kernel does not use.
-MMA_SYNC_FULL_RATE = {(8, 0), (8, 6), (8, 7), (8, 9)}
+# Architectures whose full tensor rate is reached with mma.sync (sm_12x, consumer
+# Blackwell, has no wgmma or tcgen05).  On sm_90 the full rate needs wgmma
+# (kernels/ert_cuda_wgmma.cu runs it); on sm_100 / sm_103 / sm_110 it needs
+# tcgen05, which ert does not run yet.
+MMA_SYNC_FULL_RATE = {(8, 0), (8, 6), (8, 7), (8, 9), (12, 0), (12, 1)}
+# Why ert has no tcgen05 kernel (sm_100 B200, sm_103, sm_110): one line, said wherever a roof is missing for it.
+TCGEN05_WHY = ("Blackwell's full tensor rate needs tcgen05.mma (tensor memory, single-thread issue), and ert's "
+               "tcgen05 kernel is not written yet")
+
+
+def mma_sync_note(compute_capability: tuple[int, int], precision: str) -> str:
+    """The label of an mma.sync roof that is not the architecture's full tensor rate, or "" where it is.
+
+    On sm_90 every type with a wgmma form (fp16, bf16, tf32, fp8) is measured
+    with wgmma too, and that is the roof; FP64 has no wgmma form (DMMA through
+    mma.sync is Hopper's FP64 tensor path), so it gets no label.
+    """
+    cc = tuple(compute_capability)
+    if cc in MMA_SYNC_FULL_RATE or cc < (8, 0):
+        return ""
+    if cc == (9, 0):
+        return "mma.sync, below Hopper's wgmma rate" if precision in WGMMA_SHAPES else ""
+    if cc[0] in (10, 11):
+        return "mma.sync, below Blackwell's tcgen05 rate (no tcgen05 kernel in ert yet)"
+    return ""
+
+
+def tensor_variants(compute_capability: tuple[int, int], precision: str) -> list:
+    """The MMA shapes a GPU of this compute capability measures for one tensor type, the roof first:
+    wgmma (sm_90a) where it exists, then mma.sync where the instruction is native."""
+    return [table[precision] for table in (WGMMA_SHAPES, SHAPES)
+            if precision in table and table[precision].supported(compute_capability)]
+
+
+def no_tensor_why(compute_capability: tuple[int, int], precision: str) -> str:
+    """Why a GPU of this compute capability has no roof for one tensor type ("" where it has one)."""
+    cc = tuple(compute_capability)
+    if tensor_variants(cc, precision):
+        return ""
+    shape = SHAPES[precision]
+    why = shape.unsupported_why(cc)
+    if cc[0] in (10, 11) and cc[0] in shape.emulated_majors:
+        why += f"; {TCGEN05_WHY}"
+    return f"no {precision.upper()} tensor roof: {why}"
 
 
 def rated_tensor_peaks(info) -> list[dict]:
-    """Rated dense tensor peaks for every shape the GPU runs, each with its derivation (None and why where unknown)."""
+    """Rated dense tensor peaks for every type the GPU measures, each with its derivation (None and why where unknown).
+
+    One entry per type: the rate is the tensor cores' (NVIDIA's dense figure),
+    whichever instruction reaches it; ``shape`` and ``instruction`` name the
+    roof's kernel (wgmma on sm_90 where the type has one).
+    """
     mhz = info.sm_clock_khz / 1000
-    rates = TENSOR_FLOPS_PER_CYCLE_PER_SM.get(info.compute_capability)
+    cc = info.compute_capability
+    rates = TENSOR_FLOPS_PER_CYCLE_PER_SM.get(cc)
     out = []
-    for shape in (s for s in SHAPES.values() if s.supported(info.compute_capability)):
-        entry = {"precision": shape.name, "shape": f"m{shape.m}n{shape.n}k{shape.k}",
+    for name in SHAPES:
+        variants = tensor_variants(cc, name)
+        if not variants:
+            continue
+        shape = variants[0]
+        entry = {"precision": shape.name, "shape": f"m{shape.m}n{shape.n}k{shape.k}", "instruction": shape.instruction,
                  "accumulate": shape.acc_type, "gflops_per_s": None}
         if rates is None or shape.name not in rates:
             entry["derivation"] = no_rated_text(UNRATED_WHY.get(
-                info.compute_capability, f"no per-SM tensor rate recorded for {info.arch} {shape.name}"))
+                cc, f"no per-SM tensor rate recorded for {info.arch} {shape.name}"))
         elif not mhz:
             entry["derivation"] = no_rated_text("SM clock unknown")
         else:
@@ -203,5 +253,3 @@ def rated_tensor_peaks(info) -> list[dict]:
                                    f"tensor FLOP/cycle/SM ({info.arch}, a multiply-add counted as 2)")
         out.append(entry)
     return out
-
-

@@ -30,7 +30,8 @@ def _plan_for(config, backend, comm, threads: int):
     min_bytes = max(1, config.working_set.min_bytes * threads // max(counts)) if counts else None
     return plan(config, workers=threads * comm.size, granule_elements_of=backend.granule_elements,
                 launches_of=backend.launches, thread_tag=tag, min_bytes=min_bytes,
-                tensor_of=backend.tensor_plan if isinstance(backend, TensorBackend) else None)
+                tensor_of=backend.tensor_plan if isinstance(backend, TensorBackend) else None,
+                tensor_variants_of=backend.tensor_variants if isinstance(backend, TensorBackend) else None)
 
 
 def run_all(*, config, run_dir: Path, backend, make_backend, comm, header: dict | None, progress=None,

@@ -100,15 +100,21 @@ def interleaved(n: int) -> list[int]:
     return sorted(range(n), key=lambda i: (i * golden) % 1.0)
 
 
-def tensor_specs(config: RunConfig) -> list[KernelSpec]:
-    """The tensor-core kernels the config asks for (``tensor``), one per MMA input type."""
+def tensor_specs(config: RunConfig, variants_of=None) -> list[KernelSpec]:
+    """The tensor-core kernels the config asks for (``tensor``): one mma.sync spec per MMA input type, or, with
+    ``variants_of`` (the backend's ``tensor_variants``), the kernels this GPU measures for each type (on sm_90:
+    wgmma, then mma.sync; none for a type the GPU only emulates)."""
     from ert.spec import SHAPES
 
-    return [KernelSpec(name, SHAPES[name].flops_per_mma, True, "rw", pipe="tensor") for name in config.tensor]
+    specs = [KernelSpec(name, SHAPES[name].flops_per_mma, True, "rw", pipe="tensor") for name in config.tensor]
+    if variants_of is None:
+        return specs
+    return [variant for spec in specs for variant in variants_of(spec)]
 
 
 def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=None,
-         thread_tag: int | None = None, min_bytes: int | None = None, tensor_of=None) -> list[Point]:
+         thread_tag: int | None = None, min_bytes: int | None = None, tensor_of=None,
+         tensor_variants_of=None) -> list[Point]:
     """All points, spec by spec, each spec's working sets in interleaved order.
 
     ``workers`` is threads x ranks (each owns one block); ``granule_elements_of``
@@ -122,7 +128,9 @@ def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=No
     Tensor kernels (``config.tensor``) have no working set to sweep: they come
     last, one point per launch geometry, from ``tensor_of(spec)`` (the
     backend's ``tensor_plan``): (MMAs per trial, bytes of the accumulators
-    stored, launch geometries), each geometry running the same MMAs.
+    stored, launch geometries), each geometry running the same MMAs;
+    ``tensor_variants_of`` (the backend's ``tensor_variants``) expands each
+    type into the kernels this GPU measures (wgmma and mma.sync on sm_90).
     """
     points: list[Point] = []
     ws = config.working_set
@@ -139,8 +147,8 @@ def plan(config: RunConfig, *, workers: int, granule_elements_of, launches_of=No
             for launch in launches:
                 key = tuple(launch.items()) if launch else None
                 points.append(Point(spec, sizes[i], per_thread, key, thread_tag))
-    tensors = tensor_specs(config)
-    if tensors and tensor_of is None:
+    tensors = tensor_specs(config, tensor_variants_of)
+    if config.tensor and tensor_of is None:
         from ert.errors import ErtError
 
         raise ErtError("tensor roofs are measured by the cuda backend only", key="tensor")

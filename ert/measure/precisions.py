@@ -59,7 +59,11 @@ def _tensor_supported(cfg, backend):
     if not isinstance(backend, TensorBackend):
         raise ErtError(f"the {backend.name} backend has no tensor cores: tensor roofs are measured by the cuda "
                        f"backend only (remove `tensor`, or use backend: cuda)", key="tensor")
-    dropped = [s.precision for s in tensor_specs(cfg) if not backend.supports(s)]
+    variants_of = getattr(backend, "tensor_variants", None)
+    if variants_of is not None:  # a type is kept where the GPU measures any kernel of it (wgmma or mma.sync)
+        dropped = [s.precision for s in tensor_specs(cfg) if not any(backend.supports(v) for v in variants_of(s))]
+    else:
+        dropped = [s.precision for s in tensor_specs(cfg) if not backend.supports(s)]
     if not dropped:
         return cfg, None
     why = "; ".join(backend.unsupported_reason(f"{p} tensor") for p in dropped)
