@@ -63,7 +63,8 @@ cd "$REPO" || exit 2
 case $OUT_DIR in /*) ;; *) OUT_DIR=$PWD/$OUT_DIR ;; esac
 
 BUDGET=${ERT_ACCEPT_BUDGET_S:-540}
-RESERVE=30  # kept for the summary and the tarball
+[[ $BUDGET =~ ^[0-9]+$ ]] || { echo "gpu_acceptance.sh: ERT_ACCEPT_BUDGET_S: '$BUDGET' is not a number of seconds" >&2; exit 2; }
+RESERVE=45  # kept for the summary (ert analyze of a killed run included) and the tarball
 WHEELS=${ERT_WHEELS:-.whl}
 SITE=${ERT_SITE:-/tmp/ert-site}
 CONFIGS=(tiny-gpu integer-gpu gpu-tensor links-network)
@@ -343,7 +344,16 @@ echo "=== [step summary] ($(date -u +%H:%M:%S))"
 kill "$SMI_PID" 2>/dev/null
 runs=()  # every run asked for: one that left nothing is reported as such
 for name in "${CONFIGS[@]}"; do
-    [[ ${STATUS[run-$name]:-} == "not selected" ]] || runs+=("$OUT_DIR/runs/$name")
+    [[ ${STATUS[run-$name]:-} == "not selected" ]] && continue
+    run="$OUT_DIR/runs/$name"
+    runs+=("$run")
+    # Interrupted at its cap, ert-run writes the ceilings of what it measured; killed, it leaves only raw.jsonl:
+    # then the points measured are analysed apart (ceilings-partial.json, marked partial in the summary).
+    if [[ ! -f $run/ceilings.json && -s $run/raw.jsonl ]]; then
+        echo "+ $(quote "${ERT[@]}" analyze "$run" -o "$run/ceilings-partial.json")"
+        timeout -k 5 20 "${ERT[@]}" analyze "$run" -o "$run/ceilings-partial.json" >"$OUT_DIR/logs/analyze-$name.log" 2>&1 \
+            || echo "!! exit $?: ert analyze $run (logs/analyze-$name.log)"
+    fi
 done
 ceilings_rc=0
 if ((${#runs[@]})); then

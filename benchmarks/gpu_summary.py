@@ -9,7 +9,8 @@ measured value, the rated value, measured/rated (the file's ``rated.ratio``), it
 many of the run's warnings name it. Written for benchmarks/gpu_acceptance.sh (the cuda runs), it
 reads any run, CPU runs included. A run directory without a readable ceilings file (a run that
 failed or was cut short) is reported in one line and makes the exit status 1; the other
-directories are still summarised.
+directories are still summarised. A killed run's ``ceilings-partial.json`` (``ert analyze`` of its
+raw.jsonl) is summarised in its place, marked as partial, and still makes the exit status 1.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ert.consumers import report
 from ert.errors import ErtError
 from ert.files import CEILINGS_NAME
 
+PARTIAL_NAME = "ceilings-partial.json"
 HEADERS = ("ceiling", "unit", "measured", "rated", "measured/rated", "spread", "warnings")
 
 
@@ -79,23 +81,33 @@ def format_run(run_dir: Path, doc: dict, rows: list[dict]) -> list[str]:
     return lines
 
 
-def summarise(run_dir: Path) -> tuple[list[str], dict | None]:
-    """(printed lines, JSON record or None where the run has no readable ceilings)."""
+def summarise(run_dir: Path) -> tuple[list[str], dict | None, bool]:
+    """(printed lines, JSON record or None where nothing is readable, whether the run left its ceilings.json).
+
+    A run killed before it wrote ceilings.json may have a PARTIAL_NAME beside its raw.jsonl
+    (gpu_acceptance.sh runs ``ert analyze RUN_DIR -o RUN_DIR/ceilings-partial.json``): it is
+    summarised, said to be partial, and still counts as a failed run.
+    """
     path = run_dir / CEILINGS_NAME if run_dir.is_dir() else run_dir
+    note = []
+    if not path.exists() and (run_dir / PARTIAL_NAME).is_file():
+        path = run_dir / PARTIAL_NAME
+        note = [f"  no {CEILINGS_NAME}: the run was killed; these ceilings are `ert analyze` of its raw.jsonl"]
     if not path.exists():
         raw = run_dir / "raw.jsonl"
         have = f"raw.jsonl has {sum(1 for _ in raw.open())} lines" if raw.is_file() else "no raw.jsonl"
-        return [f"== {run_dir}", f"  no {CEILINGS_NAME}: the run failed or was cut short ({have})"], None
+        return [f"== {run_dir}", f"  no {CEILINGS_NAME}: the run failed or was cut short ({have})"], None, False
     try:
         doc = load_ceilings(path)
     except ErtError as exc:
-        return [f"== {run_dir}", f"  unreadable: {exc}"], None
+        return [f"== {run_dir}", f"  unreadable: {exc}"], None, False
     rows = ceiling_rows(doc)
     meta = doc.get("metadata", {})
-    record = {"run_dir": str(run_dir), "backend": meta.get("backend"), "device": meta.get("device"),
-              "points": meta.get("points"), "wall_seconds": meta.get("wall_seconds"),
+    record = {"run_dir": str(run_dir), "ceilings_file": path.name, "backend": meta.get("backend"),
+              "device": meta.get("device"), "points": meta.get("points"), "wall_seconds": meta.get("wall_seconds"),
               "warnings": len(doc.get("warnings", [])), "ceilings": rows}
-    return format_run(run_dir, doc, rows), record
+    lines = format_run(run_dir, doc, rows)
+    return lines[:1] + note + lines[1:], record, not note
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,13 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     records, failed = [], 0
     for i, run_dir in enumerate(args.run_dirs):
-        lines, record = summarise(run_dir)
+        lines, record, complete = summarise(run_dir)
         print(("\n" if i else "") + "\n".join(lines))
-        if record is None:
-            failed += 1
-            records.append({"run_dir": str(run_dir), "ceilings": None})
-        else:
-            records.append(record)
+        failed += not complete
+        records.append(record if record is not None else {"run_dir": str(run_dir), "ceilings": None})
     if args.json:
         args.json.write_text(json.dumps(records, indent=1) + "\n")
     return 1 if failed else 0

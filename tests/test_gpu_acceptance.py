@@ -169,12 +169,28 @@ def test_the_step_selection_and_caps_are_checked(tmp_path):
     assert not any(argv[1:4] == ["-m", "ert", "run"] for argv, _ in commands(proc.stdout))
     capped = acceptance("--dry-run", tmp_path / "o", ERT_ACCEPT_CAPS="pytest-gpu=17", ERT_WHEELS=str(tmp_path))
     assert "[step pytest-gpu] cap 17s" in capped.stdout
-    for bad in ({"ERT_ACCEPT_STEPS": "pytest-gpu,warp"}, {"ERT_ACCEPT_CAPS": "pytest-gpu=soon"}):
+    for bad in ({"ERT_ACCEPT_STEPS": "pytest-gpu,warp"}, {"ERT_ACCEPT_CAPS": "pytest-gpu=soon"},
+                {"ERT_ACCEPT_CAPS": "warp=10"}, {"ERT_ACCEPT_BUDGET_S": "9m"}):
         proc = acceptance("--dry-run", tmp_path / "o", **bad)
         assert proc.returncode == 2 and proc.stdout == ""
         assert len(proc.stderr.strip().splitlines()) == 1 and "gpu_acceptance.sh: " in proc.stderr, proc.stderr
-    proc = acceptance()
-    assert proc.returncode == 2 and "missing OUT_DIR" in proc.stderr
+    for args in ((), ("a", "b"), ("--bring",), ("--fast", "o")):
+        proc = acceptance(*args)
+        assert proc.returncode == 2 and proc.stderr.startswith("gpu_acceptance.sh: "), (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
+def test_carried_wheels_go_to_their_own_folder_first_on_the_path(tmp_path):
+    wheels = tmp_path / "w"
+    wheels.mkdir()
+    (wheels / "pydantic-2.0-py3-none-any.whl").write_bytes(b"")
+    proc = acceptance("--dry-run", tmp_path / "o", ERT_WHEELS=str(wheels), ERT_SITE=str(tmp_path / "site"),
+                      ERT_ACCEPT_STEPS="env")
+    assert proc.returncode == 0, proc.stderr
+    pips = [argv for argv, _ in commands(proc.stdout) if argv[1:4] == ["-m", "pip", "install"]]
+    assert pips[0][-1] == str(wheels / "pydantic-2.0-py3-none-any.whl")
+    assert pips[0][pips[0].index("--target") + 1] == str(tmp_path / "site") and "--no-index" in pips[0]
+    assert pips[1][-2:] == ["-e", "."] and "--no-deps" in pips[1]
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi")

@@ -107,3 +107,26 @@ def test_a_ceilings_file_without_rated_values_prints_dashes():
     assert all(r[3] == r[4] == "-" for r in rows), rows
     assert any(r[0].endswith("HBM") for r in rows), rows
     assert "none with a rated value" in proc.stdout
+
+
+def test_a_killed_run_is_summarised_from_ert_analyze_of_its_raw_data_and_marked_partial(tiny_run, tmp_path):
+    """What gpu_acceptance.sh leaves for a run killed before its ceilings.json: `ert analyze` of raw.jsonl."""
+    from conftest import run_cmd
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copy(tiny_run / "raw.jsonl", killed / "raw.jsonl")
+    made = run_cmd("ert", "analyze", killed, "-o", killed / "ceilings-partial.json")
+    assert made.returncode == 0, made.stderr
+    proc = summary(killed, "--json", tmp_path / "s.json")
+    assert proc.returncode == 1  # a run that did not finish is not a pass
+    assert ("  no ceilings.json: the run was killed; these ceilings are `ert analyze` of its raw.jsonl"
+            in proc.stdout.splitlines())
+    doc = json.loads((killed / "ceilings-partial.json").read_text())
+    rows = table_rows(proc.stdout)
+    entries = doc["ceilings"]["compute"] + doc["ceilings"]["memory"]
+    assert len(rows) == len(entries) > 0
+    assert [r[4] for r in rows] == [f"{e['rated']['ratio']:.4f}" if e["rated"]["ratio"] is not None else "-"
+                                    for e in entries]
+    record, = json.loads((tmp_path / "s.json").read_text())
+    assert record["ceilings_file"] == "ceilings-partial.json"
