@@ -301,7 +301,7 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
 SMI_PID=$!
 trap 'kill "$SMI_PID" 2>/dev/null' EXIT
 
-echo "gpu_acceptance.sh: $(date -u +%FT%TZ) on $(hostname), $(head -n 1 <<<"$gpus"), budget ${BUDGET}s, OUT_DIR $OUT_DIR"
+echo "gpu_acceptance.sh: $(date -u +%FT%TZ) on $(uname -n), $(head -n 1 <<<"$gpus"), budget ${BUDGET}s, OUT_DIR $OUT_DIR"
 for STEP in "${STEPS[@]}"; do
     if ((${#WANT[@]})) && [[ -z ${WANT[$STEP]+x} ]]; then
         STATUS[$STEP]="not selected"
@@ -374,7 +374,7 @@ EOF
 }
 failed=0
 {
-    echo "gpu_acceptance.sh summary: $(date -u +%FT%TZ), host $(hostname)"
+    echo "gpu_acceptance.sh summary: $(date -u +%FT%TZ), host $(uname -n)"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 \
         | sed 's/^/GPU: /'
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); python $("$PY" -V 2>&1);" \
