@@ -157,7 +157,7 @@ def test_ncu_captures_the_metrics_ert_profile_reads_and_profile_reads_the_export
         assert argv[argv.index("--kernel-name") + 1] == "regex:^ert_(rw|ro|mma)"
     exported = {target for argv, target in cmds if argv[:2] == ["ncu", "--import"]}
     profiled = [argv[4] for argv, _ in cmds if argv[1:4] == ["-m", "ert", "profile"]]
-    assert {Path(p).name for p in profiled} == {"ncu-long.csv", "ncu-raw.csv"}
+    assert {Path(p).name for p in profiled} == {"ncu-long.csv", "ncu-raw.csv", "ncu-extra-long.csv"}
     assert set(profiled) <= exported
 
 
