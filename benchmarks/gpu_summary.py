@@ -10,7 +10,8 @@ many of the run's warnings name it. Written for benchmarks/gpu_acceptance.sh (th
 reads any run, CPU runs included. A run directory without a readable ceilings file (a run that
 failed or was cut short) is reported in one line and makes the exit status 1; the other
 directories are still summarised. A killed run's ``ceilings-partial.json`` (``ert analyze`` of its
-raw.jsonl) is summarised in its place, marked as partial, and still makes the exit status 1.
+raw.jsonl) is summarised in its place, marked as partial, and still makes the exit status 1; so does a
+run interrupted before its end (its ceilings.json says "partial run: ...", which is shown).
 """
 
 from __future__ import annotations
@@ -106,8 +107,11 @@ def summarise(run_dir: Path) -> tuple[list[str], dict | None, bool]:
     record = {"run_dir": str(run_dir), "ceilings_file": path.name, "backend": meta.get("backend"),
               "device": meta.get("device"), "points": meta.get("points"), "wall_seconds": meta.get("wall_seconds"),
               "warnings": len(doc.get("warnings", [])), "ceilings": rows}
+    # A run interrupted at its cap writes the ceilings of what it measured, with this warning.
+    cut = [str(w) for w in doc.get("warnings", []) if str(w).startswith("partial run:")]
+    record["partial"] = bool(note or cut)
     lines = format_run(run_dir, doc, rows)
-    return lines[:1] + note + lines[1:], record, not note
+    return lines[:1] + note + [f"  {w}" for w in cut] + lines[1:], record, not record["partial"]
 
 
 def main(argv: list[str] | None = None) -> int:

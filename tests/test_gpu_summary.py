@@ -130,3 +130,32 @@ def test_a_killed_run_is_summarised_from_ert_analyze_of_its_raw_data_and_marked_
                                     for e in entries]
     record, = json.loads((tmp_path / "s.json").read_text())
     assert record["ceilings_file"] == "ceilings-partial.json"
+
+
+def test_a_run_interrupted_at_its_cap_is_shown_partial_and_fails(tmp_path):
+    """ert-run stopped by SIGINT (what gpu_acceptance.sh's time cap sends) writes partial ceilings: shown as such."""
+    import signal
+    import time
+
+    from conftest import command, write_config
+
+    config = write_config(tmp_path / "slow.yaml")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([command("ert-run"), str(config), "--out", str(out), "-q"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # a few points in, then the cap's signal
+        raw = out / "raw.jsonl"
+        if raw.exists() and raw.read_text().count('"type":"point"') >= 3:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    doc = json.loads((out / "ceilings.json").read_text())
+    cut = [w for w in doc["warnings"] if w.startswith("partial run:")]
+    assert cut, doc["warnings"]
+    shown = summary(out, "--json", tmp_path / "s.json")
+    assert shown.returncode == 1
+    assert f"  {cut[0]}" in shown.stdout.splitlines()
+    record, = json.loads((tmp_path / "s.json").read_text())
+    assert record["partial"] is True and record["ceilings_file"] == "ceilings.json"
