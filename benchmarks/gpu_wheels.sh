@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Download, here (with network), the wheels a GPU machine without a package index lacks, for
+# benchmarks/gpu_acceptance.sh to install there (it reads ${ERT_WHEELS:-.whl}).
+#
+#   bash benchmarks/gpu_wheels.sh [DIR]        # DIR defaults to .whl (ignored by git)
+#
+# The target is the device image of this workplace: CPython 3.12 on x86-64 Linux (manylinux),
+# whose python3 already holds numpy, numba, pyyaml, matplotlib, attrs, cupy-cuda13x,
+# nvidia-ml-py, mpi4py and pytest, but not pydantic, jsonschema or pyopencl. Exactly these are
+# fetched, each with --no-deps at one pinned version (two versions of one package stop the
+# install there); the pins are the versions ert's own test environment runs. typing-extensions
+# travels too: pydantic-core needs a recent one, and a newer one is safe for everything else.
+# Override the Python version or the list with ERT_WHEELS_PYTHON=3.11 or ERT_WHEELS_PACKAGES="a==1 b==2".
+set -euo pipefail
+
+DIR=${1:-.whl}
+PY=${PYTHON:-python3}
+PYVER=${ERT_WHEELS_PYTHON:-3.12}
+
+# What the device image already holds of ert's needs (its package list in the device tool's KINDS.md;
+# tests/test_gpu_acceptance.py checks that every dependency in pyproject.toml is here or fetched below).
+# shellcheck disable=SC2034  # read by the test, not by this script
+PRESENT_ON_IMAGE=(numpy numba pyyaml matplotlib attrs cupy-cuda13x nvidia-ml-py mpi4py pytest)
+# ert's dependencies that the device image lacks, and theirs (pip show / each wheel's Requires-Dist).
+DEFAULT_PACKAGES=(
+    pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
+    typing-extensions==4.16.0
+    jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
+    pyopencl==2026.1.4 pytools==2026.1.1 platformdirs==4.14.8 siphash24==1.9
+)
+if [[ -n ${ERT_WHEELS_PACKAGES:-} ]]; then
+    read -r -a PACKAGES <<<"$ERT_WHEELS_PACKAGES"
+else
+    PACKAGES=("${DEFAULT_PACKAGES[@]}")
+fi
+
+PLATFORMS=()
+for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
+         manylinux2014_x86_64 manylinux1_x86_64 manylinux_2_31_x86_64 manylinux_2_34_x86_64 \
+         manylinux_2_35_x86_64; do
+    PLATFORMS+=(--platform "$p")
+done
+
+mkdir -p "$DIR"
+for pkg in "${PACKAGES[@]}"; do
+    name=${pkg%%==*}
+    # One version of each: drop any other version left in DIR by an earlier download.
+    glob=$(echo "$name" | tr '-' '_')
+    for old in "$DIR"/"$glob"-*.whl "$DIR"/"$name"-*.whl; do
+        [[ -e $old ]] || continue
+        case $old in
+            */"$glob-${pkg#*==}"-*|*/"$name-${pkg#*==}"-*) ;;
+            *) echo "removing another version: $old"; rm -f -- "$old" ;;
+        esac
+    done
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
+        "${PLATFORMS[@]}" -d "$DIR" "$pkg"
+done
+
+echo "wheels in $DIR:"
+ls -1 "$DIR"
+du -sh "$DIR"
