@@ -120,8 +120,9 @@ KillWait=2
 InactiveLimit=0
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-NodeName=node1 NodeAddr=$NET.11 CPUs=$cpus RealMemory=$mem State=UNKNOWN
-NodeName=node2 NodeAddr=$NET.12 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+GresTypes=gpu
+NodeName=node1 NodeAddr=$NET.11 CPUs=$cpus RealMemory=$mem Gres=gpu:4 State=UNKNOWN
+NodeName=node2 NodeAddr=$NET.12 CPUs=$cpus RealMemory=$mem Gres=gpu:4 State=UNKNOWN
 PartitionName=ert Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP
 EOF
     # The two hosts share this machine's kernel, so UCX (MPICH's netmod in the pip wheel) and libfabric
@@ -136,6 +137,14 @@ EOF
 EOF
     chmod 755 "$DIR/task-prolog"
     echo "TaskProlog=$DIR/task-prolog" >>"$DIR/slurm.conf"
+    # Four stand-in "GPUs" per host, so that Slurm accepts GPU jobs (jobs/slurm-gpu.sh) and sets
+    # SLURM_GPUS_ON_NODE and CUDA_VISIBLE_DEVICES as it would: Slurm 22.05 wants device files for them,
+    # and these four are harmless (no cgroup confines devices here).  No GPU is used.
+    local node
+    : >"$DIR/gres.conf"
+    for node in "${NODES[@]}"; do
+        echo "NodeName=$node Name=gpu File=/dev/null,/dev/zero,/dev/full,/dev/urandom" >>"$DIR/gres.conf"
+    done
     echo "$cpus" >"$DIR/cpus"
 }
 
