@@ -158,8 +158,12 @@ def test_aggregates_are_all_ranks_work_over_the_slowest_rank(two_rank_run):
         rs = rec["rank_seconds"]
         assert len(rs["per_rank"]) == 2
         assert rec["elements"] == rec["elements_per_thread"] * rec["threads_per_rank"] * 2
-        # Each repeat's sample is its slowest rank: the largest sample is the slowest region of any rank.
-        assert max(rec["samples"]) == pytest.approx(rs["max"])
+        # Each repeat's sample is its slowest rank: the largest sample is the slowest region of any rank --
+        # unless the two ranks took turns (a busy host), when a region is their span on the host's clock.
+        if rec.get("serialized_regions"):
+            assert max(rec["samples"]) >= rs["max"]
+        else:
+            assert max(rec["samples"]) == pytest.approx(rs["max"])
         assert max(r["max"] for r in rs["per_rank"]) == pytest.approx(rs["max"])
         assert min(rec["samples"]) >= rs["min"]
     doc = json.loads((two_rank_run / "ceilings.json").read_text())
@@ -268,3 +272,18 @@ def test_plain_mpirun_script_runs_two_ranks(tmp_path):
                           capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "r" / "ceilings.json").read_text())["metadata"]["ranks"] == 2
+
+
+def test_srun_without_a_pmi_mpi_understands_is_an_error_not_n_rank_zeros(tmp_path):
+    # srun --mpi=none starts N copies that each find MPI with one rank: they would all write one directory.
+    env = dict(os.environ, SLURM_STEP_NUM_TASKS="2", SLURM_STEP_ID="0")
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "PALS_SIZE", "PMI_FD",
+                "PMI_PORT"):
+        env.pop(var, None)
+    out = tmp_path / "run"
+    proc = subprocess.run([command("ert-run"), str(TINY), "--out", str(out)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "launched as 2 ranks, but MPI sees 1" in lines[0] and "--mpi=pmi2" in lines[0]
+    assert not out.exists()

@@ -358,3 +358,75 @@ def test_a_network_only_run_on_one_rank_says_nothing_was_measured(tmp_path):
     assert "network: not measured (one rank" in proc.stderr
     doc = json.loads((run_dir / "ceilings.json").read_text())
     assert doc["ceilings"]["memory"] == [] and doc["metadata"]["points"]["measured"] == 0
+
+
+# ----------------------------------------------------------------------------- the link between hosts
+from ert.analysis.rated import occupied_cores  # noqa: E402
+from ert.analysis.transfers import MIN_INTERFACE_SHARE, interface_share  # noqa: E402
+from ert.measure.transfers import iface_bytes, interfaces, route_between  # noqa: E402
+
+VETH_ROUTE = {"name": "eth0", "address": "10.77.0.11/24", "virtual": True, "kind": "veth", "speed_mbit": 10000,
+              "peer_address": "10.77.0.12/24", "from": "node1", "to": "node2"}
+
+
+def test_the_route_is_the_interface_whose_subnet_holds_the_partner():
+    mine = [{"name": "ib0", "address": "192.168.5.3/16", "virtual": False, "kind": "device", "speed_mbit": None},
+            {"name": "eth0", "address": "10.77.0.11/24", "virtual": True, "kind": "veth", "speed_mbit": 10000}]
+    theirs = [{"name": "eth0", "address": "10.77.0.12/24", "virtual": True, "kind": "veth", "speed_mbit": 10000}]
+    route = route_between(mine, theirs)
+    assert route["name"] == "eth0" and route["peer_address"] == "10.77.0.12/24"
+    assert route_between(mine, [{"name": "x", "address": "172.16.0.9/24"}]) is None  # routed: no shared subnet
+
+
+def test_this_hosts_interfaces_are_read_from_the_kernel():
+    found = interfaces()
+    assert all("/" in i["address"] and isinstance(i["virtual"], bool) for i in found)
+    assert "lo" not in {i["name"] for i in found}
+    for iface in found:  # the byte counters the stage reads around each size
+        assert isinstance(iface_bytes(iface["name"]), int)
+    assert iface_bytes("no-such-interface") is None
+
+
+def test_a_virtual_link_has_no_rated_value_and_a_real_nic_has_its_speed():
+    recs = curve("net-inter-node", "p2p", {8: 0.001, 1 << 22: 1.4}, pair=(0, 2))
+    (entry,), _ = transfer_ceilings(recs, {"network": {"route": VETH_ROUTE, "nics": []}})
+    assert entry["rated"]["gbytes_per_s"] is None
+    assert entry["rated"]["derivation"].startswith("no rated value: veth has no line rate")
+    assert "10000 Mb/s is nominal" in entry["rated"]["derivation"]
+    nic = {**VETH_ROUTE, "name": "enp1s0", "virtual": False, "kind": "device", "speed_mbit": 100000}
+    (entry,), _ = transfer_ceilings(recs, {"network": {"route": nic, "nics": []}})
+    assert entry["rated"]["gbytes_per_s"] == 12.5 and "enp1s0" in entry["rated"]["derivation"]
+    assert entry["rated"]["ratio"] == pytest.approx(1.4 / 12.5, rel=1e-3)
+
+
+def test_messages_that_bypassed_a_virtual_link_are_called_out():
+    crossed = [{"interface": "eth0", "counted": 900, "payload": 1000}]
+    missed = [{"interface": "eth0", "counted": 3, "payload": 1000}]
+    sizes = {8: 0.001, 1 << 22: 11.0}
+    for counters, warned in ((crossed, False), (missed, True)):
+        recs = curve("net-inter-node", "p2p", sizes, pair=(0, 2))
+        for r in recs:
+            r["interface_bytes"] = counters[0]
+        (entry,), warnings = transfer_ceilings(recs, {"network": {"route": VETH_ROUTE}})
+        assert entry["interface_bytes"]["share"] == pytest.approx(counters[0]["counted"] / 1000)
+        assert any("crossed eth0" in w for w in warnings) is warned
+    # A real NIC (RDMA may bypass its IP counters): the share is recorded, never called a bypass.
+    recs = curve("net-inter-node", "p2p", sizes, pair=(0, 2))
+    for r in recs:
+        r["interface_bytes"] = missed[0]
+    _, warnings = transfer_ceilings(recs, {"network": {"route": {**VETH_ROUTE, "virtual": False}}})
+    assert not any("crossed" in w for w in warnings)
+    assert interface_share([{"id": "x"}]) is None
+    assert 0 < MIN_INTERFACE_SHARE < 1
+
+
+def test_cores_shared_by_ranks_of_one_host_count_once():
+    def p(host, cpus, cores=1):
+        return {"host": host, "cpus": cpus, "cores": cores}
+    # 4 ranks, 2 per host, each host's pair on one core: 2 cores do the work.
+    assert occupied_cores([p("n1", [0]), p("n1", [0]), p("n2", [1]), p("n2", [1])], 1) == 2
+    # Own cores each: all of them.
+    assert occupied_cores([p("n1", [0]), p("n1", [1]), p("n2", [0]), p("n2", [1])], 1) == 4
+    # SMT siblings (2 cpus per core), 2 cores per rank.
+    assert occupied_cores([p("n1", [0, 1, 2, 3], 2), p("n1", [4, 5, 6, 7], 2)], 2) == 4
+    assert occupied_cores(None, 1) is None and occupied_cores([None, p("n1", [0])], 1) is None
