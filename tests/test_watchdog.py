@@ -150,3 +150,12 @@ def test_one_host_or_switched_off_starts_nothing(monkeypatch):
     assert off.proc is None and "ERT_WATCHDOG=0" in off.note
     monkeypatch.setenv(watchdog.VARIABLE, "1")
     assert watchdog.enabled()
+
+
+def test_a_job_torn_down_whole_gets_no_second_line(pair):
+    # One rank's own error aborts the job: its partner dies and rank 0 with it; the launcher has said it all.
+    rank0, monitor_pid, rank1, _ = pair(silent=30.0)
+    rank1.proc.kill()
+    rank0.proc.kill()
+    rank0.proc.wait()
+    assert rank0.proc.stderr.read() == ""   # read to EOF: the monitor, which shares the pipe, has left too

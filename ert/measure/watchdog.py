@@ -37,6 +37,7 @@ import time
 INTERVAL = 0.5          # seconds between heartbeats
 SILENT_AFTER = 5.0      # a rank silent this long is gone (with INTERVAL 0.5: ten missed beats)
 CONNECT_SECONDS = 5.0   # how long a rank tries to reach the monitor at the start
+GRACE = 0.5             # after a rank's connection closes: a job ending anyway takes rank 0 within this
 VARIABLE = "ERT_WATCHDOG"
 
 
@@ -179,6 +180,11 @@ def monitor(parent: int, ranks: int, run_dir: str, silent_after: float = SILENT_
                     sel.unregister(conn)
                     conn.close()
                     if not state["bye"]:
+                        # A job being torn down (MPI_Abort after one rank's own error, srun killing the
+                        # step) takes rank 0 too within moments: then the launcher has said it all.
+                        time.sleep(GRACE)
+                        if not _parent_alive(parent):
+                            return 0
                         return _gone(parent, state, run_dir, "exited without finishing")
                     continue
                 state["seen"] = time.monotonic()
