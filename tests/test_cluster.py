@@ -240,3 +240,13 @@ def test_down_removes_everything_and_is_idempotent(cluster):
     assert "ert local-cluster" not in Path("/etc/hosts").read_text()
     status = _rig("status")
     assert status.returncode == 3 and "down" in status.stdout
+
+
+def test_without_root_it_says_so():
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root to run the script as another user")
+    proc = subprocess.run(["runuser", "-u", "nobody", "--", "bash", str(SCRIPT), "up"], capture_output=True,
+                          text=True, timeout=30, cwd="/tmp")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "jobs/local-cluster.sh: error: needs root (network namespaces, slurmd, munge); " \
+                                  "run it with sudo"

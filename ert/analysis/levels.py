@@ -221,6 +221,16 @@ def _match_caches(plateaus: list[Plateau], hints: list[_Hint]) -> list[_Match]:
                                   None, None))
             continue
         j = min(max(previous + 1, floor), len(hints) - 1)
+        # Named by where it lies, never below the order: a plateau that starts inside a cache but lies mostly
+        # past it is the next cache's, whose rate it has (the first cache's own points read slow, as on a busy
+        # host, so that no plateau of its own formed).  Its (log) middle picks the cache.
+        middle = math.sqrt(lo * hi)
+        inside = [i for i in range(len(hints)) if hints[i].capacity_bytes >= middle]
+        by_extent = min(inside, key=lambda i: hints[i].capacity_bytes) if inside else largest
+        skipped = None
+        if by_extent > j and lo < hints[j].capacity_bytes:
+            skipped = hints[j]
+            j = by_extent
         if hi <= cap_max:
             basis = f"sweep ended at {fmt_bytes(hi)}, within {hints[j].describe()}"
             warning = (f"the last plateau ends at {fmt_bytes(hi)}, short of memory: the largest cache is "
@@ -231,6 +241,13 @@ def _match_caches(plateaus: list[Plateau], hints: list[_Hint]) -> list[_Match]:
             warning = (f"no drop seen up to {fmt_bytes(hi)}, {hi / cap_max:.1f}x the "
                        f"L{hints[largest].level} hint ({fmt_bytes(cap_max)} aggregate): memory was not reached or "
                        f"the hint is wrong, so no level is named {{memory_name}}")
+        if skipped is not None:
+            basis += f"; it lies mostly past {skipped.describe()} (its middle, {fmt_bytes(middle)}, is in L{hints[j].level})"
+            warning = ((warning + "; ") if warning else "") + (
+                f"no plateau of L{skipped.level}'s own ({fmt_bytes(skipped.capacity_bytes)} aggregate): the points "
+                f"there read like L{hints[j].level}, so the plateau from {fmt_bytes(lo)} to {fmt_bytes(hi)} is named "
+                f"L{hints[j].level}, where most of it lies (a busy host, or L{skipped.level} as slow as "
+                f"L{hints[j].level}); measure again for an L{skipped.level} roof")
         matches.append(_Match(j, basis, warning, None))
         previous = j
     return matches
