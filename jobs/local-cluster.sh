@@ -203,6 +203,14 @@ start_slurm() {
     done
     sinfo -N 2>&1 | sed "s|^|$ME: sinfo: |" >&2 || true
     tail -n 5 "$DIR"/slurmctld.log "$DIR"/slurmd-*.log 2>/dev/null | sed "s|^|$ME: log: |" >&2 || true
+    local bad
+    bad=$(grep -h -i -E "fatal:|initialization failed|unable to initialize cgroup|hybrid mode" "$DIR"/slurmd-*.log 2>/dev/null \
+          | head -n 1 | sed 's/^\[[^]]*\] //')
+    if [ -n "$bad" ] && echo "$bad" | grep -qi -E "cgroup|hybrid"; then
+        die "slurmd could not start its cgroup plugin on this machine ($bad): Slurm 22.05 needs a cgroup tree it can use (logs in $DIR)"
+    elif [ -n "$bad" ]; then
+        die "slurmd could not start: $bad (logs in $DIR)"
+    fi
     die "the two hosts did not come up idle within 30 s (logs in $DIR)"
 }
 
