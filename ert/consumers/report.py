@@ -343,7 +343,7 @@ def _sustained_section(ceilings: dict) -> list[str]:
                 continue
             cells = [held.get(key), held.get(f"first_{key}"), held.get(f"last_{key}"),
                      held.get(f"min_region_{key}")]
-            rows.append([name(e), unit, format_rate(e[key])]
+            rows.append([name(e), _unit(e) if kind == "compute" else unit, format_rate(e[key])]
                         + [format_rate(v) if isinstance(v, (int, float)) else _MISSING for v in cells]
                         + [f"{held.get('hold_seconds', 0):.0f} s", f"{held.get('ratio_to_burst', 0):.3f}"])
     if not rows:
