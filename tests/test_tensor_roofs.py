@@ -256,7 +256,8 @@ def test_plot_and_export_keep_int8_in_giops(tmp_path):
     proc = run_cmd("ert", "plot", ceilings, "-o", out)
     assert proc.returncode == 0, proc.stderr
     svg = out.read_text()
-    for text in ("tensor cores (GFLOP/s; int8 GIOP/s)", "INT8 tensor (mma.sync m16n8k32, s32 accumulate) 600,000 GIOP/s",
+    for text in ("tensor cores (GFLOP/s; int8 GIOP/s)",
+                 "INT8 tensor (mma.sync m16n8k32, s32 accumulate) 600,000 GIOP/s",
                  "FP16 tensor (m16n8k16, f32 accumulate) 290,000 GFLOP/s"):
         assert text in svg, text
     assert "INT8 tensor (mma.sync m16n8k32, s32 accumulate) 600,000 GFLOP/s" not in svg

@@ -198,8 +198,8 @@ def invalidate_above_rated(points: list[dict], rated: dict | None, *, caches=Non
         else:
             compute = rated["compute"].get(compute_key(spec))
         if spec["flops_per_element"] > 1 and compute and compute["gflops_per_s"]:
-            limit, what, measured = (compute["gflops_per_s"], f"{compute_name(spec)} "
-                                     f"{ops_unit(spec['precision'], spec.get('mix'), spec.get('pipe', 'vector'))}", gflops)
+            unit = ops_unit(spec["precision"], spec.get("mix"), spec.get("pipe", "vector"))
+            limit, what, measured = compute["gflops_per_s"], f"{compute_name(spec)} {unit}", gflops
         l1 = _memory_rated(rated, "L1", spec["access"])
         if limit is None or not (measured > ABOVE_RATED * limit):
             if l1 and l1["gbytes_per_s"] and gbs > ABOVE_RATED * l1["gbytes_per_s"]:
