@@ -199,11 +199,11 @@ class RunConfig(_Strict):
         description="what to measure: memory (the sweep: caches, DRAM, compute peaks), links (host<->device "
                     "copies and peer GPUs, device backends only), network (MPI, more than one rank only)")
     transfer: TransferOptions = Field(default_factory=TransferOptions)
-    tensor: list[Literal["fp16", "bf16", "tf32", "fp64", "fp8"]] = Field(
+    tensor: list[Literal["fp16", "bf16", "tf32", "fp64", "fp8", "int8"]] = Field(
         default_factory=list, description="tensor-core roofs (cuda backend, sm_80+; fp8 only where native: sm_89, "
                                           "sm_12x mma.sync, sm_90 wgmma): warp-level mma.sync, and Hopper's wgmma on "
                                           "sm_90, of these input types (fp16/bf16/tf32/fp8 accumulate in FP32, fp64 in "
-                                          "FP64)")
+                                          "FP64, int8 in s32 with its rate in GIOP/s)")
     opencl: OpenCLOptions = Field(default_factory=OpenCLOptions)
     cuda: CudaOptions = Field(default_factory=CudaOptions)
 

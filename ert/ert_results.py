@@ -180,6 +180,14 @@ def to_ceilings(doc: dict, *, path: object = None, text: str | None = None,
                             f"({kept[0]:g}); the higher is the {precision} {'FMA' if fma else 'no-FMA'} roof")
         else:
             best[key] = (value, name)
+    # ert's own export puts the int8 tensor roof (integer operations, GIOP/s) in INTEGER_GIOPS as "INT8 Tensor".
+    integer = sections[0].get("INTEGER_GIOPS") if isinstance(sections[0].get("INTEGER_GIOPS"), dict) else {}
+    for name, value in integer.items():
+        if "TENSOR" in str(name).upper() and "INT8" in str(name).upper() and isinstance(value, (int, float)) \
+                and not isinstance(value, bool) and value > 0:
+            extra = tensor_meta.get(name) if isinstance(tensor_meta.get(name), dict) else {}
+            tensor.append({"precision": "int8", "fma": True, "gflops_per_s": float(value), "spread": 0.0,
+                           "pipe": "tensor", **extra, "unit": "GIOP/s", "giops_per_s": float(value)})
     no_fma = sections[0].get("NO_FMA_GFLOPS")  # ert's own export keeps the no-FMA peaks here
     if isinstance(no_fma, dict):
         for prec_name, value in no_fma.items():

@@ -26,7 +26,7 @@ from typing import NamedTuple
 # Bytes per scalar of each precision the backends know.
 ITEMSIZE = {"fp64": 8, "fp32": 4, "fp16": 2, "int32": 4, "int64": 8}
 # Bytes per scalar of a tensor precision's inputs (tf32 is held in 32 bits).
-TENSOR_ITEMSIZE = {"fp16": 2, "bf16": 2, "tf32": 4, "fp64": 8, "fp8": 1}
+TENSOR_ITEMSIZE = {"fp16": 2, "bf16": 2, "tf32": 4, "fp64": 8, "fp8": 1, "int8": 1}
 # Integer precisions (numba-cpu only): their "FLOPs" are integer operations,
 # counted the same way (a multiply and an add are 2), and their rates are
 # GIOP/s.  They have no fused multiply-add and no load-only kernel.
@@ -36,8 +36,11 @@ INTEGER = ("int32", "int64")
 # Tensor-core (matrix) precisions (cuda only): the input type of a
 # warp-level mma.sync (SHAPES below) or, on Hopper (sm_90a), a warpgroup-level
 # wgmma (WGMMA_SHAPES).  fp16/bf16/tf32/fp8 accumulate in FP32, fp64 (DMMA)
-# in FP64; FP8 products count as FLOPs.
-TENSOR_PRECISIONS = ("fp16", "bf16", "tf32", "fp64", "fp8")
+# in FP64; FP8 products count as FLOPs.  int8 (IMMA, IGMMA) accumulates in
+# s32: its multiply-adds count 2 integer operations each, and its rate is
+# GIOP/s (TENSOR_INTEGER), like the integer roofs of the vector units.
+TENSOR_PRECISIONS = ("fp16", "bf16", "tf32", "fp64", "fp8", "int8")
+TENSOR_INTEGER = ("int8",)
 # The tensor instructions a KernelSpec names: "" is warp-level mma.sync (every
 # record before issue 23), "wgmma" Hopper's warpgroup-level wgmma.mma_async.
 TENSOR_INSTRUCTIONS = ("", "wgmma")
@@ -61,7 +64,7 @@ class MmaShape:
     acc_type: str        # PTX type of C and D
     min_cc: tuple[int, int]
     acc_per_thread: int  # accumulator registers per thread (M*N / threads per MMA)
-    sass: str            # the SASS opcode ptxas makes of one MMA (HMMA, DMMA, QMMA, HGMMA, QGMMA)
+    sass: str            # the SASS opcode ptxas makes of one MMA (HMMA, DMMA, QMMA, IMMA, HGMMA, QGMMA, IGMMA)
     instruction: str = "mma.sync"   # "mma.sync" (a warp, 32 threads) or "wgmma" (a warpgroup, 128 threads)
     # Compute capability majors whose ptxas has no native instruction for this
     # mma.sync and emulates it (FP8 on sm_90, sm_100, sm_103, sm_110: F2FP
@@ -94,10 +97,15 @@ class MmaShape:
                 f"{self.acc_type}.{self.input_type}.{self.input_type}.{self.acc_type}")
 
     @property
+    def integer(self) -> bool:
+        """An integer MMA (s8 inputs, s32 accumulators): its rate is integer operations (GIOP/s)."""
+        return self.acc_type == "s32"
+
+    @property
     def acc_dtype(self):
         import numpy as np
 
-        return np.float64 if self.acc_type == "f64" else np.float32
+        return {"f64": np.float64, "s32": np.int32}.get(self.acc_type, np.float32)
 
     def supported(self, compute_capability: tuple[int, int]) -> bool:
         """Whether a GPU of this compute capability runs this MMA natively (not emulated by ptxas)."""
@@ -127,6 +135,8 @@ SHAPES = {s.name: s for s in (
     MmaShape("fp64", 4, 8, 8, 4, "f64", "f64", (8, 0), 2, "DMMA"),
     # Native QMMA on sm_89 (Ada) and sm_12x; emulated on sm_90, sm_100, sm_103, sm_110.
     MmaShape("fp8", 5, 16, 8, 32, "e4m3", "f32", (8, 9), 4, "QMMA", emulated_majors=(9, 10, 11)),
+    # Native IMMA.16832.S8.S8 on every architecture from sm_80 to sm_121 (nvcc 13.0, checked with cuobjdump).
+    MmaShape("int8", 6, 16, 8, 32, "s8", "s32", (8, 0), 4, "IMMA"),
 )}
 
 # Hopper's warpgroup MMAs, N = 256 (the largest, the full rate): 128 f32 accumulators per thread.
@@ -135,6 +145,7 @@ WGMMA_SHAPES = {s.name: s for s in (
     MmaShape("bf16", 2, 64, 256, 16, "bf16", "f32", (9, 0), 128, "HGMMA", "wgmma", only_cc=(9, 0)),
     MmaShape("tf32", 3, 64, 256, 8, "tf32", "f32", (9, 0), 128, "HGMMA", "wgmma", only_cc=(9, 0)),
     MmaShape("fp8", 4, 64, 256, 32, "e4m3", "f32", (9, 0), 128, "QGMMA", "wgmma", only_cc=(9, 0)),
+    MmaShape("int8", 5, 64, 256, 32, "s8", "s32", (9, 0), 128, "IGMMA", "wgmma", only_cc=(9, 0)),
 )}
 
 
@@ -147,10 +158,13 @@ def is_integer(precision: str) -> bool:
     return precision in INTEGER
 
 
-def ops_unit(precision: str, mix: str | None = None) -> str:
-    """The unit of a compute rate: GIOP/s for integers, GOP/s for an integer+float mix, GFLOP/s otherwise."""
+def ops_unit(precision: str, mix: str | None = None, pipe: str = "vector") -> str:
+    """The unit of a compute rate: GIOP/s for integers (int8 tensor MMAs too), GOP/s for an integer+float mix,
+    GFLOP/s otherwise."""
     if mix and mix.startswith("int"):
         return "GOP/s"
+    if pipe == "tensor":
+        return "GIOP/s" if precision in TENSOR_INTEGER else "GFLOP/s"
     return "GIOP/s" if is_integer(precision) else "GFLOP/s"
 
 

@@ -13,6 +13,7 @@
 //                    (native QMMA there; on sm_90, sm_100, sm_103 and sm_110 ptxas emulates it with
 //                    F2FP conversions and HMMA, and folds the identical products of a trial into
 //                    2 HMMA + 256 FADD: refused below)
+//                  6 INT8 -> INT32  mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32      sm_80+ (IMMA)
 //   ERT_MMA_ITERS  MMAs per warp per trial, fully unrolled (a multiple of ERT_MMA_SETS)  default 64
 //   ERT_MMA_SETS   independent accumulator sets, used round-robin: consecutive MMAs
 //                  never depend on each other, so the tensor pipe stays busy     default 8
@@ -23,6 +24,7 @@
 //   m16n8k8  (TF32):        2*16*8*8  = 2048
 //   m8n8k4   (FP64):        2*8*8*4   =  512
 //   m16n8k32 (FP8 e4m3):    2*16*8*32 = 8192
+//   m16n8k32 (INT8):        2*16*8*32 = 8192 integer operations (the same count, in IOPs)
 // One launch does warps x ntrials x ERT_MMA_ITERS MMAs.
 //
 // Data: every A element is the value whose bits are a_bits, every B element
@@ -33,6 +35,12 @@
 // its start value + (T odd ? ERT_MMA_ITERS / ERT_MMA_SETS * K / 2 : 0): the
 // host replays it (ert.backends.cuda_tensor.replay) and an off-by-one in the
 // trial count, or MMAs not done, shows.
+// INT8: the same scheme in integers.  B's negation is per byte (two's
+// complement, __vneg4), not a sign bit; with a = 1 and b = 1 (the host's choice)
+// each MMA adds +-K = +-32 to every s32 accumulator, a trial +-32 * ITERS / SETS
+// (256 at the defaults), and the next trial takes it back: every accumulator
+// stays within [start, start + 256], far from the s32 range for any trial
+// count, and a skipped MMA leaves 32 less after an odd count.
 //
 // Nothing is dead: every accumulator of every lane is stored at the end (a
 // stronger guard than a never-taken store), each set's MMAs form a dependent
@@ -41,7 +49,7 @@
 // (#pragma unroll 1); the MMA loop is, so the PTX holds ERT_MMA_ITERS mma.sync
 // per trial.  The PTX is not what runs: ptxas may still emulate or fold, so the
 // tests (and ert on the GPU, where cuobjdump is found) count the SASS: exactly
-// ERT_MMA_ITERS HMMA / DMMA / QMMA, and no other tensor instruction.
+// ERT_MMA_ITERS HMMA / DMMA / QMMA / IMMA, and no other tensor instruction.
 
 #ifndef ERT_MMA_TYPE
 #define ERT_MMA_TYPE 1
@@ -77,10 +85,16 @@
 #endif
 #endif
 
-#if ERT_MMA_TYPE >= 1 && ERT_MMA_TYPE <= 3 || ERT_MMA_TYPE == 5
-// A: 4 x .b32, B: 2 x .b32, C/D: 4 x .f32 per thread for every FP32-accumulating shape here.
-typedef float acc_t;
+#if ERT_MMA_TYPE >= 1 && ERT_MMA_TYPE <= 3 || ERT_MMA_TYPE == 5 || ERT_MMA_TYPE == 6
+// A: 4 x .b32, B: 2 x .b32, C/D: 4 x .f32 (INT8: .s32) per thread for every 32-bit-accumulating shape here.
 #define ERT_ACC 4
+#if ERT_MMA_TYPE == 6
+typedef int acc_t;
+#define ERT_ACC_CONSTRAINT "+r"
+#else
+typedef float acc_t;
+#define ERT_ACC_CONSTRAINT "+f"
+#endif
 #if ERT_MMA_TYPE == 1
 #define ERT_MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 #define ERT_SIGN 0x80008000u
@@ -90,20 +104,27 @@ typedef float acc_t;
 #elif ERT_MMA_TYPE == 3
 #define ERT_MMA_OP "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 #define ERT_SIGN 0x80000000u
-#else
+#elif ERT_MMA_TYPE == 5
 #define ERT_MMA_OP "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
 #define ERT_SIGN 0x80808080u
+#else
+#define ERT_MMA_OP "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 #endif
 typedef unsigned int word_t;
-__device__ __forceinline__ void ert_mma(float *d, const word_t *a, const word_t *b) {
+__device__ __forceinline__ void ert_mma(acc_t *d, const word_t *a, const word_t *b) {
     asm(ERT_MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : ERT_ACC_CONSTRAINT(d[0]), ERT_ACC_CONSTRAINT(d[1]), ERT_ACC_CONSTRAINT(d[2]), ERT_ACC_CONSTRAINT(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 #define ERT_A_REGS 4
 #define ERT_B_REGS 2
 __device__ __forceinline__ word_t ert_word(unsigned long long bits) { return (word_t)bits; }
+#if ERT_MMA_TYPE == 6
+// Every s8 of the word negated (two's complement, byte by byte).
+__device__ __forceinline__ word_t ert_negate(word_t w) { return __vneg4(w); }
+#else
 __device__ __forceinline__ word_t ert_negate(word_t w) { return w ^ ERT_SIGN; }
+#endif
 #elif ERT_MMA_TYPE == 4
 // A: 1 x .f64, B: 1 x .f64, C/D: 2 x .f64 per thread.
 typedef double acc_t;
@@ -118,7 +139,7 @@ __device__ __forceinline__ void ert_mma(double *d, const word_t *a, const word_t
 __device__ __forceinline__ word_t ert_word(unsigned long long bits) { return __longlong_as_double((long long)bits); }
 __device__ __forceinline__ word_t ert_negate(word_t w) { return -w; }
 #else
-#error "ERT_MMA_TYPE must be 1 (FP16), 2 (BF16), 3 (TF32), 4 (FP64) or 5 (FP8 e4m3)"
+#error "ERT_MMA_TYPE must be 1 (FP16), 2 (BF16), 3 (TF32), 4 (FP64), 5 (FP8 e4m3) or 6 (INT8)"
 #endif
 
 // out: ERT_MMA_SETS * ERT_ACC accumulators per thread, thread-major

@@ -12,6 +12,7 @@
 //                   2 BF16 -> FP32      wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16
 //                   3 TF32 -> FP32      wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32
 //                   4 FP8 e4m3 -> FP32  wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3
+//                   5 INT8 -> INT32     wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8
 //   ERT_WGMMA_ITERS  wgmmas per warpgroup per trial, fully unrolled, all on one accumulator  default 64
 //   ERT_NAME_SUFFIX  renames the kernel (the tests batch many variants in one file)
 //
@@ -22,6 +23,7 @@
 //   m64n256k16 (FP16, BF16):  2*64*256*16 =   524288
 //   m64n256k8  (TF32):        2*64*256*8  =   262144
 //   m64n256k32 (FP8 e4m3):    2*64*256*32 =  1048576
+//   m64n256k32 (INT8):        2*64*256*32 =  1048576 integer operations
 // One launch does warpgroups x ntrials x ERT_WGMMA_ITERS wgmmas (blocks of whole warpgroups).
 //
 // Operands: A (64 x K) and B (K x N = 256) come from shared memory through 64-bit matrix descriptors,
@@ -36,11 +38,14 @@
 // (T odd ? ERT_WGMMA_ITERS * K * a * b : 0).  With a = 1, b = 1/2 (the host's choice) every value is
 // exact in FP32: the host replays it (ert.backends.cuda_tensor.replay, one accumulator set of 128), and
 // a skipped wgmma or an off-by-one trial count shows.
+// INT8: the same in s32 accumulators, the -b copy negated byte by byte (__vneg4), a = 1 and b = 1: each
+// wgmma adds +-K = +-32, a trial +-32 * ERT_WGMMA_ITERS (2048 at the default), the next takes it back, so
+// every accumulator stays within [start, start + 2048] for any trial count (no s32 overflow).
 //
 // Nothing is dead: every accumulator of every thread is stored, the wgmmas of a warpgroup form one
 // dependent chain on its accumulators, and the operands are in shared memory filled from kernel
 // arguments at run time.  The SASS (tests/test_cuda_tensor.py, and ert's own check on the GPU where
-// cuobjdump is found) holds exactly ERT_WGMMA_ITERS HGMMA (FP8: QGMMA) instructions.
+// cuobjdump is found) holds exactly ERT_WGMMA_ITERS HGMMA (FP8: QGMMA, INT8: IGMMA) instructions.
 
 #ifndef ERT_WGMMA_TYPE
 #define ERT_WGMMA_TYPE 1
@@ -79,16 +84,31 @@
 #define ERT_WGMMA_OP "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"
 #define ERT_WGMMA_TAIL ", 1, 1;"
 #define ERT_WG_SIGN 0x80808080u
+#elif ERT_WGMMA_TYPE == 5
+#define ERT_WGMMA_OP "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"
+#define ERT_WGMMA_TAIL ";"              // integer wgmma takes no scale or transpose immediates
+#define ERT_WG_INT 1
 #else
-#error "ERT_WGMMA_TYPE must be 1 (FP16), 2 (BF16), 3 (TF32) or 4 (FP8 e4m3)"
+#error "ERT_WGMMA_TYPE must be 1 (FP16), 2 (BF16), 3 (TF32), 4 (FP8 e4m3) or 5 (INT8)"
 #endif
 
-#define ERT_WG_ACC 128           // f32 accumulators per thread: M*N / 128 threads
+#ifdef ERT_WG_INT
+typedef int wg_acc_t;
+#define ERT_WG_C "+r"
+// Every s8 of the word negated (two's complement, byte by byte).
+__device__ __forceinline__ unsigned int ert_wg_negate(unsigned int w) { return __vneg4(w); }
+#else
+typedef float wg_acc_t;
+#define ERT_WG_C "+f"
+__device__ __forceinline__ unsigned int ert_wg_negate(unsigned int w) { return w ^ ERT_WG_SIGN; }
+#endif
+
+#define ERT_WG_ACC 128           // f32 (INT8: s32) accumulators per thread: M*N / 128 threads
 #define ERT_WG_A_BYTES 2048      // 64 rows x 32 bytes
 #define ERT_WG_B_BYTES 8192      // 256 rows x 32 bytes
 
-// One wgmma: d (128 f32 per thread) += A (descriptor) * B (descriptor).
-__device__ __forceinline__ void ert_wgmma(float *d, unsigned long long desc_a, unsigned long long desc_b) {
+// One wgmma: d (128 f32 or s32 per thread) += A (descriptor) * B (descriptor).
+__device__ __forceinline__ void ert_wgmma(wg_acc_t *d, unsigned long long desc_a, unsigned long long desc_b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
         ERT_WGMMA_OP " {"
@@ -96,22 +116,22 @@ __device__ __forceinline__ void ert_wgmma(float *d, unsigned long long desc_a, u
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p" ERT_WGMMA_TAIL "\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : ERT_WG_C(d[0]), ERT_WG_C(d[1]), ERT_WG_C(d[2]), ERT_WG_C(d[3]), ERT_WG_C(d[4]), ERT_WG_C(d[5]), ERT_WG_C(d[6]), ERT_WG_C(d[7]),
+          ERT_WG_C(d[8]), ERT_WG_C(d[9]), ERT_WG_C(d[10]), ERT_WG_C(d[11]), ERT_WG_C(d[12]), ERT_WG_C(d[13]), ERT_WG_C(d[14]), ERT_WG_C(d[15]),
+          ERT_WG_C(d[16]), ERT_WG_C(d[17]), ERT_WG_C(d[18]), ERT_WG_C(d[19]), ERT_WG_C(d[20]), ERT_WG_C(d[21]), ERT_WG_C(d[22]), ERT_WG_C(d[23]),
+          ERT_WG_C(d[24]), ERT_WG_C(d[25]), ERT_WG_C(d[26]), ERT_WG_C(d[27]), ERT_WG_C(d[28]), ERT_WG_C(d[29]), ERT_WG_C(d[30]), ERT_WG_C(d[31]),
+          ERT_WG_C(d[32]), ERT_WG_C(d[33]), ERT_WG_C(d[34]), ERT_WG_C(d[35]), ERT_WG_C(d[36]), ERT_WG_C(d[37]), ERT_WG_C(d[38]), ERT_WG_C(d[39]),
+          ERT_WG_C(d[40]), ERT_WG_C(d[41]), ERT_WG_C(d[42]), ERT_WG_C(d[43]), ERT_WG_C(d[44]), ERT_WG_C(d[45]), ERT_WG_C(d[46]), ERT_WG_C(d[47]),
+          ERT_WG_C(d[48]), ERT_WG_C(d[49]), ERT_WG_C(d[50]), ERT_WG_C(d[51]), ERT_WG_C(d[52]), ERT_WG_C(d[53]), ERT_WG_C(d[54]), ERT_WG_C(d[55]),
+          ERT_WG_C(d[56]), ERT_WG_C(d[57]), ERT_WG_C(d[58]), ERT_WG_C(d[59]), ERT_WG_C(d[60]), ERT_WG_C(d[61]), ERT_WG_C(d[62]), ERT_WG_C(d[63]),
+          ERT_WG_C(d[64]), ERT_WG_C(d[65]), ERT_WG_C(d[66]), ERT_WG_C(d[67]), ERT_WG_C(d[68]), ERT_WG_C(d[69]), ERT_WG_C(d[70]), ERT_WG_C(d[71]),
+          ERT_WG_C(d[72]), ERT_WG_C(d[73]), ERT_WG_C(d[74]), ERT_WG_C(d[75]), ERT_WG_C(d[76]), ERT_WG_C(d[77]), ERT_WG_C(d[78]), ERT_WG_C(d[79]),
+          ERT_WG_C(d[80]), ERT_WG_C(d[81]), ERT_WG_C(d[82]), ERT_WG_C(d[83]), ERT_WG_C(d[84]), ERT_WG_C(d[85]), ERT_WG_C(d[86]), ERT_WG_C(d[87]),
+          ERT_WG_C(d[88]), ERT_WG_C(d[89]), ERT_WG_C(d[90]), ERT_WG_C(d[91]), ERT_WG_C(d[92]), ERT_WG_C(d[93]), ERT_WG_C(d[94]), ERT_WG_C(d[95]),
+          ERT_WG_C(d[96]), ERT_WG_C(d[97]), ERT_WG_C(d[98]), ERT_WG_C(d[99]), ERT_WG_C(d[100]), ERT_WG_C(d[101]), ERT_WG_C(d[102]), ERT_WG_C(d[103]),
+          ERT_WG_C(d[104]), ERT_WG_C(d[105]), ERT_WG_C(d[106]), ERT_WG_C(d[107]), ERT_WG_C(d[108]), ERT_WG_C(d[109]), ERT_WG_C(d[110]), ERT_WG_C(d[111]),
+          ERT_WG_C(d[112]), ERT_WG_C(d[113]), ERT_WG_C(d[114]), ERT_WG_C(d[115]), ERT_WG_C(d[116]), ERT_WG_C(d[117]), ERT_WG_C(d[118]), ERT_WG_C(d[119]),
+          ERT_WG_C(d[120]), ERT_WG_C(d[121]), ERT_WG_C(d[122]), ERT_WG_C(d[123]), ERT_WG_C(d[124]), ERT_WG_C(d[125]), ERT_WG_C(d[126]), ERT_WG_C(d[127])
         : "l"(desc_a), "l"(desc_b));
 }
 
@@ -123,7 +143,7 @@ __device__ __forceinline__ unsigned long long ert_desc(unsigned int addr) {
 }
 
 // out: ERT_WG_ACC accumulators per thread, thread-major (out[(global thread) * 128 + register]).
-extern "C" __global__ void __launch_bounds__(384) ERT_WG_NAME(ert_wgmma)(float *out, long long ntrials,
+extern "C" __global__ void __launch_bounds__(384) ERT_WG_NAME(ert_wgmma)(wg_acc_t *out, long long ntrials,
                                                                         unsigned long long a_bits,
                                                                         unsigned long long b_bits)
 {
@@ -133,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(384) ERT_WG_NAME(ert_wgmma)(float *
     for (int i = threadIdx.x; i < ERT_WG_A_BYTES / 4; i += blockDim.x) smem_a[i] = a_word;
     for (int i = threadIdx.x; i < ERT_WG_B_BYTES / 4; i += blockDim.x) {
         smem_b[0][i] = b_word;
-        smem_b[1][i] = b_word ^ ERT_WG_SIGN;
+        smem_b[1][i] = ert_wg_negate(b_word);
     }
     // Generic-proxy stores made visible to the async proxy that wgmma reads shared memory through.
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -144,9 +164,9 @@ extern "C" __global__ void __launch_bounds__(384) ERT_WG_NAME(ert_wgmma)(float *
     const unsigned long long desc_a = ert_desc((unsigned int)__cvta_generic_to_shared(smem_a));
     const unsigned long long desc_bpos = ert_desc((unsigned int)__cvta_generic_to_shared(smem_b[0]));
     const unsigned long long desc_bneg = ert_desc((unsigned int)__cvta_generic_to_shared(smem_b[1]));
-    float d[ERT_WG_ACC];
+    wg_acc_t d[ERT_WG_ACC];
 #pragma unroll
-    for (int r = 0; r < ERT_WG_ACC; ++r) d[r] = (float)(r + lane);
+    for (int r = 0; r < ERT_WG_ACC; ++r) d[r] = (wg_acc_t)(r + lane);
 
     // The accumulators were written by ordinary instructions: fence before the first wgmma reads them.
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -161,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(384) ERT_WG_NAME(ert_wgmma)(float *
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 
-    float *mine = out + thread * ERT_WG_ACC;
+    wg_acc_t *mine = out + thread * ERT_WG_ACC;
 #pragma unroll
     for (int r = 0; r < ERT_WG_ACC; ++r) mine[r] = d[r];
 }

@@ -63,14 +63,20 @@ def _id(shape) -> str:
 
 def test_shapes_table():
     assert {s: (v.m, v.n, v.k) for s, v in tc.SHAPES.items()} == {
-        "fp16": (16, 8, 16), "bf16": (16, 8, 16), "tf32": (16, 8, 8), "fp64": (8, 8, 4), "fp8": (16, 8, 32)}
+        "fp16": (16, 8, 16), "bf16": (16, 8, 16), "tf32": (16, 8, 8), "fp64": (8, 8, 4), "fp8": (16, 8, 32),
+        "int8": (16, 8, 32)}
     assert {s: v.flops_per_mma for s, v in tc.SHAPES.items()} == {
-        "fp16": 4096, "bf16": 4096, "tf32": 2048, "fp64": 512, "fp8": 8192}
+        "fp16": 4096, "bf16": 4096, "tf32": 2048, "fp64": 512, "fp8": 8192, "int8": 8192}
     for shape in tc.SHAPES.values():
         assert shape.acc_per_thread == shape.m * shape.n // 32 and shape.threads_per_mma == 32
     assert tc.SHAPES["fp16"].ptx == "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
     assert tc.SHAPES["fp64"].ptx == "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64"
-    assert [s.name for s in tc.shapes_for((8, 0))] == ["fp16", "bf16", "tf32", "fp64"]
+    assert tc.SHAPES["int8"].ptx == "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
+    assert [s.name for s in tc.shapes_for((8, 0))] == ["fp16", "bf16", "tf32", "fp64", "int8"]
+    # INT8 (IMMA) is native on every architecture from sm_80 (the SASS test counts it on each).
+    assert all("int8" in [s.name for s in tc.shapes_for(cc)] for cc in ((8, 0), (8, 6), (9, 0), (10, 0), (12, 1)))
+    assert [s.name for s in tc.SHAPES.values() if s.integer] == ["int8"]
+    assert tc.SHAPES["int8"].acc_dtype == np.int32 and tc.SHAPES["fp16"].acc_dtype == np.float32
     # FP8 mma.sync only where it is native (QMMA): Ada and sm_12x; ptxas emulates it on sm_90 to sm_11x.
     for cc, fp8 in (((8, 6), False), ((8, 9), True), ((9, 0), False), ((10, 0), False), ((10, 3), False),
                     ((11, 0), False), ((12, 0), True), ((12, 1), True)):
@@ -79,21 +85,24 @@ def test_shapes_table():
     # Hopper's wgmma, N = 256: 128 f32 accumulators per thread of a 128-thread warpgroup.
     assert {s: (v.m, v.n, v.k, v.flops_per_mma) for s, v in tc.WGMMA_SHAPES.items()} == {
         "fp16": (64, 256, 16, 524288), "bf16": (64, 256, 16, 524288), "tf32": (64, 256, 8, 262144),
-        "fp8": (64, 256, 32, 1048576)}
+        "fp8": (64, 256, 32, 1048576), "int8": (64, 256, 32, 1048576)}
     for shape in tc.WGMMA_SHAPES.values():
         assert shape.acc_per_thread == shape.m * shape.n // 128 == 128 and shape.threads_per_mma == 128
         assert shape.supported((9, 0)) and not any(shape.supported(cc) for cc in ((8, 9), (10, 0), (12, 0)))
     assert tc.WGMMA_SHAPES["fp8"].ptx == "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"
+    assert tc.WGMMA_SHAPES["int8"].ptx == "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"
+    assert (tc.WGMMA_SHAPES["int8"].sass, tc.SHAPES["int8"].sass) == ("IGMMA", "IMMA")
 
 
 @pytest.mark.parametrize("cc, want", [
-    ((8, 0), {"fp16": ["mma.sync"], "fp64": ["mma.sync"], "fp8": []}),
-    ((8, 6), {"fp16": ["mma.sync"], "fp8": []}),
-    ((8, 9), {"fp16": ["mma.sync"], "fp8": ["mma.sync"]}),
+    ((8, 0), {"fp16": ["mma.sync"], "fp64": ["mma.sync"], "fp8": [], "int8": ["mma.sync"]}),
+    ((8, 6), {"fp16": ["mma.sync"], "fp8": [], "int8": ["mma.sync"]}),
+    ((8, 9), {"fp16": ["mma.sync"], "fp8": ["mma.sync"], "int8": ["mma.sync"]}),
     ((9, 0), {"fp16": ["wgmma", "mma.sync"], "bf16": ["wgmma", "mma.sync"], "tf32": ["wgmma", "mma.sync"],
-              "fp64": ["mma.sync"], "fp8": ["wgmma"]}),
-    ((10, 0), {"fp16": ["mma.sync"], "fp64": ["mma.sync"], "fp8": []}),
-    ((12, 0), {"fp16": ["mma.sync"], "fp8": ["mma.sync"]}),
+              "fp64": ["mma.sync"], "fp8": ["wgmma"], "int8": ["wgmma", "mma.sync"]}),
+    ((10, 0), {"fp16": ["mma.sync"], "fp64": ["mma.sync"], "fp8": [], "int8": ["mma.sync"]}),
+    ((12, 0), {"fp16": ["mma.sync"], "fp8": ["mma.sync"], "int8": ["mma.sync"]}),
+    ((7, 5), {"fp16": [], "int8": []}),
 ])
 def test_variants_per_architecture(cc, want):
     """FP8 only where native (mma.sync on sm_89/sm_12x, wgmma on sm_90); on sm_90 wgmma first: it is the roof."""
@@ -106,13 +115,17 @@ def test_variants_per_architecture(cc, want):
         assert why.startswith("no FP8 tensor roof:") and "emulates it" in why and "tcgen05" in why
     if cc == (8, 6):
         assert "fp8 mma.sync needs sm_89; this GPU is sm_86" in tc.no_tensor_why(cc, "fp8")
+    if cc == (7, 5):
+        assert tc.no_tensor_why(cc, "int8") == "no INT8 tensor roof: int8 mma.sync needs sm_80; this GPU is sm_75"
 
 
 def test_mma_sync_labels():
     assert tc.mma_sync_note((9, 0), "fp16") == "mma.sync, below Hopper's wgmma rate"
+    assert tc.mma_sync_note((9, 0), "int8") == "mma.sync, below Hopper's wgmma rate"  # IGMMA is the roof
     assert tc.mma_sync_note((9, 0), "fp64") == ""  # no wgmma form: DMMA is Hopper's FP64 tensor path
     assert tc.mma_sync_note((8, 0), "fp16") == tc.mma_sync_note((12, 0), "fp16") == ""
-    assert "tcgen05" in tc.mma_sync_note((10, 0), "bf16")
+    assert "tcgen05" in tc.mma_sync_note((10, 0), "bf16") and "tcgen05" in tc.mma_sync_note((10, 0), "int8")
+    assert tc.mma_sync_note((8, 0), "int8") == tc.mma_sync_note((8, 6), "int8") == ""
 
 
 def test_flop_accounting():
@@ -130,6 +143,12 @@ def test_flop_accounting():
         tc.flops_per_launch(wg, blocks=1, threads_per_block=64, trials=1)
     assert tc.compile_defines(fp16) == ("-DERT_MMA_TYPE=1", "-DERT_MMA_ITERS=64", "-DERT_MMA_SETS=8")
     assert tc.compile_defines(tc.WGMMA_SHAPES["fp8"]) == ("-DERT_WGMMA_TYPE=4", "-DERT_WGMMA_ITERS=64")
+    assert tc.compile_defines(tc.WGMMA_SHAPES["int8"]) == ("-DERT_WGMMA_TYPE=5", "-DERT_WGMMA_ITERS=64")
+    assert tc.compile_defines(tc.SHAPES["int8"]) == ("-DERT_MMA_TYPE=6", "-DERT_MMA_ITERS=64", "-DERT_MMA_SETS=8")
+    # INT8 counts integer operations the same way: 2 x 16 x 8 x 32 per IMMA, 2 x 64 x 256 x 32 per IGMMA.
+    assert tc.flops_per_launch(tc.SHAPES["int8"], blocks=1, threads_per_block=64, trials=3) == 2 * 64 * 3 * 8192
+    assert tc.flops_per_launch(tc.WGMMA_SHAPES["int8"], blocks=1, threads_per_block=128, trials=3) == \
+        64 * 3 * 1048576
     assert tc.target_arch(wg, (9, 0)) == "sm_90a" and tc.target_arch(fp16, (9, 0)) == "sm_90"
     with pytest.raises(ValueError):
         tc.compile_defines(fp16, iters=12, sets=8)
@@ -138,10 +157,18 @@ def test_flop_accounting():
 
 
 def test_operand_bits():
-    words = {name: (tc.operand_word(s, tc.A_VALUE), tc.operand_word(s, tc.B_VALUE)) for name, s in tc.SHAPES.items()}
+    words = {name: tuple(tc.operand_word(s, v) for v in tc.operand_values(s)) for name, s in tc.SHAPES.items()}
     assert words == {"fp16": (0x3C003C00, 0x38003800), "bf16": (0x3F803F80, 0x3F003F00),
                      "tf32": (0x3F800000, 0x3F000000), "fp64": (0x3FF0000000000000, 0x3FE0000000000000),
-                     "fp8": (0x38383838, 0x30303030)}
+                     "fp8": (0x38383838, 0x30303030), "int8": (0x01010101, 0x01010101)}
+    assert tc.operand_values(tc.SHAPES["fp16"]) == (tc.A_VALUE, tc.B_VALUE) == (1.0, 0.5)
+    int8 = tc.SHAPES["int8"]
+    # The kernel negates B byte by byte (__vneg4) on odd trials: -1 is 0xFF in every byte.
+    assert tc.element_bits(int8, -1) == 0xFF and tc.operand_word(int8, -1) == 0xFFFFFFFF
+    assert tc.operand_word(int8, -128) == 0x80808080 and tc.operand_word(tc.WGMMA_SHAPES["int8"], 3) == 0x03030303
+    for bad in (0.5, 128, -129):
+        with pytest.raises(ValueError, match="s8"):
+            tc.element_bits(int8, bad)
     assert tc.element_bits(tc.SHAPES["fp8"], -0.5) == 0xB0  # the sign the kernel flips on odd trials
     with pytest.raises(ValueError):
         tc.element_bits(tc.SHAPES["fp8"], 0.3)
@@ -154,8 +181,9 @@ def _emulate(shape: tc.MmaShape, *, trials: int, iters: int, sets: int) -> np.nd
     every element of D is alike, so lane l's register r of set s holds the element its start value says).
     For wgmma the warp is one of its warpgroup's four; each holds the same (register + lane) values."""
     acc_t = shape.acc_dtype
-    a = np.full((shape.m, shape.k), tc.A_VALUE, acc_t)
-    b = np.full((shape.k, shape.n), tc.B_VALUE, acc_t)
+    a_value, b_value = tc.operand_values(shape)
+    a = np.full((shape.m, shape.k), a_value, acc_t)
+    b = np.full((shape.k, shape.n), b_value, acc_t)
     lanes = np.arange(32)
     d = np.zeros((32, sets, shape.acc_per_thread), acc_t)
     d[:] = (np.arange(sets)[:, None] * shape.acc_per_thread + np.arange(shape.acc_per_thread)[None, :])[None] \
@@ -183,9 +211,28 @@ def test_replay_matches_an_emulation_bit_exactly(shape):
     assert np.array_equal(tc.replay(shape, threads=threads, trials=10 ** 9),
                           tc.replay(shape, threads=threads, trials=0))
     odd = tc.replay(shape, threads=threads, trials=10 ** 9 + 1)
-    assert odd[0, 0, 0] == 64 // tc.sets_of(shape) * shape.k * 0.5
+    a, b = tc.operand_values(shape)
+    assert odd[0, 0, 0] == 64 // tc.sets_of(shape) * shape.k * a * b
     with pytest.raises(ValueError):
         tc.replay(shape, threads=threads + 32 if wgmma else 48, trials=1)
+
+
+def test_int8_replay_is_exact_and_guarded_against_s32_overflow():
+    """INT8: s32 accumulators, +-32 per IMMA / IGMMA; a skipped MMA shows after an odd trial count, and operand
+    values that would overflow s32 within a trial are refused rather than replayed wrongly."""
+    for shape in (tc.SHAPES["int8"], tc.WGMMA_SHAPES["int8"]):
+        threads = shape.threads_per_mma
+        odd = tc.replay(shape, threads=threads, trials=3)
+        assert odd.dtype == np.int32
+        per_trial = 64 // tc.sets_of(shape) * 32  # 256 (8 IMMAs of a chain) or 2048 (64 IGMMAs)
+        assert np.array_equal(odd - tc.replay(shape, threads=threads, trials=2), np.full(odd.shape, per_trial))
+        short = tc.replay(shape, threads=threads, trials=3, iters=64 - tc.sets_of(shape))  # one MMA fewer a chain
+        assert (odd - short).max() == 32
+        with pytest.raises(ValueError, match="overflow"):
+            tc.replay(shape, threads=threads, trials=1, a=127, b=127, iters=64 * 1024)
+    # Emulated: each IMMA's s32 product K x 127 x 127 stays exact, and a large chain too, where it fits.
+    big = tc.replay(tc.SHAPES["int8"], threads=32, trials=1, a=127, b=127)
+    assert big[0, 0, 0] == 8 * 32 * 127 * 127
 
 
 def test_rated_a100_h100_match_nvidia_dense_figures():
@@ -193,14 +240,14 @@ def test_rated_a100_h100_match_nvidia_dense_figures():
     def rated(info):
         return {r["precision"]: r["gflops_per_s"] / 1000 for r in tc.rated_tensor_peaks(info)}
     a100 = rated(A100)
-    for precision, tflops in {"fp16": 312, "bf16": 312, "tf32": 156, "fp64": 19.5}.items():
+    for precision, tflops in {"fp16": 312, "bf16": 312, "tf32": 156, "fp64": 19.5, "int8": 624}.items():
         assert a100[precision] == pytest.approx(tflops, rel=0.01), precision
     assert "fp8" not in a100
     h100 = rated(H100)
     assert h100["fp64"] == pytest.approx(66.9, rel=0.01)
     # NVIDIA quotes H100's FP16/BF16/TF32/FP8 figures at 1830 MHz, not the 1980 MHz maximum clock.
     h100_tensor = rated(H100_TENSOR_CLOCK)
-    for precision, tflops in {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp8": 1978.9}.items():
+    for precision, tflops in {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp8": 1978.9, "int8": 1978.9}.items():
         assert h100_tensor[precision] == pytest.approx(tflops, rel=0.01), precision
     assert h100["fp16"] == pytest.approx(989.4 * 1980 / 1830, rel=0.001)
     rows = {r["precision"]: r for r in tc.rated_tensor_peaks(H100)}
@@ -208,12 +255,30 @@ def test_rated_a100_h100_match_nvidia_dense_figures():
     # The roof's instruction: wgmma wherever Hopper has one, DMMA's mma.sync for FP64.
     assert {p: (r["instruction"], r["shape"]) for p, r in rows.items()} == {
         "fp16": ("wgmma", "m64n256k16"), "bf16": ("wgmma", "m64n256k16"), "tf32": ("wgmma", "m64n256k8"),
-        "fp64": ("mma.sync", "m8n8k4"), "fp8": ("wgmma", "m64n256k32")}
+        "fp64": ("mma.sync", "m8n8k4"), "fp8": ("wgmma", "m64n256k32"), "int8": ("wgmma", "m64n256k32")}
+    # INT8 is integer operations: GIOP/s, the value in giops_per_s too, its source named; the FP types stay GFLOP/s.
+    int8 = rows["int8"]
+    assert int8["unit"] == "GIOP/s" and int8["giops_per_s"] == int8["gflops_per_s"] and int8["accumulate"] == "s32"
+    assert "tensor integer op/cycle/SM" in int8["derivation"] and "H100 SXM5 datasheet: 1978.9" in int8["derivation"]
+    assert all("unit" not in r and "giops_per_s" not in r and "tensor FLOP/cycle/SM" in r["derivation"]
+               for p, r in rows.items() if p != "int8")
+
+
+def test_rated_int8_on_ga10x_from_the_a40_datasheet():
+    """sm_86 records INT8 only (A40: 299.3 dense TOPS, 84 SMs at 1740 MHz); its FP types stay unrated."""
+    rows = {r["precision"]: r for r in tc.rated_tensor_peaks(_info((8, 6), 84, 1740))}
+    assert rows["int8"]["gflops_per_s"] / 1000 == pytest.approx(299.3, rel=0.001)
+    assert "A40 datasheet" in rows["int8"]["derivation"] and rows["int8"]["instruction"] == "mma.sync"
+    assert all(r["gflops_per_s"] is None and "no per-SM tensor rate recorded for sm_86" in r["derivation"]
+               for p, r in rows.items() if p != "int8")
+    ada = {r["precision"]: r for r in tc.rated_tensor_peaks(_info((8, 9), 142, 2520))}
+    assert ada["int8"]["gflops_per_s"] is None and "L40S" in ada["int8"]["derivation"]
+    assert ada["int8"]["unit"] == "GIOP/s" and ada["int8"]["giops_per_s"] is None
 
 
 def test_unrated_architectures_say_why():
     for cc, words in (((8, 9), "Ada"), ((10, 0), "B200"), ((8, 6), "no per-SM tensor rate")):
-        rows = tc.rated_tensor_peaks(_info(cc, 100, 1500))
+        rows = [r for r in tc.rated_tensor_peaks(_info(cc, 100, 1500)) if cc != (8, 6) or r["precision"] != "int8"]
         assert rows and all(r["gflops_per_s"] is None and words in r["derivation"] for r in rows), rows
     assert "fp8" not in [r["precision"] for r in tc.rated_tensor_peaks(_info((10, 0), 148, 1965))]
     no_clock = tc.rated_tensor_peaks(_info((8, 0), 108, 0))
@@ -265,13 +330,13 @@ def _variants(arch: str, iter_sets=ITER_SETS) -> list[tuple[tc.MmaShape, int, in
     cc = _cc(arch)
     if arch.endswith("a"):
         return [(shape, iters, 1) for shape in tc.WGMMA_SHAPES.values() for iters in {i for i, _ in iter_sets}]
-    shapes = tc.shapes_for(cc) if arch != "sm_89" else [tc.SHAPES["fp8"]]
+    shapes = tc.shapes_for(cc) if arch != "sm_89" else [tc.SHAPES["fp8"], tc.SHAPES["int8"]]
     return [(shape, iters, sets) for shape in shapes for iters, sets in iter_sets]
 
 
 UNDEF = ("ERT_MMA_TYPE", "ERT_MMA_ITERS", "ERT_MMA_SETS", "ERT_NAME_SUFFIX", "ERT_MMA_OP", "ERT_SIGN", "ERT_ACC",
-         "ERT_A_REGS", "ERT_B_REGS", "ERT_WGMMA_TYPE", "ERT_WGMMA_ITERS", "ERT_WGMMA_OP", "ERT_WGMMA_TAIL",
-         "ERT_WG_SIGN", "ERT_WG_ACC", "ERT_WG_A_BYTES", "ERT_WG_B_BYTES")
+         "ERT_ACC_CONSTRAINT", "ERT_A_REGS", "ERT_B_REGS", "ERT_WGMMA_TYPE", "ERT_WGMMA_ITERS", "ERT_WGMMA_OP",
+         "ERT_WGMMA_TAIL", "ERT_WG_SIGN", "ERT_WG_INT", "ERT_WG_C", "ERT_WG_ACC", "ERT_WG_A_BYTES", "ERT_WG_B_BYTES")
 
 
 def _batch(variants, extra_defines=()) -> str:
@@ -328,10 +393,12 @@ def test_every_variant_holds_its_mmas(ptx, arch):
         # ERT_MMA_ITERS MMAs of the shape per trial: the trial loop is one loop, the MMAs unrolled in it.
         assert mmas == [shape.ptx] * iters, (shape.name, iters, sets, sorted(set(mmas)), len(mmas))
         assert len(re.findall(r"^\$L__BB\d+_\d+:", body, re.M)) <= 8  # no unrolled copies of the trial loop
-        stores = re.findall(r"\bst\.global\.(?:v\d\.)?(f32|f64)\b", body)
-        stored = sum(int(m) if m else 1 for m in re.findall(r"\bst\.global\.(?:v(\d)\.)?f(?:32|64)\b", body))
+        stores = re.findall(r"\bst\.global\.(?:v\d\.)?(f32|f64|u32|s32|b32)\b", body)
+        stored = sum(int(m) if m else 1
+                     for m in re.findall(r"\bst\.global\.(?:v(\d)\.)?(?:f32|f64|u32|s32|b32)\b", body))
         assert stored == sets * shape.acc_per_thread  # every accumulator stored: nothing dead
-        assert set(stores) == {shape.acc_type}
+        # FP: st.global.f32 / .f64; INT8's s32 accumulators are stored as 32-bit integers (st.global.u32).
+        assert set(stores) == ({"u32"} if shape.integer else {shape.acc_type})
         if shape.instruction == "wgmma":
             assert body.count("wgmma.commit_group.sync.aligned") == 1 and "fence.proxy.async" in body
 
@@ -372,16 +439,21 @@ def test_sass_holds_one_native_tensor_instruction_per_counted_mma(sass, arch):
     every variant offered on every architecture holds exactly that many, and no other tensor instruction."""
     offered = {v[0].name for v in sass[arch]}
     if arch == "sm_90a":
-        assert offered == {"fp16", "bf16", "tf32", "fp8"}
+        assert offered == {"fp16", "bf16", "tf32", "fp8", "int8"}
     else:
         assert ("fp8" in offered) == (arch in ("sm_89", "sm_120", "sm_121")), (arch, offered)
+        assert "int8" in offered, (arch, offered)  # IMMA: every sm_80+ architecture (sm_89's batch: FP8, INT8)
     for (shape, iters, sets), text in sass[arch].items():
         verdict = tc.check_sass(shape, text, iters=iters)
         assert verdict.ok, (arch, shape.name, verdict.detail)
         counts = tc.tensor_instructions(text)
         assert sum(counts.values()) == iters and all(op.startswith(shape.sass + ".") for op in counts), counts
-        expected = {"f16": "F32", "bf16": "BF16", "tf32": "TF32", "e4m3": "E4M3", "f64": ""}[shape.input_type]
+        expected = {"f16": "F32", "bf16": "BF16", "tf32": "TF32", "e4m3": "E4M3", "f64": "",
+                    "s8": ".S8.S8"}[shape.input_type]
         assert all(expected in op for op in counts), (arch, counts)
+        if shape.integer:  # nvcc 13.0: IMMA.16832.S8.S8 on every sm_80+ target, IGMMA.64x256x32.S8.S8 on sm_90a
+            assert counts == {("IGMMA.64x256x32.S8.S8" if shape.instruction == "wgmma" else "IMMA.16832.S8.S8"):
+                              iters}, (arch, counts)
         if shape.instruction == "wgmma":
             assert all(f".{shape.m}x{shape.n}x{shape.k}." in op for op in counts), counts
 
@@ -444,7 +516,8 @@ def test_no_spills(tmp_path, arch):
 @needs_nvcc
 @pytest.mark.parametrize("arch, defines", [("sm_75", ()), ("sm_80", ("-DERT_MMA_TYPE=5",)),
                                            ("sm_86", ("-DERT_MMA_TYPE=5",)), ("sm_90", ("-DERT_MMA_TYPE=5",)),
-                                           ("sm_100", ("-DERT_MMA_TYPE=5",)), ("sm_90", ("-DERT_MMA_TYPE=6",)),
+                                           ("sm_100", ("-DERT_MMA_TYPE=5",)), ("sm_90", ("-DERT_MMA_TYPE=7",)),
+                                           ("sm_75", ("-DERT_MMA_TYPE=6",)),
                                            ("sm_90", ("-DERT_MMA_ITERS=12", "-DERT_MMA_SETS=8"))])
 def test_bad_arch_or_defines_are_refused(tmp_path, arch, defines):
     rc, _, err = _nvcc(("-ptx", f"-arch={arch}", *defines), KERNEL, tmp_path / "x.ptx")
@@ -453,7 +526,8 @@ def test_bad_arch_or_defines_are_refused(tmp_path, arch, defines):
 
 @needs_nvcc
 @pytest.mark.parametrize("arch, defines", [("sm_90", ()), ("sm_100a", ()), ("sm_89", ()),
-                                           ("sm_90a", ("-DERT_WGMMA_TYPE=5",)), ("sm_90a", ("-DERT_WGMMA_ITERS=0",))])
+                                           ("sm_90a", ("-DERT_WGMMA_TYPE=6",)), ("sm_90a", ("-DERT_WGMMA_ITERS=0",)),
+                                           ("sm_90", ("-DERT_WGMMA_TYPE=5",))])
 def test_wgmma_kernel_refuses_other_targets_and_bad_defines(tmp_path, arch, defines):
     rc, _, err = _nvcc(("-ptx", f"-arch={arch}", *defines), KERNEL.parent / tc.WGMMA_KERNEL_FILE, tmp_path / "x.ptx")
     assert rc != 0 and "error" in err
@@ -485,7 +559,8 @@ def _nvrtc_reason() -> str:
 @pytest.mark.skipif(bool(_nvrtc_reason()) or CUOBJDUMP is None, reason=_nvrtc_reason() or "needs cuobjdump")
 @pytest.mark.parametrize("shape, cc", [*((s, (9, 0)) for s in tc.WGMMA_SHAPES.values()),
                                        (tc.SHAPES["fp16"], (8, 0)), (tc.SHAPES["fp64"], (9, 0)),
-                                       (tc.SHAPES["fp8"], (8, 9)), (tc.SHAPES["fp8"], (12, 0))],
+                                       (tc.SHAPES["fp8"], (8, 9)), (tc.SHAPES["fp8"], (12, 0)),
+                                       (tc.SHAPES["int8"], (8, 0)), (tc.SHAPES["int8"], (10, 0))],
                          ids=lambda x: _id(x) if isinstance(x, tc.MmaShape) else f"sm_{x[0]}{x[1]}")
 def test_nvrtc_builds_what_the_backend_loads(shape, cc):
     """CupyDevice.tensor_function's build without its GPU: NVRTC with the backend's options for the target
@@ -521,8 +596,8 @@ def _run(cupy, device, shape, *, blocks, threads, trials):
     assert sass["ok"] is not False, sass["detail"]
     sets = tc.sets_of(shape)
     out = cupy.zeros(blocks * threads * sets * shape.acc_per_thread, dtype=shape.acc_dtype)
-    args = (out, np.int64(trials), np.uint64(tc.operand_word(shape, tc.A_VALUE)),
-            np.uint64(tc.operand_word(shape, tc.B_VALUE)))
+    a, b = tc.operand_values(shape)
+    args = (out, np.int64(trials), np.uint64(tc.operand_word(shape, a)), np.uint64(tc.operand_word(shape, b)))
     kernel((blocks,), (threads,), args)  # warm-up
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     start.record()
@@ -561,7 +636,8 @@ def test_gpu_reaches_the_rated_tensor_peak(name, instruction):
     assert np.array_equal(got, tc.replay(shape, threads=blocks * threads, trials=trials))
     gflops = tc.flops_per_launch(shape, blocks=blocks, threads_per_block=threads, trials=trials) / seconds / 1e9
     if note:  # mma.sync on sm_90 (or sm_100): not the roof; the guard applies to wgmma (tcgen05 not written)
-        pytest.skip(f"{note}: measured {gflops:.0f} GFLOP/s = {gflops / rated['gflops_per_s']:.2f} x rated")
+        unit = "GIOP/s" if shape.integer else "GFLOP/s"
+        pytest.skip(f"{note}: measured {gflops:.0f} {unit} = {gflops / rated['gflops_per_s']:.2f} x rated")
     # The issue's threshold: wgmma on sm_90, mma.sync where it is the full-rate instruction.
     assert gflops >= 0.8 * rated["gflops_per_s"], (name, instruction, gflops, rated, info.arch)
 
@@ -631,7 +707,8 @@ class EmulatedTensorGpu:
     def launch(self, function, *, blocks, threads, args):
         kind, shape = function
         out, trials = args[0], int(args[1])
-        assert int(args[2]) == tc.operand_word(shape, tc.A_VALUE) and int(args[3]) == tc.operand_word(shape, tc.B_VALUE)
+        a, b = tc.operand_values(shape)
+        assert int(args[2]) == tc.operand_word(shape, a) and int(args[3]) == tc.operand_word(shape, b)
         assert threads % shape.threads_per_mma == 0
         iters = tc.DEFAULT_ITERS - (1 if self.drop_mmas else 0)
         sets = tc.sets_of(shape)
@@ -802,15 +879,16 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
 
     cfg = from_dict({"backend": "cuda", "precisions": ["fp32"], "flops_per_element": [1], "threads": 1,
                      "working_set": {"min_bytes": 1 << 16, "max_bytes": 1 << 16},
-                     "tensor": ["fp16", "bf16", "tf32", "fp64", "fp8"], "timing": TENSOR_TIMING})
+                     "tensor": ["fp16", "bf16", "tf32", "fp64", "fp8", "int8"], "timing": TENSOR_TIMING})
     backend = _tensor_backend(config=cfg)
     points = [p for p in _plan(cfg, backend) if p.spec.tensor]
     header = rundir.header(cfg, backend_info=backend.describe(), comm=SerialComm(), placement=None,
                            rank_warnings=[], planned_points=len(points))
     result = run_sweep(config=cfg, points=points, run_dir=tmp_path, backend=backend, comm=SerialComm(),
                        header=header)
-    # wgmma: fp16, bf16, tf32, fp8 x 2 geometries; mma.sync: fp16, bf16, tf32, fp64 x 3 (no fp8: emulated).
-    assert result.measured_now == 4 * 2 + 4 * 3
+    # wgmma: fp16, bf16, tf32, fp8, int8 x 2 geometries; mma.sync: fp16, bf16, tf32, fp64, int8 x 3 (no fp8:
+    # emulated).
+    assert result.measured_now == 5 * 2 + 5 * 3
     raw = read_raw(tmp_path / "raw.jsonl")
     assert all(r["valid"] and r["spec"]["pipe"] == "tensor" and r["device"]["sm_clock_mhz"]["max"] == 1755
                for r in raw.points)
@@ -820,7 +898,8 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     assert doc["schema_version"] == ceilings_io.SCHEMA_VERSION and doc["ceilings"]["memory"] == []
     tensor = {(c["precision"], c["instruction"]): c for c in doc["ceilings"]["compute"]}
     assert set(tensor) == {("fp64", "mma.sync"), ("fp16", "wgmma"), ("fp16", "mma.sync"), ("bf16", "wgmma"),
-                           ("bf16", "mma.sync"), ("tf32", "wgmma"), ("tf32", "mma.sync"), ("fp8", "wgmma")}
+                           ("bf16", "mma.sync"), ("tf32", "wgmma"), ("tf32", "mma.sync"), ("fp8", "wgmma"),
+                           ("int8", "wgmma"), ("int8", "mma.sync")}
     order = list(tensor)
     assert order[:3] == [("fp64", "mma.sync"), ("fp16", "wgmma"), ("fp16", "mma.sync")]  # PRECISION_ORDER first
     assert all(order.index((p, "wgmma")) < order.index((p, "mma.sync")) for p in ("bf16", "tf32"))
@@ -829,6 +908,13 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
             fp16["fma"], fp16["unit"]) == ("tensor", "f16", "f32", "m64n256k16", 524288, True, "GFLOP/s")
     assert tensor["fp16", "mma.sync"]["mma_shape"] == "m16n8k16"
     assert tensor["fp64", "mma.sync"]["accumulate"] == "f64" and tensor["fp8", "wgmma"]["input_type"] == "e4m3"
+    # INT8: integer operations, GIOP/s (the integer roofs' rule: the value in giops_per_s and gflops_per_s).
+    for instruction, shape, per_mma in (("wgmma", "m64n256k32", 1048576), ("mma.sync", "m16n8k32", 8192)):
+        c = tensor["int8", instruction]
+        assert (c["unit"], c["input_type"], c["accumulate"], c["mma_shape"], c["flops_per_mma"]) == \
+            ("GIOP/s", "s8", "s32", shape, per_mma)
+        assert c["giops_per_s"] == c["gflops_per_s"] and "tensor integer op/cycle/SM" in c["rated"]["derivation"]
+    assert all(c["unit"] == "GFLOP/s" and "giops_per_s" not in c for (p, _), c in tensor.items() if p != "int8")
     for (name, instruction), c in tensor.items():
         # 4 SMs x 1755 MHz x the per-SM rate; the emulated GPU runs at 90 % (50 % for sm_90's mma.sync).
         per_sm = tc.TENSOR_FLOPS_PER_CYCLE_PER_SM[(9, 0)][name]
@@ -842,15 +928,35 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     assert not any("still rose" in w for w in doc["warnings"])
     # The labelled mma.sync roofs are below rated, and said so; the consumers name the instruction.
     below = [w for w in doc["warnings"] if "below Hopper's wgmma rate" in w]
-    assert sorted(w.split(":")[0] for w in below) == [f"{p} tensor (mma.sync) peak" for p in ("bf16", "fp16", "tf32")]
+    assert sorted(w.split(":")[0] for w in below) == [f"{p} tensor (mma.sync) peak"
+                                                      for p in ("bf16", "fp16", "int8", "tf32")]
+    int8_below = next(w for w in below if w.startswith("int8"))
+    assert int8_below.count("GIOP/s") == 2 and "GFLOP/s" not in int8_below
     assert not any("wgmma) peak" in w for w in doc["warnings"]), doc["warnings"]
     from ert.consumers import roofs as roofs_mod
     from ert.consumers.report import _compute_section
 
     shown = _compute_section(doc["ceilings"]["compute"])
-    assert "Tensor-core compute (warp-level MMA, warpgroup wgmma on Hopper; a multiply-add is 2 FLOPs)" in shown
+    assert ("Tensor-core compute (warp-level MMA, warpgroup wgmma on Hopper; a multiply-add is 2 FLOPs; int8: 2 "
+            "integer ops, GIOP/s)") in shown
     assert sum("m64n256k16 wgmma" in line for line in shown) == 2  # fp16 and bf16
     assert "  fp16 m16n8k16: mma.sync, below Hopper's wgmma rate" in shown
+    # A unit column: GIOP/s on the int8 rows, GFLOP/s on the others; int8 is not listed as a vector integer roof.
+    header = next(line for line in shown if line.lstrip().startswith("precision") and "unit" in line)
+    rows = [line.split() for line in shown[shown.index(header) + 1:]
+            if line.lstrip().startswith(("int8 ", "fp", "bf", "tf")) and "/s" in line]
+    assert {r[0]: r[r.index("GIOP/s") if "GIOP/s" in r else r.index("GFLOP/s")] for r in rows} == {
+        "fp64": "GFLOP/s", "fp16": "GFLOP/s", "bf16": "GFLOP/s", "tf32": "GFLOP/s", "fp8": "GFLOP/s",
+        "int8": "GIOP/s"}
+    assert not any(line.startswith("Integer compute") for line in shown)
+    from ert.consumers.report import _rated_section
+
+    rated_rows = [line for line in _rated_section(doc) if "tensor peak" in line]
+    assert sum("int8 tensor peak GIOP/s" in line for line in rated_rows) == 2  # wgmma and mma.sync
+    assert not any("int8" in line and "GFLOP/s" in line for line in rated_rows)
+    int8_roof = roofs_mod.tensor_roof(doc, "int8")
+    assert int8_roof.unit == "GIOP/s" and int8_roof.value == tensor["int8", "wgmma"]["giops_per_s"]
+    assert roofs_mod.tensor_roof(doc, "fp8").unit == "GFLOP/s" and roofs_mod.integer_roof(doc, "int8") is None
 
     roof = roofs_mod.tensor_roof(doc, "fp16")
     assert roof.entry["instruction"] == "wgmma" and roof.name == "FP16 tensor (wgmma m64n256k16, f32 accumulate)"
@@ -858,6 +964,23 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
 
     labels = [r.label for r in compare_rows([doc, doc]) if "fp16 tensor" in r.label]
     assert labels == ["fp16 tensor m16n8k16, f32 accumulate peak", "fp16 tensor wgmma m64n256k16, f32 accumulate peak"]
+    units = {r.label: r.unit for r in compare_rows([doc, doc]) if "tensor" in r.label}
+    assert units["int8 tensor wgmma m64n256k32, s32 accumulate peak"] == "GIOP/s"
+    assert units["fp8 tensor wgmma m64n256k32, f32 accumulate peak"] == "GFLOP/s"
+    # ERT's JSON export: an integer roof is no FLOP row; INT8 Tensor under INTEGER_GIOPS, its shape in TENSOR.
+    from ert.consumers.export import to_csv, to_ert
+
+    hbm = {"level": "HBM", "precision": "fp32", "access": "rw", "gbytes_per_s": 3000.0, "spread": 0.01,
+           "wss_bytes": [1 << 30, 1 << 31], "n_points": 3, "flops_per_element": 1}
+    exported = to_ert({**doc, "ceilings": {**doc["ceilings"], "memory": [hbm]}})["empirical"]["gflops"]
+    assert not any(row[0].startswith("INT8") for row in exported["data"])
+    assert exported["metadata"]["INTEGER_GIOPS"]["INT8 Tensor"] == round(int8_roof.value, 2)
+    assert exported["metadata"]["TENSOR"]["INT8 Tensor"]["unit"] == "GIOP/s"
+    assert any(row[0] == "FP8 Tensor GFLOPs" for row in exported["data"])
+    import csv
+
+    csv_units = {(row[3], row[7]) for row in list(csv.reader(to_csv(doc).splitlines()))[1:]}
+    assert ("int8", "GIOP/s") in csv_units and ("int8", "GFLOP/s") not in csv_units and ("fp8", "GFLOP/s") in csv_units
 
 
 def test_tensor_points_above_the_rated_peak_are_invalid(tmp_path):
@@ -869,7 +992,9 @@ def test_tensor_points_above_the_rated_peak_are_invalid(tmp_path):
     peak = rated["tensor"]["fp16"]["gflops_per_s"]  # 4 x 1980 MHz x 4096 = 32440 GFLOP/s
     assert peak == pytest.approx(32440.3, abs=0.1)
     for spec, what in ((KernelSpec("fp16", 4096, True, pipe="tensor"), "fp16 tensor GFLOP/s"),
-                       (tc.spec_of(tc.WGMMA_SHAPES["fp16"]), "fp16 tensor (wgmma) GFLOP/s")):
+                       (tc.spec_of(tc.WGMMA_SHAPES["fp16"]), "fp16 tensor (wgmma) GFLOP/s"),
+                       (tc.spec_of(tc.WGMMA_SHAPES["int8"]), "int8 tensor (wgmma) GIOP/s")):
+        peak = rated["tensor"][spec.precision]["gflops_per_s"]
         mmas = 8192
         seconds = mmas * spec.flops_per_element * 10 / (1.2 * peak * 1e9)
         rec = {"id": "x", "spec": spec.to_dict(), "elements": mmas, "trials": 10, "valid": True,
@@ -924,4 +1049,4 @@ def test_ert_validate_counts_the_tensor_config(capsys):
     config = Path(__file__).resolve().parents[1] / "configs" / "gpu-tensor.yaml"
     assert cmd_validate(argparse.Namespace(config=str(config))) == 0
     out = capsys.readouterr().out
-    assert "valid: 6 kernel variant(s)" in out and "plus tensor kernels fp16, bf16, tf32, fp64, fp8" in out
+    assert "valid: 6 kernel variant(s)" in out and "plus tensor kernels fp16, bf16, tf32, fp64, fp8, int8" in out

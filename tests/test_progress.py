@@ -100,3 +100,18 @@ def test_say_ends_the_status_line_first():
     p.begin(_point())
     p.say("warning: something")
     assert out.getvalue().endswith("\nwarning: something\n")
+
+
+def test_integer_and_int8_tensor_points_show_giops():
+    """The unit follows the kernel: GIOP/s for an int32 multiply-add and for the int8 tensor MMA, GFLOP/s for fp16's."""
+    for spec, unit in ((KernelSpec("int32", 8, False), "GIOP/s"),
+                       (KernelSpec("int8", 8192, True, pipe="tensor"), "GIOP/s"),
+                       (KernelSpec("fp16", 4096, True, pipe="tensor"), "GFLOP/s")):
+        out = Tty()
+        p = Progress(stream=out, min_seconds=0.01)
+        point = SimpleNamespace(spec=spec, wss_bytes=32 * 1024)
+        p.start(total=1, already=0, todo=[point])
+        p.begin(point)
+        p.end(point, _record(point))
+        line = out.getvalue().rsplit("\r", 1)[-1]
+        assert f" {unit} " in line + " " and ("GFLOP/s" in line) == (unit == "GFLOP/s"), line

@@ -203,3 +203,76 @@ def test_ert_show_lists_tensor_roofs_in_their_own_table(tmp_path):
     assert lines[start + 2].split()[:7] == ["fp16", "f16", "f32", "m16n8k16", "290000", "1.0%", "4096"]
     vector = lines[lines.index("Compute") + 1: start]
     assert not any("290000" in line for line in vector)  # tensor roofs are not in the vector table
+
+
+def int8_doc() -> dict:
+    """a100_doc with an INT8 tensor roof (schema 1.9): 600,000 GIOP/s through mma.sync m16n8k32 (IMMA), s32."""
+    doc = a100_doc()
+    doc["schema_version"] = "1.9"
+    doc["ceilings"]["compute"].append(_compute(
+        "int8", 600000.0, pipe="tensor", unit="GIOP/s", giops_per_s=600000.0, input_type="s8", accumulate="s32",
+        mma_shape="m16n8k32", flops_per_mma=8192, flops_per_element=8192, instruction="mma.sync"))
+    validate(doc)
+    return doc
+
+
+def test_an_int8_tensor_roof_validates_and_is_a_giops_tensor_roof():
+    doc = int8_doc()
+    bad = copy.deepcopy(doc)
+    bad["ceilings"]["compute"][-1]["accumulate"] = "s64"
+    with pytest.raises(Exception, match="s64"):
+        validate(bad)
+    roof = roofs_mod.tensor_roof(doc, "int8")
+    assert (roof.group, roof.unit, roof.value) == ("tensor", "GIOP/s", 600000.0)
+    assert roof.name == "INT8 tensor (mma.sync m16n8k32, s32 accumulate)"
+    # Neither an integer roof of the vector units nor a FLOP roof: int32's stays the integer roof.
+    assert roofs_mod.integer_roof(doc, "int8") is None and roofs_mod.integer_roof(doc, "int32").value == 19500.0
+    assert [r.precision for r in roofs_mod.compute_roofs(doc)] == ["fp64", "fp16"]
+    assert roofs_mod.tensor_roof(doc, "fp16").unit == "GFLOP/s"
+
+
+def test_ert_show_gives_the_int8_tensor_roof_its_unit(tmp_path):
+    ceilings = tmp_path / "ceilings.json"
+    ceilings.write_text(json.dumps(int8_doc()))
+    proc = run_cmd("ert", "show", ceilings)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = lines.index("Tensor-core compute (warp-level MMA; a multiply-add is 2 FLOPs; int8: 2 integer ops, "
+                        "GIOP/s)")
+    assert lines[start + 1].split() == ["precision", "input", "accumulate", "shape", "rate", "unit", "spread",
+                                        "ops/MMA", "noisy"]
+    rows = {line.split()[0]: line.split() for line in lines[start + 2:start + 6]}
+    assert rows["int8"][:8] == ["int8", "s8", "s32", "m16n8k32", "600000", "GIOP/s", "1.0%", "8192"]
+    assert rows["fp16"][4:6] == ["290000", "GFLOP/s"]
+    integer = lines[lines.index("Integer compute (wrapping; a multiply and an add are 2 ops, an add 1)"):]
+    assert not any("600000" in line for line in integer)  # the int8 tensor roof is not a vector integer roof
+
+
+def test_plot_and_export_keep_int8_in_giops(tmp_path):
+    doc = int8_doc()
+    ceilings = tmp_path / "ceilings.json"
+    ceilings.write_text(json.dumps(doc))
+    out = tmp_path / "roofline.svg"
+    proc = run_cmd("ert", "plot", ceilings, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    svg = out.read_text()
+    for text in ("tensor cores (GFLOP/s; int8 GIOP/s)",
+                 "INT8 tensor (mma.sync m16n8k32, s32 accumulate) 600,000 GIOP/s",
+                 "FP16 tensor (m16n8k16, f32 accumulate) 290,000 GFLOP/s"):
+        assert text in svg, text
+    assert "INT8 tensor (mma.sync m16n8k32, s32 accumulate) 600,000 GFLOP/s" not in svg
+    # ERT's roofline.json: no FLOP row for it; INTEGER_GIOPS "INT8 Tensor", its shape in TENSOR; read back as is.
+    out = tmp_path / "roofline.json"
+    proc = run_cmd("ert", "export", ceilings, "--format", "ert", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    ert = json.loads(out.read_text())["empirical"]["gflops"]
+    assert not any("INT8" in row[0] for row in ert["data"])
+    assert ert["metadata"]["INTEGER_GIOPS"] == {"INT32": 19500.0, "INT8 Tensor": 600000.0}
+    assert ert["metadata"]["TENSOR"]["INT8 Tensor"] == {"unit": "GIOP/s", "mma_shape": "m16n8k32", "input_type": "s8",
+                                                         "accumulate": "s32", "flops_per_mma": 8192}
+    from ert.ceilings_io import load_ceilings
+
+    back = roofs_mod.tensor_roof(load_ceilings(out), "int8")
+    assert (back.unit, back.value, back.entry["accumulate"]) == ("GIOP/s", 600000.0, "s32")
+    csv_text = run_cmd("ert", "export", ceilings, "--format", "csv").stdout
+    assert 'compute,"INT8 tensor (mma.sync m16n8k32, s32 accumulate)",,int8,,true,600000.0,GIOP/s' in csv_text

@@ -225,7 +225,7 @@ def _changed_under_run(ceilings: list[dict], memory_name: str) -> list[str]:
 
 # A tensor ceiling's shape and types, from the MMA it ran (ert.spec.SHAPES).
 TENSOR_TYPES = {"fp16": ("f16", "f32"), "bf16": ("bf16", "f32"), "tf32": ("tf32", "f32"), "fp64": ("f64", "f64"),
-                "fp8": ("e4m3", "f32")}
+                "fp8": ("e4m3", "f32"), "int8": ("s8", "s32")}
 
 
 def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
@@ -271,9 +271,14 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
             shape = next((part for part in mma.split(".") if part.startswith("m") and "n" in part and "k" in part),
                          None)
             device = rec.get("device") or {}
-            ceilings[-1].update(pipe="tensor", unit="GFLOP/s", input_type=input_type, accumulate=acc,
+            # INT8 (s32 accumulate): integer operations, GIOP/s in gflops_per_s and giops_per_s, as for the
+            # integer roofs; flops_per_mma counts its 2MNK integer operations.
+            unit = ops_unit(precision, pipe="tensor")
+            ceilings[-1].update(pipe="tensor", unit=unit, input_type=input_type, accumulate=acc,
                                 flops_per_mma=rec["spec"]["flops_per_element"],
                                 instruction=rec["spec"].get("instruction") or "mma.sync")
+            if unit == "GIOP/s":
+                ceilings[-1]["giops_per_s"] = ceilings[-1]["gflops_per_s"]
             if device.get("note"):  # e.g. "mma.sync, below Hopper's wgmma rate"
                 ceilings[-1]["note"] = device["note"]
             if isinstance(device.get("sass"), dict) and device["sass"].get("detail"):

@@ -198,7 +198,8 @@ def invalidate_above_rated(points: list[dict], rated: dict | None, *, caches=Non
         else:
             compute = rated["compute"].get(compute_key(spec))
         if spec["flops_per_element"] > 1 and compute and compute["gflops_per_s"]:
-            limit, what, measured = compute["gflops_per_s"], f"{compute_name(spec)} {ops_unit(spec['precision'], spec.get('mix'))}", gflops
+            unit = ops_unit(spec["precision"], spec.get("mix"), spec.get("pipe", "vector"))
+            limit, what, measured = compute["gflops_per_s"], f"{compute_name(spec)} {unit}", gflops
         l1 = _memory_rated(rated, "L1", spec["access"])
         if limit is None or not (measured > ABOVE_RATED * limit):
             if l1 and l1["gbytes_per_s"] and gbs > ABOVE_RATED * l1["gbytes_per_s"]:
@@ -230,13 +231,13 @@ def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) ->
         else:
             r = (rated or {"compute": {}})["compute"].get(compute_key(c))
         name = f"{_compute_name(c)} peak"
-        warnings += _attach(c, r, "gflops_per_s", name, ops_unit(c["precision"], c.get("mix")),
-                            warn=not c.get("note"))
+        unit = ops_unit(c["precision"], c.get("mix"), c.get("pipe", "vector"))
+        warnings += _attach(c, r, "gflops_per_s", name, unit, warn=not c.get("note"))
         ratio = c["rated"].get("ratio")
         if c.get("note") and ratio is not None and ratio < BELOW_RATED:
             # A tensor roof that is not the architecture's full rate by design (mma.sync on sm_90).
-            warnings.append(f"{name}: {c['gflops_per_s']:.4g} GFLOP/s is {ratio:.0%} of the rated "
-                            f"{c['rated']['gflops_per_s']:.4g} GFLOP/s: {c['note']} (the instruction, not the "
+            warnings.append(f"{name}: {c['gflops_per_s']:.4g} {unit} is {ratio:.0%} of the rated "
+                            f"{c['rated']['gflops_per_s']:.4g} {unit}: {c['note']} (the instruction, not the "
                             f"hardware, limits it)")
     for m in memory:
         r = _memory_rated(rated, m["level"], m.get("access")) if rated else None
@@ -267,7 +268,8 @@ def tensor_rated(ceiling: dict, entry: dict | None) -> dict | None:
     return {"gflops_per_s": value,
             "derivation": f"{sms} SMs x {clock:.0f} MHz (SM clock measured by NVML during the point; maximum "
                           f"{entry.get('clock_mhz')} MHz) x {per_sm} dense {ceiling['precision'].upper()} tensor "
-                          f"FLOP/cycle/SM ({entry.get('arch', '')}, NVIDIA's published dense figures, a "
+                          f"{'integer op' if entry.get('unit') == 'GIOP/s' else 'FLOP'}/cycle/SM "
+                          f"({entry.get('arch', '')}, NVIDIA's published dense figures, a "
                           f"multiply-add counted as 2){where}"}
 
 

@@ -443,7 +443,7 @@ class CudaBackend:
     # -- tensor cores ---------------------------------------------------------
     def tensor_variants(self, spec: KernelSpec) -> list[KernelSpec]:
         """The tensor kernels this GPU measures for the config's type ``spec.precision``, the roof first:
-        wgmma on sm_90 (fp16, bf16, tf32, fp8), then native mma.sync (none where only emulated)."""
+        wgmma on sm_90 (fp16, bf16, tf32, fp8, int8), then native mma.sync (none where only emulated)."""
         cc = self._dev.info.compute_capability
         return [cuda_tensor.spec_of(shape) for shape in cuda_tensor.tensor_variants(cc, spec.precision)]
 
@@ -487,8 +487,9 @@ class CudaBackend:
 
     def _tensor_args(self, trials: int) -> tuple:
         shape = self._shape
-        return (self._data, np.int64(trials), np.uint64(cuda_tensor.operand_word(shape, cuda_tensor.A_VALUE)),
-                np.uint64(cuda_tensor.operand_word(shape, cuda_tensor.B_VALUE)))
+        a, b = cuda_tensor.operand_values(shape)  # 1 and 1/2; INT8 1 and 1
+        return (self._data, np.int64(trials), np.uint64(cuda_tensor.operand_word(shape, a)),
+                np.uint64(cuda_tensor.operand_word(shape, b)))
 
     def _check_tensor(self) -> CheckResult:
         """Every accumulator of every thread against the replay of the last launch (each launch starts afresh);

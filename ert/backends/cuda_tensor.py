@@ -39,6 +39,18 @@ DEFAULT_SETS = 8
 # exact in FP32 and FP64 for any trial count.
 A_VALUE = 1.0
 B_VALUE = 0.5
+# INT8 (s8 inputs, s32 accumulators): a = 1, b = +-1, each MMA adds +-K = +-32 to
+# every accumulator, a trial +-32 x the MMAs of a chain (256 for mma.sync's 8
+# per set, 2048 for wgmma's 64), the next trial the opposite: the accumulators
+# stay within start + [0, 2048] (no s32 overflow for any trial count), and one
+# MMA skipped or folded leaves 32 less after an odd count.
+INT_A_VALUE = 1
+INT_B_VALUE = 1
+
+
+def operand_values(shape: MmaShape) -> tuple[float, float]:
+    """(a, b) every element of A and of B holds (B negated on odd trials): 1 and 1/2, integers 1 and 1."""
+    return (INT_A_VALUE, INT_B_VALUE) if shape.integer else (A_VALUE, B_VALUE)
 
 
 # The shapes and their FLOPs are hardware facts the plan needs too: they live in ert.spec.
@@ -144,13 +156,17 @@ def element_bits(shape: MmaShape, value: float) -> int:
         return struct.unpack("<Q", struct.pack("<d", value))[0]
     if shape.input_type == "e4m3":
         return _e4m3(value)
+    if shape.input_type == "s8":
+        if value != int(value) or not -128 <= value <= 127:
+            raise ValueError(f"{value} is not an s8 integer")
+        return int(value) & 0xFF
     raise ValueError(shape.input_type)
 
 
 def operand_word(shape: MmaShape, value: float) -> int:
     """The kernel argument (a_bits or b_bits): every element of a 32-bit register (or the f64) = value."""
     bits = element_bits(shape, value)
-    width = {"f16": 16, "bf16": 16, "tf32": 32, "f64": 64, "e4m3": 8}[shape.input_type]
+    width = {"f16": 16, "bf16": 16, "tf32": 32, "f64": 64, "e4m3": 8, "s8": 8}[shape.input_type]
     if width == 64:
         return bits
     word = 0
@@ -160,16 +176,22 @@ def operand_word(shape: MmaShape, value: float) -> int:
 
 
 def replay(shape: MmaShape, *, threads: int, trials: int, iters: int = DEFAULT_ITERS, sets: int | None = None,
-           a: float = A_VALUE, b: float = B_VALUE) -> np.ndarray:
+           a: float | None = None, b: float | None = None) -> np.ndarray:
     """What ert_mma (or ert_wgmma: one set of 128) leaves in out[]: threads x sets x accumulators, in the accumulator type.
 
     Each accumulator starts at set * ACC + register + lane; trial t adds
     iters/sets MMAs of +-K*a*b (B negated on odd trials) to every element of
     every set, so even trials and odd ones cancel and only an odd total
     leaves iters/sets * K * a * b.  Computed in float64 and exact (checked) in
-    the accumulator type for the small integers and powers of two used.
+    the accumulator type for the small integers and powers of two used.  ``a``
+    and ``b`` default to ``operand_values(shape)`` (1 and 1/2; INT8 1 and 1,
+    s32 accumulators).  INT8: no value of a trial may leave the s32 range
+    (the MMAs of one chain add up within a trial before the next undoes them).
     """
     sets = sets_of(shape) if sets is None else sets
+    default_a, default_b = operand_values(shape)
+    a = default_a if a is None else a
+    b = default_b if b is None else b
     _check_iters(iters, sets)
     if threads % shape.threads_per_mma:
         raise ValueError(f"threads must be whole {'warpgroups' if shape.instruction == 'wgmma' else 'warps'}, "
@@ -179,6 +201,12 @@ def replay(shape: MmaShape, *, threads: int, trials: int, iters: int = DEFAULT_I
     start = (np.arange(sets)[:, None] * acc + np.arange(acc)[None, :])[None, :, :] + lane[:, None, None]
     per_trial = iters // sets * shape.k * a * b
     values = start + (trials % 2) * per_trial
+    if shape.integer:
+        # Within a trial a chain runs from its start to start + per_trial (or back): each step must fit s32.
+        info = np.iinfo(np.int32)
+        if values.size and (min(start.min(), (start + per_trial).min()) < info.min or
+                            max(start.max(), (start + per_trial).max()) > info.max):
+            raise ValueError(f"the s32 accumulators would overflow within a trial ({per_trial:+g} per trial)")
     out = values.astype(shape.acc_dtype)
     if not np.array_equal(out.astype(np.float64), values):
         raise ValueError("the replayed values are not exact in the accumulator type")
@@ -266,7 +294,8 @@ _SASS_RE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]\s+)?((?:" + "|"
 
 
 def tensor_instructions(sass: str) -> Counter:
-    """Full tensor opcodes (``HMMA.16816.F32``, ``QGMMA.64x256x32.F32.E4M3.E4M3``) in cuobjdump/nvdisasm text, counted."""
+    """Full tensor opcodes (``HMMA.16816.F32``, ``QGMMA.64x256x32.F32.E4M3.E4M3``, ``IMMA.16832.S8.S8``,
+    ``IGMMA.64x256x32.S8.S8``) in cuobjdump/nvdisasm text, counted."""
     return Counter(_SASS_RE.findall(sass))
 
 

@@ -58,10 +58,17 @@ def to_ert(doc: dict, *, precision: str = "fp64", access: str = "rw") -> dict:
             gflops_data.append([f"{roof.precision.upper()} GFLOPs", round(roof.gflops_per_s, 2)])
     # Tensor roofs (schema 1.5) are FLOP roofs: rows "FP16 Tensor GFLOPs" beside ERT's, as users extend
     # gflops with named rows ("FP64 Vector GFLOPs FMA"); ERT's plot draws every row.  Their shapes and
-    # types sit in gflops.metadata.TENSOR.  Integer roofs are not FLOPs: gflops.metadata.INTEGER_GIOPS only.
+    # types sit in gflops.metadata.TENSOR.  Integer roofs are not FLOPs: gflops.metadata.INTEGER_GIOPS only,
+    # the int8 tensor roof (GIOP/s) too, as "INT8 Tensor", its shape in TENSOR under the same name.
     tensor_meta, integer_meta = {}, {}
     for extra in roofs_mod.extra_roofs(doc):
-        if extra.group == "tensor":
+        if extra.group == "tensor" and extra.unit == "GIOP/s":
+            row = f"{extra.precision.upper()} Tensor"
+            if row not in integer_meta:
+                integer_meta[row] = round(extra.value, 2)
+                tensor_meta[row] = {"unit": "GIOP/s", **{k: extra.entry[k] for k in (
+                    "mma_shape", "input_type", "accumulate", "flops_per_mma") if k in extra.entry}}
+        elif extra.group == "tensor":
             row = f"{extra.precision.upper()} Tensor GFLOPs"
             if row not in tensor_meta:
                 gflops_data.append([row, round(extra.value, 2)])

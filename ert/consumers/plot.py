@@ -169,6 +169,8 @@ def _draw_extra_roofs(ax, r: _Roofs, box: _Box) -> None:
         if not roofs:
             continue
         colors, style, title = EXTRA_STYLES[group]
+        if group == "tensor" and any(e.unit == "GIOP/s" for e in roofs):
+            title = "tensor cores (GFLOP/s; int8 GIOP/s)"
         handles.append(ax.plot([], [], linestyle="none", label=title)[0])
         for i, roof in enumerate(roofs):
             color = colors[i % len(colors)]
@@ -180,7 +182,7 @@ def _draw_extra_roofs(ax, r: _Roofs, box: _Box) -> None:
     # count for the saved image's tight bounding box.
     ax.figure.legend(handles=handles, title="more compute roofs", loc="lower left", bbox_to_anchor=(1.01, 0.0),
                      bbox_transform=ax.transAxes, fontsize=8, title_fontsize=8)
-    if "integer" in counts:
+    if "integer" in counts or any(e.unit == "GIOP/s" for e in r.extra):
         ax.set_ylabel("Performance [GFLOP/s; integer roofs GIOP/s]")
 
 

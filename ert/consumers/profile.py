@@ -175,7 +175,7 @@ def _extra_result(kernel: KernelData, doc: dict, key: str, ops: float, *, access
 
 
 def _unit(key: str) -> str:
-    return "GIOP/s" if key in ("int32", "int64") else "GFLOP/s"
+    return "GIOP/s" if key in ("int32", "int64", "tensor-int8") else "GFLOP/s"
 
 
 _CPU_BACKENDS = ("numba-cpu", "cpu", "cpu-rated")

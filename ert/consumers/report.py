@@ -227,7 +227,7 @@ def _compute_section(entries: list[dict]) -> list[str]:
         return ["Compute: none measured"]
     mixes = [e for e in entries if e.get("mix")]
     tensor = [e for e in entries if e.get("pipe") == "tensor"]
-    ints = [e for e in entries if _is_int_entry(e) and not e.get("mix")]
+    ints = [e for e in entries if _is_int_entry(e) and not e.get("mix") and e.get("pipe") != "tensor"]
     entries = [e for e in entries if not _is_int_entry(e) and not e.get("mix") and e.get("pipe") != "tensor"]
     lines = _float_compute_section(entries) if entries else []
     if tensor:
@@ -238,11 +238,18 @@ def _compute_section(entries: list[dict]) -> list[str]:
                  _format_count(e.get("flops_per_mma", e.get("flops_per_element"))), _format_flag(e.get("noisy"))]
                 for e in tensor]
         wgmma = any(e.get("instruction") == "wgmma" for e in tensor)
+        integer = [e for e in tensor if _is_int_entry(e)]
         lines += ([""] if lines else []) + [
             "Tensor-core compute (warp-level MMA" + (", warpgroup wgmma on Hopper" if wgmma else "") +
-            "; a multiply-add is 2 FLOPs)"]
-        lines += _table(["precision", "input", "accumulate", "shape", "GFLOP/s", "spread", "FLOPs/MMA", "noisy"],
-                        rows, [False, False, False, False, True, True, True, False])
+            "; a multiply-add is 2 FLOPs" + ("; int8: 2 integer ops, GIOP/s" if integer else "") + ")"]
+        if integer:  # int8 (s32 accumulate) rates are integer operations: one unit column says which
+            for row, e in zip(rows, tensor):
+                row.insert(5, _unit(e))
+            lines += _table(["precision", "input", "accumulate", "shape", "rate", "unit", "spread", "ops/MMA",
+                             "noisy"], rows, [False, False, False, False, True, False, True, True, False])
+        else:
+            lines += _table(["precision", "input", "accumulate", "shape", "GFLOP/s", "spread", "FLOPs/MMA", "noisy"],
+                            rows, [False, False, False, False, True, True, True, False])
         lines += [f"  {e.get('precision', _MISSING)} {e.get('mma_shape', '')}: {e['note']}" for e in tensor
                   if e.get("note")]
     if ints:
@@ -336,7 +343,7 @@ def _sustained_section(ceilings: dict) -> list[str]:
                 continue
             cells = [held.get(key), held.get(f"first_{key}"), held.get(f"last_{key}"),
                      held.get(f"min_region_{key}")]
-            rows.append([name(e), unit, format_rate(e[key])]
+            rows.append([name(e), _unit(e) if kind == "compute" else unit, format_rate(e[key])]
                         + [format_rate(v) if isinstance(v, (int, float)) else _MISSING for v in cells]
                         + [f"{held.get('hold_seconds', 0):.0f} s", f"{held.get('ratio_to_burst', 0):.3f}"])
     if not rows:

@@ -193,8 +193,10 @@ def _extra_of(entry: dict) -> ExtraRoof | None:
         detail = ", ".join(str(x) for x in (shape,
                                            f"{entry['accumulate']} accumulate" if entry.get("accumulate") else None)
                            if x)
-        return ExtraRoof("tensor", precision, value, "GFLOP/s",
-                         f"{precision.upper()} tensor" + (f" ({detail})" if detail else ""), entry)
+        # int8 (s32 accumulate) is an integer roof: GIOP/s (schema 1.9), every other type GFLOP/s.
+        unit = "GIOP/s" if entry.get("unit") == "GIOP/s" else "GFLOP/s"
+        return ExtraRoof("tensor", precision, float(entry.get("giops_per_s", value)) if unit == "GIOP/s" else value,
+                         unit, f"{precision.upper()} tensor" + (f" ({detail})" if detail else ""), entry)
     if entry.get("mix"):  # fma+add (GFLOP/s), int32+fp32 / int64+fp64 (GOP/s)
         return ExtraRoof("mix", precision, value, str(entry.get("unit", "GFLOP/s")),
                          f"{precision.upper()} {entry['mix']} mix", entry)
@@ -213,7 +215,7 @@ def extra_roofs(doc: dict) -> list[ExtraRoof]:
 
 
 def tensor_roof(doc: dict, precision: str) -> ExtraRoof | None:
-    """The tensor roof of one input type (fp16, bf16, tf32, fp64, fp8); fp16 and bf16 stand in for each other."""
+    """The tensor roof of one input type (fp16, bf16, tf32, fp64, fp8, int8); fp16 and bf16 stand in for each other."""
     roofs = [r for r in extra_roofs(doc) if r.group == "tensor"]
     for want in (precision, {"fp16": "bf16", "bf16": "fp16"}.get(precision)):
         found = [r for r in roofs if r.precision == want]

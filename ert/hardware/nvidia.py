@@ -163,14 +163,31 @@ def rated_integer(info) -> list[dict]:
 #     clock (1980 MHz) the same per-SM rates give 8 % more than the datasheet's
 #     FP16/TF32/FP8 figures.
 # sm_80 is A100 only here (GA10x at sm_86 has a quarter of its FP16 rate per SM).
+# INT8 (s8 x s8 -> s32, dense), integer operations per cycle per SM, a multiply-add counted as 2
+# like a FLOP (the rate is GIOP/s):
+#   A100 (sm_80): 624 TOPS = 108 SMs x 1.41 GHz x 4096 (A100 whitepaper, datasheet).
+#   H100 SXM5 (sm_90): 1978.9 TOPS = 132 SMs x 1.83 GHz x 8192 (H100 whitepaper, datasheet), through
+#     wgmma; Hopper's mma.sync (IMMA) is labelled below that rate, like the FP types.
+#   GA10x (sm_86): A40 datasheet 299.3 TOPS dense = 84 SMs x 1.74 GHz x 2048.  Only INT8 is recorded for
+#     sm_86: its FP16/BF16/TF32 figures depend on the product (FP32 accumulate at half rate on some).
+#   Not sm_89 (Ada): NVIDIA's datasheets give L40 362 dense INT8 TOPS (142 SMs, 2490 MHz: 1024 per SM per
+#     cycle) and L40S 733 (142 SMs, 2520 MHz: 2048), so no one per-SM figure fits the architecture.
 TENSOR_FLOPS_PER_CYCLE_PER_SM = {
-    (8, 0): {"fp16": 2048, "bf16": 2048, "tf32": 1024, "fp64": 128},
-    (9, 0): {"fp16": 4096, "bf16": 4096, "tf32": 2048, "fp64": 256, "fp8": 8192},
+    (8, 0): {"fp16": 2048, "bf16": 2048, "tf32": 1024, "fp64": 128, "int8": 4096},
+    (8, 6): {"int8": 2048},
+    (9, 0): {"fp16": 4096, "bf16": 4096, "tf32": 2048, "fp64": 256, "fp8": 8192, "int8": 8192},
+}
+# Where each rated INT8 figure comes from (said in the rated entry's derivation).
+TENSOR_SOURCE = {
+    ((8, 0), "int8"): "A100 datasheet: 624 dense INT8 TOPS = 108 SMs x 1410 MHz x 4096",
+    ((8, 6), "int8"): "A40 datasheet: 299.3 dense INT8 TOPS = 84 SMs x 1740 MHz x 2048",
+    ((9, 0), "int8"): "H100 SXM5 datasheet: 1978.9 dense INT8 TOPS = 132 SMs x 1830 MHz x 8192",
 }
 # Why an architecture has no rated tensor figure.
 UNRATED_WHY = {
     (8, 9): "Ada (L4, L40, L40S) tensor rates differ by product and by accumulator type (FP32 accumulate runs at "
-            "half the FP16-accumulate rate on some): not recorded",
+            "half the FP16-accumulate rate on some; dense INT8 is 1024 per SM per cycle on L40, 2048 on L40S): "
+            "not recorded",
     (10, 0): "B200's dense figures differ between NVIDIA's datasheets (board power) and the clock they assume is "
              "not published: not recorded",
 }
@@ -187,7 +204,7 @@ TCGEN05_WHY = ("Blackwell's full tensor rate needs tcgen05.mma (tensor memory, s
 def mma_sync_note(compute_capability: tuple[int, int], precision: str) -> str:
     """The label of an mma.sync roof that is not the architecture's full tensor rate, or "" where it is.
 
-    On sm_90 every type with a wgmma form (fp16, bf16, tf32, fp8) is measured
+    On sm_90 every type with a wgmma form (fp16, bf16, tf32, fp8, int8) is measured
     with wgmma too, and that is the roof; FP64 has no wgmma form (DMMA through
     mma.sync is Hopper's FP64 tensor path), so it gets no label.
     """
@@ -225,7 +242,9 @@ def rated_tensor_peaks(info) -> list[dict]:
 
     One entry per type: the rate is the tensor cores' (NVIDIA's dense figure),
     whichever instruction reaches it; ``shape`` and ``instruction`` name the
-    roof's kernel (wgmma on sm_90 where the type has one).
+    roof's kernel (wgmma on sm_90 where the type has one).  INT8's rate is
+    integer operations: its entry says ``unit: "GIOP/s"`` and holds the value
+    in ``giops_per_s`` too (``gflops_per_s`` keeps it, as for the integer roofs).
     """
     mhz = info.sm_clock_khz / 1000
     cc = info.compute_capability
@@ -238,6 +257,8 @@ def rated_tensor_peaks(info) -> list[dict]:
         shape = variants[0]
         entry = {"precision": shape.name, "shape": f"m{shape.m}n{shape.n}k{shape.k}", "instruction": shape.instruction,
                  "accumulate": shape.acc_type, "gflops_per_s": None}
+        if shape.integer:
+            entry.update(unit="GIOP/s", giops_per_s=None)
         if rates is None or shape.name not in rates:
             entry["derivation"] = no_rated_text(UNRATED_WHY.get(
                 cc, f"no per-SM tensor rate recorded for {info.arch} {shape.name}"))
@@ -249,7 +270,12 @@ def rated_tensor_peaks(info) -> list[dict]:
             # What the analysis needs to rate the ceiling at the clock measured during its point.
             entry.update(sm_count=info.sm_count, clock_mhz=round(mhz), flops_per_cycle_per_sm=per_sm,
                          arch=info.arch)
+            what = "integer op" if shape.integer else "FLOP"
+            source = TENSOR_SOURCE.get((tuple(cc), shape.name))
             entry["derivation"] = (f"{info.sm_count} SMs x {mhz:.0f} MHz x {per_sm} dense {shape.name.upper()} "
-                                   f"tensor FLOP/cycle/SM ({info.arch}, a multiply-add counted as 2)")
+                                   f"tensor {what}/cycle/SM ({info.arch}, a multiply-add counted as 2"
+                                   + (f"; {source}" if source else "") + ")")
+            if shape.integer:
+                entry["giops_per_s"] = entry["gflops_per_s"]
         out.append(entry)
     return out

@@ -54,11 +54,14 @@ class Progress:
         cost = point_cost(point, self.min_seconds)
         self._cost_done += cost
         self._cost_left -= cost
-        from ert.spec import rates
+        from ert.spec import ops_unit, rates
 
         gbytes_per_s, gflops_per_s = rates(record)
-        # As the analysis reads them: 1 FLOP/element is bandwidth, more is compute.
-        rate = (f"{gbytes_per_s:.1f} GB/s" if record["spec"]["flops_per_element"] < 2 else f"{gflops_per_s:.1f} GFLOP/s")
+        spec = record["spec"]
+        # As the analysis reads them: 1 FLOP/element is bandwidth, more is compute (GIOP/s for integers and the
+        # int8 tensor MMA, GOP/s for an integer+float mix).
+        unit = ops_unit(spec["precision"], spec.get("mix"), spec.get("pipe", "vector"))
+        rate = f"{gbytes_per_s:.1f} GB/s" if spec["flops_per_element"] < 2 else f"{gflops_per_s:.1f} {unit}"
         flag = " NOISY" if record["noisy"] else ""
         flag += "" if record["valid"] else " CHECK FAILED"
         self._status(f"{rate}{flag}")
