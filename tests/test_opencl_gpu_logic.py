@@ -66,6 +66,23 @@ def test_gpus_and_accelerators_are_preferred_over_cpu_devices():
     assert preferred_order(found[:1]) == found[:1]
 
 
+def test_ranks_spread_over_the_gpus_only_and_share_one_cpu_driver():
+    pytest.importorskip("pyopencl")
+    from ert.backends.opencl_devices import spread_over
+
+    cpu_debian, cpu_pip = _Device("pthread-EPYC", "cpu"), _Device("pthread-EPYC", "cpu")
+    gpu0, gpu1 = _Device("NVIDIA H100", "gpu"), _Device("NVIDIA H100", "gpu")
+    node = [(0, 0, cpu_debian), (1, 0, gpu0), (1, 1, gpu1), (2, 0, cpu_pip)]
+    # 4 ranks on a 2-GPU node: two per GPU, none on PoCL's CPU device listed after them.
+    picked = [spread_over(node, rank)[0][2] for rank in range(4)]
+    assert picked == [gpu0, gpu1, gpu0, gpu1]
+    assert "modulo 2 matching gpu" in spread_over(node, 3)[1]
+    # A CPU listed by two drivers is one CPU: every rank takes the first driver's device.
+    cpus = [(0, 0, cpu_debian), (2, 0, cpu_pip)]
+    assert {id(spread_over(cpus, rank)[0][2]) for rank in range(3)} == {id(cpu_debian)}
+    assert "2 CPU driver(s)" in spread_over(cpus, 1)[1]
+
+
 NVCC = shutil.which("nvcc")
 KERNEL = Path(__file__).resolve().parents[1] / "kernels" / cuda_host.KERNEL_FILE
 

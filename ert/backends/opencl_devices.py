@@ -193,6 +193,25 @@ def preferred_order(candidates: list[tuple[int, int, object]]) -> list[tuple[int
     return sorted(candidates, key=lambda c: TYPE_PREFERENCE.get(type_name(c[2]), 2))
 
 
+def spread_over(candidates: list[tuple[int, int, object]], local_rank: int) -> tuple[tuple[int, int, object], str]:
+    """The device of the rank with index ``local_rank`` on its node, among usable ``candidates``, and why.
+
+    Only the most preferred type present counts: on a node with GPUs, ranks
+    spread over the GPUs (modulo their count), never onto a CPU driver listed
+    after them.  CPU devices are one CPU however many drivers list it (Debian's
+    PoCL and the pip one, say): every rank takes the first, so that no run
+    mixes two drivers' code.
+    """
+    ordered = preferred_order(candidates)
+    best = TYPE_PREFERENCE.get(type_name(ordered[0][2]), 2)
+    same = [c for c in ordered if TYPE_PREFERENCE.get(type_name(c[2]), 2) == best]
+    if type_name(same[0][2]) == "cpu":
+        return same[0], (f"the first usable CPU device (every rank: {len(same)} CPU driver(s) list this one CPU)"
+                         if len(same) > 1 else "the only usable CPU device")
+    kind = type_name(same[0][2])
+    return same[local_rank % len(same)], f"local rank {local_rank} modulo {len(same)} matching {kind} device(s)"
+
+
 def _matches(text: str, *names: str) -> bool:
     return text.lower() in " ".join(n.lower() for n in names)
 
@@ -205,9 +224,10 @@ def select_device(options, *, local_rank: int = 0):
     matching devices, or name substring (null: every matching device).  Among
     the remaining devices whose driver builds kernels (``build_problem``; a
     device picked by index that cannot is an error naming the driver's
-    reason), GPUs and accelerators first (``preferred_order``),
-    the rank's index within its node picks one (modulo their count), so ranks
-    on a node spread over its GPUs.
+    reason), the most preferred type present (GPUs, then accelerators, then
+    CPUs) is kept and the rank's index within its node picks one (modulo
+    their count), so ranks on a node spread over its GPUs; a CPU is the
+    first CPU device for every rank (``spread_over``).
     """
     found = all_devices()
     platform_names = sorted({(p, d.platform.name.strip()) for p, _, d in found})
@@ -247,8 +267,7 @@ def select_device(options, *, local_rank: int = 0):
             raise ErtError("no matching OpenCL device can be used (" + "; ".join(
                 f"{c[2].name.strip()}: {build_problem(c[2])}" for c in candidates) + ")", key="opencl.device")
         candidates = usable
-        chosen = candidates[local_rank % len(candidates)]
-        picked_by = f"local rank {local_rank} modulo {len(candidates)} matching device(s)"
+        chosen, picked_by = spread_over(candidates, local_rank)
     p_index, d_index, device = chosen
     return device, {"platform_index": p_index, "device_index": d_index, "matching": len(candidates),
                     "picked_by": picked_by}
