@@ -1,5 +1,5 @@
 #!/bin/bash
-# Slurm, one CPU node: all its cores, as RANKS ranks x (cores / RANKS) threads.
+# Slurm, CPU nodes (one, or --nodes=N): all their cores, as RANKS ranks per node x (cores / RANKS) threads.
 #
 #   sbatch jobs/slurm-cpu.sh [CONFIG]            (default: the packaged default config)
 #   RANKS=4 sbatch --nodes=2 jobs/slurm-cpu.sh configs/thorough-cpu.yaml
