@@ -228,9 +228,14 @@ def test_links_stage_records_every_size_and_a_resume_skips_them(tmp_path):
     assert all(e["gbytes_per_s"] > 0.5 and e["rated"]["ratio"] is None for e in links)
     assert links[0]["rated"]["derivation"] == "no rated value: host memory on both sides"
     assert doc["metadata"]["transfers"] == {"measured": 8, "invalid": 0}
-    # Cut the last two records (a kill): a resume measures just those, with the same levels after.
+    # The stage ends with its own end record: its seconds are the run's wall time (the sweep's end said 0.0).
+    stage_end = raw.ends[-1]
+    assert stage_end["stage"] == "transfers" and stage_end["wall_seconds"] > 0
+    assert doc["metadata"]["wall_seconds"] == pytest.approx(stage_end["wall_seconds"], abs=1e-3)
+    # Cut the stage's end and last two records (a kill): a resume measures just those, with the same levels after.
     lines = (run_dir / "raw.jsonl").read_text().splitlines(keepends=True)
-    (run_dir / "raw.jsonl").write_text("".join(lines[:-2]))
+    assert '"stage":"transfers"' in lines[-1].replace(" ", "")
+    (run_dir / "raw.jsonl").write_text("".join(lines[:-3]))
     again = NumpyLinks()
     run_transfers(cfg=cfg, run_dir=run_dir, backend=again, comm=SerialComm())
     resumed = read_raw(run_dir)

@@ -265,11 +265,16 @@ def run_transfers(*, cfg, run_dir: Path, backend, comm, progress=None) -> bool:
     done, meta = comm.bcast((done, meta))
     writer = RawWriter(raw_path) if comm.rank == 0 else None
     say = progress.say if progress else (lambda text: None)
+    started = time.perf_counter()
     try:
         if want_links:
             _links(cfg, backend, comm, writer, done, say)
         if want_network and "network" in meta:
             _network(cfg, comm, meta["network"], writer, done, say)
+        if writer:
+            # The stage's own end: its seconds join the run's wall time (a links-only run read 0.0 s).
+            writer.append({"type": "end", "stage": "transfers", "wall_seconds": round(time.perf_counter() - started, 3),
+                           "time": time.time()})
     except KeyboardInterrupt:
         return True
     finally:
