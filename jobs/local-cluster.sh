@@ -217,12 +217,15 @@ start_slurm() {
 HOSTS_MARK="# ert local-cluster"
 
 add_names() {  # the hosts resolve each other by name, as a cluster's do (MPI launchers need it)
-    local i=0 node
+    local i=0 node lines=""
     for node in "${NODES[@]}"; do
         i=$(( i + 1 ))
-        echo "$NET.1$i $node $HOSTS_MARK" >>/etc/hosts
+        lines+="$NET.1$i $node $HOSTS_MARK"$'\n'
     done
-    echo "$NET.1 $CTL $HOSTS_MARK" >>/etc/hosts
+    lines+="$NET.1 $CTL $HOSTS_MARK"$'\n'
+    if ! printf '%s' "$lines" 2>/dev/null >>/etc/hosts; then
+        say "note: /etc/hosts is not writable here: the hosts do not resolve each other by name (Slurm uses their addresses; for mpiexec give -hosts $NET.11,$NET.12)"
+    fi
 }
 
 link_conf() {  # /etc/slurm/slurm.conf -> ours when the machine has none, so plain sbatch finds it
@@ -312,9 +315,12 @@ cmd_status() {
 }
 
 cmd_exec() {  # run a command on one host: inside its network, host name and mounts (those of its slurmd)
-    local node=${1:-} pid
+    local node=${1:-} pid n
     [ -n "$node" ] && [ $# -ge 2 ] || die "usage: $ME exec HOST COMMAND [ARG...]"
     shift
+    for n in "${!NODES[@]}"; do   # a host's address names it too (where /etc/hosts could not)
+        [ "$node" = "$NET.1$(( n + 1 ))" ] && node=${NODES[$n]}
+    done
     need_root
     [ -e "$DIR/up" ] || die "the cluster is down: '$ME up' first"
     pid=$(cat "$DIR/slurmd-$node.pid" 2>/dev/null) || die "no host '$node' (hosts: ${NODES[*]})"
