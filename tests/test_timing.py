@@ -70,3 +70,34 @@ def test_a_real_closure_is_timed():
     count, seconds = timing.calibrate(spin, min_seconds=0.002)
     got = timing.sample(spin, count, samples=3, noise_threshold=10.0, max_remeasure=0)
     assert seconds >= 0.002 and len(got.seconds) == 3 and min(got.seconds) > 0
+
+
+# ---------------------------------------------------------------------------- the budget (the sweep's points)
+def test_a_budget_stops_at_min_samples_when_they_agree():
+    clock = Clock(1e-3)
+    got = timing.sample(clock, 10, samples=5, noise_threshold=0.1, max_remeasure=2, min_samples=2)
+    assert clock.calls == [10, 10] and got.seconds == [pytest.approx(0.01)] * 2
+    assert not got.noisy and got.attempts == 1 and got.calls == (0, 2)
+
+
+def test_a_noisy_budget_grows_then_doubles_the_count_within_its_cap():
+    # Every sample of the first attempt is disturbed differently: it grows to `samples`, stays noisy,
+    # and the next attempt runs twice the repeats (quiet: kept).
+    clock = Clock(1e-3, extra=[0.0, 0.01, 0.0, 0.02, 0.005])
+    got = timing.sample(clock, 10, samples=5, noise_threshold=0.1, max_remeasure=2, min_samples=2, max_seconds=10)
+    assert clock.calls == [10] * 5 + [20, 20]
+    assert got.count == 20 and not got.noisy and got.kept == 1 and got.attempts == 2
+    assert got.calls == (5, 7)  # the kept attempt's calls, for a caller's per-call rows
+    # A cap the first attempt already nearly spent: no second attempt; flagged, never dropped.
+    clock = Clock(1e-3, extra=[0.0, 0.01, 0.0, 0.02, 0.005])
+    got = timing.sample(clock, 10, samples=5, noise_threshold=0.1, max_remeasure=2, min_samples=2,
+                        max_seconds=0.09)
+    assert len(clock.calls) == 5 and got.noisy and got.attempts == 1
+
+
+def test_samples_fooled_by_a_stalled_calibration_are_retaken_longer():
+    # Calibrated on one stalled sample, the count gives 1 ms regions where 10 ms were asked.
+    clock = Clock(1e-4)
+    got = timing.sample(clock, 10, samples=3, noise_threshold=0.1, max_remeasure=0, min_seconds=0.01)
+    assert got.count == 160 and clock.calls == [10] * 3 + [160] * 3   # 2**ceil(log2(10)) = 16x
+    assert got.calls == (3, 6)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from ert.config import RunConfig, Timing
 from ert.measure.progress import Progress
 from ert.rawio import RAW_NAME, RAW_VERSION, RawWriter, read_raw
 from ert.measure.plan import Point, interleaved
-from ert.spec import timing_spread
+
 
 # Calibration never asks for more trials than this (a guard against a timer
 # that reports zero); 2**40 trials of even one element is days of work.
@@ -109,40 +108,22 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
     a point still noisy when the budget runs out is flagged, never dropped.
     """
     trials, _ = calibrate(backend, comm, min_seconds=timing.min_seconds, start_trials=start_trials)
-    budgeted = timing.min_repeats is not None
-    first = timing.min_repeats if budgeted else timing.repeats
-    cap = timing.max_point_seconds or float("inf")
-    spent = 0.0
-    best: Measurement | None = None
     serialized_before = getattr(comm, "serialized_regions", 0)
-    for attempt in range(timing.max_remeasure + 1):
-        slow, per_rank = map(list, zip(*(_timed(backend, comm, trials) for _ in range(first))))
-        while statistics.median(slow) < timing.min_seconds / 2 and trials < MAX_TRIALS:
-            # Calibration was fooled by a stalled region: the repeats are far
-            # shorter than asked.  Scale the trial count up and time them again.
-            factor = timing.min_seconds / max(statistics.median(slow), 1e-9)
-            trials = min(MAX_TRIALS, trials * 2 ** max(1, math.ceil(math.log2(factor))))
-            slow, per_rank = map(list, zip(*(_timed(backend, comm, trials) for _ in range(first))))
-        while (budgeted and len(slow) < timing.repeats and timing_spread(slow) > timing.noise_threshold / 2
-               and spent + sum(slow) < cap):
-            more, ranks_seconds = _timed(backend, comm, trials)
-            slow.append(more)
-            per_rank.append(ranks_seconds)
-        spent += sum(slow)
-        spread = timing_spread(slow)
-        current = Measurement(trials, list(slow), spread, spread > timing.noise_threshold, 0,
-                              [list(r) for r in per_rank])
-        if best is None or current.spread < best.spread:
-            best = current
-        if not current.noisy:
-            break
-        if budgeted:
-            if spent + 2 * sum(slow) > cap:
-                break
-            trials = min(MAX_TRIALS, trials * 2)
-    best.remeasured = attempt
-    best.serialized = getattr(comm, "serialized_regions", 0) - serialized_before
-    return best
+    rows: list[list[float]] = []  # every rank's seconds, per timed region, in call order
+
+    def timed(count: int) -> float:
+        region, everyone = _timed(backend, comm, count)
+        rows.append(everyone)
+        return region
+
+    got = timing_engine.sample(timed, trials, samples=timing.repeats, noise_threshold=timing.noise_threshold,
+                               max_remeasure=timing.max_remeasure, min_samples=timing.min_repeats,
+                               max_seconds=timing.max_point_seconds, min_seconds=timing.min_seconds,
+                               max_count=MAX_TRIALS)
+    first, end = got.calls
+    return Measurement(got.count, list(got.seconds), got.spread, got.noisy, got.attempts - 1,
+                       [list(r) for r in rows[first:end]],
+                       serialized=getattr(comm, "serialized_regions", 0) - serialized_before)
 
 
 def point_record(point: Point, m: Measurement, *, check_ok: bool, check_detail: str, ranks: int,

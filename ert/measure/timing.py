@@ -11,6 +11,8 @@ they took.
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -26,7 +28,8 @@ MAX_COUNT = 1 << 22
 @dataclass
 class Samples:
     """Timed samples of ``count`` repeats each: the quietest attempt (``kept``, from 0), how many attempts
-    were made, and its verdict. Attempt k's samples were the k-th ``samples`` calls of ``timed``."""
+    were made, and its verdict. ``calls`` = (first, end): the kept samples were calls first..end-1 of
+    ``timed`` (counted from 0 over this ``sample``), so a caller that logs each call can pick their rows."""
 
     count: int
     seconds: list[float]
@@ -34,6 +37,7 @@ class Samples:
     noisy: bool
     kept: int
     attempts: int = 0
+    calls: tuple[int, int] = (0, 0)
 
 
 def calibrate(timed: Timed, *, min_seconds: float, start: int = 1, max_count: int = MAX_COUNT,
@@ -59,23 +63,56 @@ def calibrate(timed: Timed, *, min_seconds: float, start: int = 1, max_count: in
 
 
 def sample(timed: Timed, count: int, *, samples: int, noise_threshold: float, max_remeasure: int,
-           before_last: Callable[[], None] | None = None) -> Samples:
+           before_last: Callable[[], None] | None = None, min_samples: int | None = None,
+           max_seconds: float | None = None, min_seconds: float | None = None,
+           max_count: int = MAX_COUNT) -> Samples:
     """``samples`` timed samples of ``count`` repeats; while they spread more than ``noise_threshold``,
     up to ``max_remeasure`` more attempts, of which the quietest is kept (the others were disturbed by
     something outside the work). ``before_last`` runs before each attempt's last sample (a check that
-    must see that sample's data: clear a receive buffer)."""
+    must see that sample's data: clear a receive buffer).
+
+    A budget (``min_samples``): each attempt starts with ``min_samples`` samples and stops there when
+    they agree within half the noise threshold, else samples are added up to ``samples``; a noisy attempt
+    is followed by one with twice the repeats (a short disturbance then weighs half as much), and
+    ``max_seconds`` caps the sampled time: what is still noisy when it runs out is flagged, never dropped.
+    ``min_seconds``: samples whose median is under half of it (a calibration fooled by one stalled
+    sample) are retaken with the count scaled up to it.
+    """
+    budgeted = min_samples is not None
+    first = min_samples if budgeted else samples
+    cap = max_seconds if max_seconds else float("inf")
+    calls = 0
+
+    def take(n: int, last: bool) -> float:
+        nonlocal calls
+        if last and before_last is not None:
+            before_last()
+        calls += 1
+        return timed(n)
+
+    spent = 0.0
     best: Samples | None = None
     for attempt in range(max_remeasure + 1):
-        seconds = []
-        for k in range(samples):
-            if before_last is not None and k == samples - 1:
-                before_last()
-            seconds.append(timed(count))
+        start = calls
+        seconds = [take(count, k == first - 1) for k in range(first)]
+        while min_seconds and statistics.median(seconds) < min_seconds / 2 and count < max_count:
+            factor = min_seconds / max(statistics.median(seconds), 1e-9)
+            count = min(max_count, count * 2 ** max(1, math.ceil(math.log2(factor))))
+            start = calls
+            seconds = [take(count, k == first - 1) for k in range(first)]
+        while (budgeted and len(seconds) < samples and timing_spread(seconds) > noise_threshold / 2
+               and spent + sum(seconds) < cap):
+            seconds.append(take(count, True))
+        spent += sum(seconds)
         spread = timing_spread(seconds)
-        current = Samples(count, seconds, spread, spread > noise_threshold, attempt)
+        current = Samples(count, seconds, spread, spread > noise_threshold, attempt, calls=(start, calls))
         if best is None or current.spread < best.spread:
             best = current
         if not current.noisy:
             break
+        if budgeted:
+            if spent + 2 * sum(seconds) > cap:
+                break
+            count = min(max_count, count * 2)
     best.attempts = attempt + 1
     return best

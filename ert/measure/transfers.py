@@ -501,7 +501,7 @@ def _measure_job(cfg, sub, world_rank, level, variant, pairs, sizes, writer, don
         k = cfg.transfer.samples
         got = timing.sample(timed, n, samples=k, noise_threshold=cfg.timing.noise_threshold,
                             max_remeasure=cfg.timing.max_remeasure, before_last=clear)
-        samples, per_rank = got.seconds, rows[got.kept * k:(got.kept + 1) * k]
+        samples, per_rank = got.seconds, rows[got.calls[0]:got.calls[1]]
         # Check: ping-pong ranks see the pattern (echoed) in their receive buffer; stream receivers too.
         received = np.asarray(rbuf.get() if cuda_aware else rbuf)
         checks_here = partner is None or (not ping_pong and sending) or bool(np.array_equal(received, pattern))
