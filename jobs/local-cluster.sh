@@ -36,8 +36,14 @@ say() { echo "$ME: $*"; }
 
 need_root() {
     [ "$(id -u)" = 0 ] || die "needs root (network namespaces, slurmd, munge); run it with sudo"
+}
+
+need_tools() {
+    local tool
     command -v ip >/dev/null || die "needs iproute2's 'ip' (apt-get install iproute2)"
-    command -v unshare >/dev/null || die "needs util-linux's 'unshare'"
+    for tool in unshare nsenter taskset; do
+        command -v "$tool" >/dev/null || die "needs util-linux's '$tool'"
+    done
 }
 
 install_missing() {
@@ -46,6 +52,7 @@ install_missing() {
     command -v slurmctld >/dev/null || missing+=(slurmctld)
     command -v slurmd >/dev/null || missing+=(slurmd)
     command -v sbatch >/dev/null || missing+=(slurm-client)
+    command -v ip >/dev/null || missing+=(iproute2)
     [ ${#missing[@]} = 0 ] && return 0
     command -v apt-get >/dev/null || die "missing ${missing[*]} and there is no apt-get to install them"
     say "installing ${missing[*]} (apt)"
@@ -245,6 +252,7 @@ cmd_up() {
     fi
     mkdir -p "$DIR"
     install_missing
+    need_tools
     start_munge
     write_conf
     make_hosts
