@@ -127,6 +127,7 @@ def test_sbatch_slurm_cpu_runs_unchanged_on_two_hosts(cluster, tmp_path):
     meta = doc["metadata"]
     assert sorted(set(meta["hosts"])) == ["node1", "node2"]
     assert sorted({p["host"] for p in meta["placement"]}) == ["node1", "node2"]
+    assert "hosts node1, node2 |" in log  # the script's `ert show` names both
     network = {m["level"]: m for m in doc["ceilings"]["memory"] if m.get("kind") == "network"}
     assert {"net-intra-node", "net-inter-node", "net-injection"} <= set(network)
     inter = network["net-inter-node"]

@@ -69,8 +69,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
 def _header(meta: dict) -> list[str]:
     host = meta.get("host", _MISSING)
     hosts = meta.get("hosts") or []
-    if len(set(hosts)) > 1:
-        host = f"{host} (+{len(set(hosts)) - 1} more hosts)"
+    distinct = list(dict.fromkeys(hosts))
+    if len(distinct) > 1:
+        # A few hosts by name (the reader checks the run spanned the nodes it meant to); many, counted.
+        host = (", ".join(distinct) if len(distinct) <= 4 else f"{host} (+{len(distinct) - 1} more hosts)")
     cpu = meta.get("cpu_model") or ""
     device = meta.get("device") or ""
     # The CPU backends describe the device as the CPU plus a thread count, so
@@ -82,7 +84,7 @@ def _header(meta: dict) -> list[str]:
     ranks = meta.get("ranks", _MISSING)
     threads = meta.get("threads_per_rank", _MISSING)
     parts = [
-        f"host {host}",
+        f"{'hosts' if len(distinct) > 1 else 'host'} {host}",
         machine,
         f"backend {meta.get('backend', _MISSING)}",
         f"{ranks} rank{'s' if ranks != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}",
