@@ -232,6 +232,28 @@ def test_slurm_gpu_script_on_a_real_sbatch(cluster, tmp_path):
     assert meta["ranks"] == 2
 
 
+def test_without_root_it_says_so():
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root to run the script as another user")
+    proc = subprocess.run(["runuser", "-u", "nobody", "--", "bash", str(SCRIPT), "up"], capture_output=True,
+                          text=True, timeout=30, cwd="/tmp")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "jobs/local-cluster.sh: error: needs root (network namespaces, slurmd, munge); " \
+                                  "run it with sudo"
+
+
+def test_a_bad_watchdog_setting_is_one_line_before_anything_runs(cluster, tmp_path):
+    cmd = ["bash", str(SCRIPT), "exec", "node1", str(VENV / "bin" / "mpiexec"), "-launcher", "ssh",
+           "-launcher-exec", str(SSH), "-hosts", "node1:1,node2:1", "-n", "2", "-genv", "ERT_WATCHDOG_SECONDS",
+           "soon", str(VENV / "bin" / "ert-run"), str(TINY), "--out", str(tmp_path / "run")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120)
+    assert proc.returncode != 0
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("ert-run: error:")]
+    assert errors == ["ert-run: error: ERT_WATCHDOG_SECONDS: expected a number of seconds, got 'soon'"], \
+        proc.stdout + proc.stderr
+    assert not (tmp_path / "run" / "raw.jsonl").exists()
+
+
 def test_down_removes_everything_and_is_idempotent(cluster):
     # Last in this module: the rig goes down here (and again, harmlessly, in the fixture's teardown).
     first = _rig("down", timeout=60)
@@ -244,13 +266,3 @@ def test_down_removes_everything_and_is_idempotent(cluster):
     assert "ert local-cluster" not in Path("/etc/hosts").read_text()
     status = _rig("status")
     assert status.returncode == 3 and "down" in status.stdout
-
-
-def test_without_root_it_says_so():
-    if os.geteuid() != 0 or shutil.which("runuser") is None:
-        pytest.skip("needs root to run the script as another user")
-    proc = subprocess.run(["runuser", "-u", "nobody", "--", "bash", str(SCRIPT), "up"], capture_output=True,
-                          text=True, timeout=30, cwd="/tmp")
-    assert proc.returncode == 1
-    assert proc.stderr.strip() == "jobs/local-cluster.sh: error: needs root (network namespaces, slurmd, munge); " \
-                                  "run it with sudo"

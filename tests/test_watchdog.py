@@ -159,3 +159,11 @@ def test_a_job_torn_down_whole_gets_no_second_line(pair):
     rank0.proc.kill()
     rank0.proc.wait()
     assert rank0.proc.stderr.read() == ""   # read to EOF: the monitor, which shares the pipe, has left too
+
+
+def test_the_silence_is_a_setting_with_a_floor():
+    assert watchdog.silence_seconds(None) == watchdog.SILENT_AFTER
+    assert watchdog.silence_seconds(" 12 ") == 12.0
+    for bad in ("soon", "0.5", "-3", "nan", "inf"):
+        with pytest.raises(ValueError, match="expected"):
+            watchdog.silence_seconds(bad)

@@ -20,7 +20,9 @@ launcher (``srun --kill-on-bad-exit``, mpiexec) end the job.  raw.jsonl holds
 every point finished before (each line is fsynced as it is written).
 
 Without a reachable port (a firewall between hosts) the run goes on without
-it and says so.  ``ERT_WATCHDOG=0`` turns it off.
+it and says so.  ``ERT_WATCHDOG=0`` turns it off; ``ERT_WATCHDOG_SECONDS``
+sets the silence (default 5 s; longer where hosts may stall, shorter to end
+sooner).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ SILENT_AFTER = 5.0      # a rank silent this long is gone (with INTERVAL 0.5: te
 CONNECT_SECONDS = 5.0   # how long a rank tries to reach the monitor at the start
 GRACE = 0.5             # after a rank's connection closes: a job ending anyway takes rank 0 within this
 VARIABLE = "ERT_WATCHDOG"
+SECONDS_VARIABLE = "ERT_WATCHDOG_SECONDS"  # the silence after which a rank is gone (default SILENT_AFTER)
 
 
 def enabled() -> bool:
@@ -46,12 +49,29 @@ def enabled() -> bool:
 
 
 # ---------------------------------------------------------------------------- in the ranks
+def silence_seconds(text: str | None) -> float:
+    """The silence (seconds) after which a rank is gone: ``ERT_WATCHDOG_SECONDS``, default SILENT_AFTER.
+
+    ValueError with the reason for anything but a number of at least 3 heartbeats (1.5 s).
+    """
+    if text is None or not text.strip():
+        return SILENT_AFTER
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 3 * INTERVAL or value != value or value == float("inf"):
+        raise ValueError(f"expected at least {3 * INTERVAL:g} seconds (3 heartbeats), got {text!r}")
+    return value
+
+
 class Watchdog:
     """This rank's heartbeat process (rank 0: the monitor); ``close()`` at a normal end."""
 
-    def __init__(self, proc: subprocess.Popen | None, note: str):
+    def __init__(self, proc: subprocess.Popen | None, note: str, error: str | None = None):
         self.proc = proc
         self.note = note  # what the run says about it (active, or why not)
+        self.error = error  # a bad setting (rank 0 reports it, every rank ends): the run does not start
 
     def close(self) -> None:
         """The rank finished: the beat says bye (the monitor stops) and exits."""
@@ -75,19 +95,26 @@ def start(comm, run_dir, hosts: list[str]) -> Watchdog:
         return Watchdog(None, f"no watchdog ({VARIABLE}=0): a host that dies mid-run leaves the others waiting")
     from ert.measure.transfers import interfaces
 
-    proc, port, addresses = None, None, []
+    proc, port, addresses, silent, error = None, None, [], SILENT_AFTER, None
     if comm.rank == 0:
-        proc = _spawn(["monitor", "--parent", str(os.getpid()), "--ranks", str(comm.size),
-                       "--run-dir", str(run_dir)])
-        line = _first_line(proc, CONNECT_SECONDS)
-        port = int(line.split()[1]) if line.startswith("listening ") else None
-        addresses = [i["address"].split("/")[0] for i in interfaces()] + [socket.gethostname()]
-    port, addresses = comm.bcast((port, addresses))
+        try:
+            silent = silence_seconds(os.environ.get(SECONDS_VARIABLE))
+        except ValueError as exc:
+            error = f"{SECONDS_VARIABLE}: {exc}"
+        if error is None:
+            proc = _spawn(["monitor", "--parent", str(os.getpid()), "--ranks", str(comm.size),
+                           "--run-dir", str(run_dir), "--silent-after", str(silent)])
+            line = _first_line(proc, CONNECT_SECONDS)
+            port = int(line.split()[1]) if line.startswith("listening ") else None
+            addresses = [i["address"].split("/")[0] for i in interfaces()] + [socket.gethostname()]
+    port, addresses, silent, error = comm.bcast((port, addresses, silent, error))
+    if error:
+        return Watchdog(None, "", error)
     ok = port is not None
     if comm.rank != 0 and ok:
         targets = ",".join(_ordered(addresses))
         proc = _spawn(["beat", "--parent", str(os.getpid()), "--rank", str(comm.rank), "--host", hosts[comm.rank],
-                       "--connect", targets, "--port", str(port)])
+                       "--connect", targets, "--port", str(port), "--silent-after", str(silent)])
         line = _first_line(proc, CONNECT_SECONDS + 1)
         if not line.startswith("connected"):
             proc.kill()
@@ -99,7 +126,7 @@ def start(comm, run_dir, hosts: list[str]) -> Watchdog:
             proc.kill()
         return Watchdog(None, f"no watchdog: {', '.join(missing[:3])} could not reach rank 0's heartbeat port "
                               f"(a firewall between hosts?); a host that dies mid-run leaves the others waiting")
-    return Watchdog(proc, f"watchdog: a rank silent for {SILENT_AFTER:g} s ends the job, naming its host")
+    return Watchdog(proc, f"watchdog: a rank silent for {silent:g} s ends the job, naming its host")
 
 
 def _ordered(addresses: list[str]) -> list[str]:
