@@ -284,7 +284,7 @@ cmd_down() {
         fi
         ip link delete "$PREFIX$node" 2>/dev/null || true
     done
-    pkill -KILL -f "slurmctld -f $DIR/slurm.conf" 2>/dev/null || true
+    pkill -KILL -f "slurmctld -D -f $DIR/slurm.conf" 2>/dev/null || true   # if TERM to its pid file's pid did not end it
     ip link delete "$BRIDGE" 2>/dev/null || true
     if grep -q "$HOSTS_MARK" /etc/hosts 2>/dev/null; then
         # In place (not sed -i's rename): /etc/hosts may be a bind mount.

@@ -191,12 +191,17 @@ def test_export_carries_tensor_and_integer_roofs_and_reads_back(tmp_path):
     assert 'compute,"FP16 tensor (m16n8k16, f32 accumulate)",,fp16,,true,290000.0,GFLOP/s' in csv_text
 
 
-def test_ert_show_lists_tensor_roofs_in_their_own_table(tmp_path):
+def show_lines(tmp_path, doc: dict) -> list[str]:
+    """`ert show` of ``doc``, line by line."""
     ceilings = tmp_path / "ceilings.json"
-    ceilings.write_text(json.dumps(a100_doc()))
+    ceilings.write_text(json.dumps(doc))
     proc = run_cmd("ert", "show", ceilings)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    return proc.stdout.splitlines()
+
+
+def test_ert_show_lists_tensor_roofs_in_their_own_table(tmp_path):
+    lines = show_lines(tmp_path, a100_doc())
     start = lines.index("Tensor-core compute (warp-level MMA; a multiply-add is 2 FLOPs)")
     assert lines[start + 1].split() == ["precision", "input", "accumulate", "shape", "GFLOP/s", "spread",
                                         "FLOPs/MMA", "noisy"]
@@ -232,11 +237,7 @@ def test_an_int8_tensor_roof_validates_and_is_a_giops_tensor_roof():
 
 
 def test_ert_show_gives_the_int8_tensor_roof_its_unit(tmp_path):
-    ceilings = tmp_path / "ceilings.json"
-    ceilings.write_text(json.dumps(int8_doc()))
-    proc = run_cmd("ert", "show", ceilings)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    lines = show_lines(tmp_path, int8_doc())
     start = lines.index("Tensor-core compute (warp-level MMA; a multiply-add is 2 FLOPs; int8: 2 integer ops, "
                         "GIOP/s)")
     assert lines[start + 1].split() == ["precision", "input", "accumulate", "shape", "rate", "unit", "spread",

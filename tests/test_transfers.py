@@ -384,9 +384,19 @@ def test_the_route_is_the_interface_whose_subnet_holds_the_partner():
 
 
 def test_this_hosts_interfaces_are_read_from_the_kernel():
+    import shutil
+
     found = interfaces()
     assert all("/" in i["address"] and isinstance(i["virtual"], bool) for i in found)
     assert "lo" not in {i["name"] for i in found}
+    if shutil.which("ip"):  # the same interfaces and addresses as iproute2 lists (each one's primary address)
+        listed = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
+        theirs = {}
+        for line in listed.splitlines():
+            name, addr = line.split()[1], line.split()[3]
+            if name != "lo":
+                theirs.setdefault(name.split("@")[0], addr)
+        assert {i["name"]: i["address"] for i in found} == theirs
     for iface in found:  # the byte counters the stage reads around each size
         assert isinstance(iface_bytes(iface["name"]), int)
     assert iface_bytes("no-such-interface") is None

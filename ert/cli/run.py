@@ -223,7 +223,7 @@ def cmd_run(args) -> int:
     guard = watchdog.start(comm, run_dir, getattr(comm, "hosts", []))
     if guard.error:  # a bad setting, the same verdict on every rank: rank 0 says it once
         if comm.rank == 0:
-            raise ErtError(guard.error.split(": ", 1)[1], key=watchdog.SECONDS_VARIABLE)
+            raise ErtError(guard.error, key=watchdog.SECONDS_VARIABLE)
         raise QuietExit(2)
     if guard.note and comm.rank == 0 and (not guard.proc or not args.quiet):
         print(f"ert-run: {'warning: ' if not guard.proc else ''}{guard.note}", file=sys.stderr)

@@ -58,7 +58,6 @@ class MpiComm:
         node.Free()
         # Every rank's host (its clock and cores): a region's ranks are checked per host for running together.
         self.hosts = comm.allgather(MPI.Get_processor_name())
-        self.serialized_regions = 0
 
     def barrier(self) -> None:
         self._comm.Barrier()

@@ -63,23 +63,21 @@ def region_seconds(everyone: list[tuple[float, float]], hosts: list[str] | None)
     return slowest, False
 
 
-def _timed(backend, comm, trials: int) -> tuple[float, list[float]]:
-    """One timed region on every rank after a barrier: (its seconds, every rank's seconds).
+def _timed(backend, comm, trials: int) -> tuple[float, list[float], bool]:
+    """One timed region on every rank after a barrier: (its seconds, every rank's seconds, serialized).
 
     The slowest rank decides: aggregate rates are all ranks' work over it --
     or over the span of a host whose ranks did not run at the same time
-    (``region_seconds``; counted in ``comm.serialized_regions``).
+    (``region_seconds``; ``serialized`` is then true).
     """
     comm.barrier()
     seconds = backend.run(trials)
     end = time.perf_counter()
     if comm.size == 1:
-        return seconds, [seconds]
+        return seconds, [seconds], False
     everyone = comm.allgather((seconds, end))
     region, serialized = region_seconds(everyone, getattr(comm, "hosts", None))
-    if serialized:
-        comm.serialized_regions = getattr(comm, "serialized_regions", 0) + 1
-    return region, [s for s, _ in everyone]
+    return region, [s for s, _ in everyone], serialized
 
 
 def calibrate(backend, comm, *, min_seconds: float, start_trials: int = 1) -> tuple[int, float]:
@@ -108,12 +106,14 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
     a point still noisy when the budget runs out is flagged, never dropped.
     """
     trials, _ = calibrate(backend, comm, min_seconds=timing.min_seconds, start_trials=start_trials)
-    serialized_before = getattr(comm, "serialized_regions", 0)
     rows: list[list[float]] = []  # every rank's seconds, per timed region, in call order
+    serialized = 0                # regions (of all attempts) whose ranks on one host took turns
 
     def timed(count: int) -> float:
-        region, everyone = _timed(backend, comm, count)
+        nonlocal serialized
+        region, everyone, turns = _timed(backend, comm, count)
         rows.append(everyone)
+        serialized += turns
         return region
 
     got = timing_engine.sample(timed, trials, samples=timing.repeats, noise_threshold=timing.noise_threshold,
@@ -123,7 +123,7 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
     first, end = got.calls
     return Measurement(got.count, list(got.seconds), got.spread, got.noisy, got.attempts - 1,
                        [list(r) for r in rows[first:end]],
-                       serialized=getattr(comm, "serialized_regions", 0) - serialized_before)
+                       serialized=serialized)
 
 
 def point_record(point: Point, m: Measurement, *, check_ok: bool, check_detail: str, ranks: int,

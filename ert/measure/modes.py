@@ -162,7 +162,7 @@ def _hold(t: HoldTarget, *, backend, comm, seconds: float) -> dict:
     # Rank 0's clock decides when to stop, so every rank runs the same regions.
     while True:
         region_start.append(time.perf_counter() - start)
-        slowest, _ = _timed(backend, comm, trials)
+        slowest, _, _ = _timed(backend, comm, trials)
         region_seconds.append(slowest)
         if comm.bcast(time.perf_counter() - start >= seconds if comm.rank == 0 else None):
             break

@@ -127,14 +127,8 @@ def interfaces(net_root: str = "/sys/class/net") -> list[dict]:
 
     out = []
     net = Path(net_root)
-    if not net.is_dir():
-        return out
-    for dev in sorted(net.iterdir()):
-        if dev.name == "lo":
-            continue
-        addr = _ipv4(dev.name)
-        if not addr:
-            continue
+    for name, addr in ipv4_addresses(net_root):
+        dev = net / name
         try:
             real = os.path.realpath(dev)
         except OSError:
@@ -144,10 +138,19 @@ def interfaces(net_root: str = "/sys/class/net") -> list[dict]:
             speed = int((dev / "speed").read_text().strip())
         except (OSError, ValueError):
             speed = None
-        out.append({"name": dev.name, "address": str(ipaddress.ip_interface(addr)), "virtual": virtual,
-                    "kind": _link_kind(dev.name) if virtual else "device",
+        out.append({"name": name, "address": str(ipaddress.ip_interface(addr)), "virtual": virtual,
+                    "kind": _link_kind(name) if virtual else "device",
                     "speed_mbit": speed if speed and speed > 0 else None})
     return out
+
+
+def ipv4_addresses(net_root: str = "/sys/class/net") -> list[tuple[str, str]]:
+    """(interface, ``a.b.c.d/prefix``) of this host's interfaces with an IPv4 address, loopback left out."""
+    net = Path(net_root)
+    if not net.is_dir():
+        return []
+    found = ((dev.name, _ipv4(dev.name)) for dev in sorted(net.iterdir()) if dev.name != "lo")
+    return [(name, addr) for name, addr in found if addr]
 
 
 def _ipv4(name: str) -> str | None:

@@ -71,7 +71,7 @@ class Watchdog:
     def __init__(self, proc: subprocess.Popen | None, note: str, error: str | None = None):
         self.proc = proc
         self.note = note  # what the run says about it (active, or why not)
-        self.error = error  # a bad setting (rank 0 reports it, every rank ends): the run does not start
+        self.error = error  # a bad ERT_WATCHDOG_SECONDS (rank 0 reports it, every rank ends): the run does not start
 
     def close(self) -> None:
         """The rank finished: the beat says bye (the monitor stops) and exits."""
@@ -93,20 +93,20 @@ def start(comm, run_dir, hosts: list[str]) -> Watchdog:
         return Watchdog(None, "")
     if not enabled():
         return Watchdog(None, f"no watchdog ({VARIABLE}=0): a host that dies mid-run leaves the others waiting")
-    from ert.measure.transfers import interfaces
+    from ert.measure.transfers import ipv4_addresses
 
     proc, port, addresses, silent, error = None, None, [], SILENT_AFTER, None
     if comm.rank == 0:
         try:
             silent = silence_seconds(os.environ.get(SECONDS_VARIABLE))
         except ValueError as exc:
-            error = f"{SECONDS_VARIABLE}: {exc}"
+            error = str(exc)
         if error is None:
             proc = _spawn(["monitor", "--parent", str(os.getpid()), "--ranks", str(comm.size),
                            "--run-dir", str(run_dir), "--silent-after", str(silent)])
             line = _first_line(proc, CONNECT_SECONDS)
             port = int(line.split()[1]) if line.startswith("listening ") else None
-            addresses = [i["address"].split("/")[0] for i in interfaces()] + [socket.gethostname()]
+            addresses = [addr.split("/")[0] for _, addr in ipv4_addresses()] + [socket.gethostname()]
     port, addresses, silent, error = comm.bcast((port, addresses, silent, error))
     if error:
         return Watchdog(None, "", error)
@@ -133,9 +133,9 @@ def _ordered(addresses: list[str]) -> list[str]:
     """Rank 0's addresses, those in a subnet of this host first."""
     import ipaddress
 
-    from ert.measure.transfers import interfaces
+    from ert.measure.transfers import ipv4_addresses
 
-    mine = [ipaddress.ip_interface(i["address"]).network for i in interfaces()]
+    mine = [ipaddress.ip_interface(addr).network for _, addr in ipv4_addresses()]
 
     def near(addr: str) -> int:
         try:
@@ -192,9 +192,7 @@ def monitor(parent: int, ranks: int, run_dir: str, silent_after: float = SILENT_
                 who[conn] = {"rank": None, "host": "?", "seen": time.monotonic(), "bye": False}
                 buffers[conn] = b""
                 sel.register(conn, selectors.EVENT_READ, "rank")
-            elif key.data == "parent":
-                if not sys.stdin.buffer.readline():  # rank 0 closed it: finished (or died: nothing to watch for)
-                    return 0
+            elif key.data == "parent":  # rank 0 said bye or closed the pipe: finished, or died (nothing to watch)
                 return 0
             else:
                 conn = key.fileobj
