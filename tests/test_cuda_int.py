@@ -17,6 +17,7 @@ import pytest
 
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_host as host
+from ert.backends.cuda_tensor import sass_tools
 from ert.backends.check import A_INT, C_INT, replay_rw_int, replay_rw_int_stepwise
 from ert.config import RunConfig
 from ert.measure.precisions import supported_precisions
@@ -28,12 +29,8 @@ from test_cuda_host import A100, A100_ATTRIBUTES, H100, V100, EmulatedGpu  # noq
 
 KERNEL = Path(__file__).resolve().parents[1] / "kernels" / host.KERNEL_FILE
 NVCC = shutil.which("nvcc")
-# cuobjdump (+ nvdisasm) for the SASS checks: on PATH, or the nvidia-cuda-cuobjdump / -nvdisasm wheels.
-_WHEEL_BIN = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / \
-    "site-packages" / "nvidia" / "cu13" / "bin"
-CUOBJDUMP = shutil.which("cuobjdump") or (str(_WHEEL_BIN / "cuobjdump") if (_WHEEL_BIN / "cuobjdump").exists() else None)
-NVDISASM_DIR = (os.path.dirname(shutil.which("nvdisasm")) if shutil.which("nvdisasm") else
-                str(_WHEEL_BIN) if (_WHEEL_BIN / "nvdisasm").exists() else None)
+# cuobjdump (+ nvdisasm) for the SASS checks, found as the backend finds them: on PATH, or the wheels.
+CUOBJDUMP, NVDISASM_DIR = sass_tools()
 ARCHS = ("sm_75", "sm_80", "sm_90", "sm_100")
 
 
