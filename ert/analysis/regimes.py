@@ -48,7 +48,11 @@ taken, and when the rate ``MIN_REGIME_POINTS`` of their clean points reach is
 above the level's plateau by more than ``MEMORY_MODE_MARGIN``, that rate is
 its roof (what the memory gives the kernel while the host lets it), its
 range the lowest to highest clean rate, and a warning says so. One or two
-fast points still make no roof.
+fast points still make no roof. Points below 2 x the last cache that read more
+than ``MEMORY_MODE_MARGIN`` above the memory's roof are the last cache's
+transition (a host cache larger than the guest is told, say), not memory: the
+level starts past the last of them, so that none of its points sits above its
+roof, and a warning says so.
 
 Points of a curve that end up in no level are listed per curve with the
 reason (``unassigned_points``): the overhead ramp below the first level, the
@@ -149,7 +153,39 @@ def _is_cache(name: str) -> bool:
 
 
 def _memory_modes(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np.ndarray, bw: np.ndarray,
-                  flags: np.ndarray, label: str) -> tuple[JudgedLevel, str | None]:
+                  flags: np.ndarray, label: str) -> tuple[JudgedLevel, list[str]]:
+    """The memory level, re-valued at its fast mode when the host's bandwidth changed during the run, and
+    without the points below 2 x the last cache that read above its roof (the last cache's transition)."""
+    judged, warning = _memory_fast_mode(lvl, last_cache, taken, wss, bw, flags, label)
+    level = judged.level
+    roof = level.plateau.gbytes_per_s
+    start = WINDOW_START_FACTOR * last_cache
+    above = [i for i in level.plateau.indices if wss[i] < start and bw[i] > roof * (1 + MEMORY_MODE_MARGIN)]
+    warnings = [warning] if warning else []
+    if not above:
+        return judged, warnings
+    # The level starts past the last of them: whatever lies before it is the transition too.
+    edge = float(wss[above].max())
+    kept = np.array([i for i in level.plateau.indices if wss[i] > edge], dtype=int)
+    if kept.size == 0:
+        return judged, warnings
+    dropped = [i for i in level.plateau.indices if wss[i] <= edge]
+    plateau = replace(level.plateau, wss_bytes=(int(wss[kept].min()), int(wss[kept].max())), n_points=int(kept.size),
+                      indices=tuple(int(i) for i in kept), noisy_points=int(np.count_nonzero(flags[kept])))
+    lo_hi = judged.range_gbytes_per_s
+    if lo_hi is not None:
+        clean = kept[~flags[kept]]
+        values = bw[clean if clean.size else kept]
+        lo_hi = (float(values.min()), float(values.max()))
+    warnings.append(f"{label} {level.name}: {len(dropped)} point(s) from {fmt_bytes(float(wss[dropped].min()))} to "
+                    f"{fmt_bytes(edge)}, below 2 x the last cache, read up to {float(bw[above].max()):.4g} GB/s, "
+                    f"above the {level.name} roof of {roof:.4g} GB/s: the last cache's transition (the host's cache "
+                    f"may be larger than the guest is told), left out of {level.name}, which starts past them")
+    return replace(judged, level=replace(level, plateau=plateau), range_gbytes_per_s=lo_hi), warnings
+
+
+def _memory_fast_mode(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np.ndarray, bw: np.ndarray,
+                      flags: np.ndarray, label: str) -> tuple[JudgedLevel, str | None]:
     """The memory level, re-valued at its fast mode when the host's bandwidth changed during the run."""
     lo = max(WINDOW_START_FACTOR * last_cache, lvl.plateau.wss_bytes[0])
     points = np.array([i for i in np.flatnonzero(wss >= lo) if i not in taken and np.isfinite(bw[i]) and bw[i] > 0],
@@ -202,9 +238,9 @@ def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, worker
     for k, lvl in enumerate(named):
         taken = {i for j, other in enumerate(named) if j != k for i in other.plateau.indices}
         if k == len(named) - 1 and not _is_cache(lvl.name) and capacities:
-            level, warning = _memory_modes(lvl, max(capacities.values()), taken, wss, bw, flags, label)
+            level, memory_warnings = _memory_modes(lvl, max(capacities.values()), taken, wss, bw, flags, label)
             judged.append(level)
-            warnings += [warning] if warning else []
+            warnings += memory_warnings
             continue
         window = _window(lvl, capacities, taken, wss)
         if window is None or window.size < MIN_REGIME_POINTS:
