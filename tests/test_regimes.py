@@ -8,6 +8,7 @@ the cache, and no point between two caches goes unexplained.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -277,3 +278,27 @@ def test_flat_memory_or_two_fast_points_keep_the_plateau(fast_every):
     judged, warnings = _judge(wss, bw, named)
     assert judged[-1].level.plateau == named[1].plateau
     assert not any("memory read" in w for w in warnings)
+    # Too few to be a roof, but never passed over: the fast points are named above the roof.
+    above = [w for w in warnings if "clean point(s) read above its roof" in w]
+    assert len(above) == (1 if fast_every else 0)
+    if fast_every:  # each fast point inside the level's range, by name
+        memory = _l2_cut(wss, named[1].plateau.wss_bytes[0], 256 * MIB)
+        inside = memory[bw[memory] > 45]
+        assert above[0].startswith(f"fp64 rw DRAM: {inside.size} clean point(s)") and "not a roof" in above[0]
+        assert all(f"{bw[i]:.4g} GB/s at" in above[0] for i in inside)
+
+
+def test_memory_points_below_twice_the_last_cache_above_its_roof_are_the_transition():
+    # The Zen 4 guest's read-only curve: the L3 hint is 32 MiB, but the rate stays up to 60 MiB (the host's
+    # cache) before the memory's 34 GB/s; the memory plateau as the fit found it starts at 38 MiB.
+    wss, bw = _curve(lambda w: 190.0 if w <= 32 * MIB else 120.0 if w <= 60 * MIB else 34.0, 0, noise=0.01)
+    memory = _l2_cut(wss, 38 * MIB, 256 * MIB)
+    named = [_level("L3", _l2_cut(wss, 2 * MIB, 32 * MIB), wss, bw),
+             _level("DRAM", memory[bw[memory] < 45], wss, bw)]
+    named[1] = replace(named[1], plateau=replace(named[1].plateau, indices=tuple(int(i) for i in memory),
+                                                 wss_bytes=(int(wss[memory].min()), int(wss[memory].max()))))
+    judged, warnings = _judge(wss, bw, named)
+    dram = judged[-1].level.plateau
+    assert dram.wss_bytes[0] > 60 * MIB and dram.gbytes_per_s == named[1].plateau.gbytes_per_s
+    assert max(bw[list(dram.indices)]) <= 1.10 * dram.gbytes_per_s   # no point inside the level above its roof
+    assert any("DRAM:" in w and "left out of DRAM" in w and "transition" in w for w in warnings)

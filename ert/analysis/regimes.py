@@ -196,7 +196,15 @@ def _memory_fast_mode(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np
     fast = float(np.sort(bw[clean])[-MIN_REGIME_POINTS])
     value = lvl.plateau.gbytes_per_s
     if fast <= value * (1 + MEMORY_MODE_MARGIN):
-        return JudgedLevel(lvl), None
+        # One or two fast points make no roof, but a point above the roof is never passed over in silence.
+        high = clean[bw[clean] > value * (1 + MEMORY_MODE_MARGIN)]
+        if not high.size:
+            return JudgedLevel(lvl), None
+        where = ", ".join(f"{float(bw[i]):.4g} GB/s at {fmt_bytes(float(wss[i]))}" for i in high)
+        return JudgedLevel(lvl), (
+            f"{label} {lvl.name}: {high.size} clean point(s) read above its roof of {value:.4g} GB/s ({where}): "
+            f"the host's memory bandwidth rose for a moment (a shared host); fewer than "
+            f"{MIN_REGIME_POINTS} points, so not a roof: a kernel can meet it, not count on it")
     held = np.union1d(np.array(lvl.plateau.indices, dtype=int), points)
     values = bw[clean]
     plateau = replace(lvl.plateau, gbytes_per_s=fast, spread=plateau_spread(values), n_points=int(held.size),
