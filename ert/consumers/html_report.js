@@ -1,0 +1,44 @@
+// ert report: hover text and legend toggles. No network, no library: the page works from a mail attachment.
+(function () {
+  "use strict";
+  var tip = document.getElementById("tip");
+
+  // An element is hidden when any of its tags is switched off in its chart's legend.
+  function apply(figure) {
+    var off = {};
+    figure.querySelectorAll('button.tog[aria-pressed="false"]').forEach(function (b) { off[b.dataset.tag] = true; });
+    figure.querySelectorAll("[data-tags]").forEach(function (el) {
+      var hide = el.getAttribute("data-tags").split(" ").some(function (t) { return off[t]; });
+      el.classList.toggle("off", hide);
+    });
+  }
+
+  document.querySelectorAll("figure.chart").forEach(function (figure) {
+    figure.addEventListener("click", function (event) {
+      var button = event.target.closest("button.tog");
+      if (!button) { return; }
+      button.setAttribute("aria-pressed", button.getAttribute("aria-pressed") === "true" ? "false" : "true");
+      apply(figure);
+    });
+    apply(figure);
+  });
+
+  function place(event) {
+    var x = event.clientX + 14, y = event.clientY + 14;
+    var w = tip.offsetWidth, h = tip.offsetHeight;
+    if (x + w > window.innerWidth - 4) { x = Math.max(4, event.clientX - w - 14); }
+    if (y + h > window.innerHeight - 4) { y = Math.max(4, event.clientY - h - 14); }
+    tip.style.left = x + "px";
+    tip.style.top = y + "px";
+  }
+
+  document.addEventListener("mouseover", function (event) {
+    var target = event.target.closest ? event.target.closest("[data-tip]") : null;
+    if (!target) { tip.hidden = true; return; }
+    tip.textContent = target.getAttribute("data-tip");
+    tip.hidden = false;
+    place(event);
+  });
+  document.addEventListener("mousemove", function (event) { if (!tip.hidden) { place(event); } });
+  document.addEventListener("mouseleave", function () { tip.hidden = true; });
+}());
