@@ -55,7 +55,7 @@ def _top(doc: dict) -> float | None:
 
 
 def roofline(docs: list[dict], labels: list[str], *, chart_id: str) -> str:
-    """One roofline of every roof of every file; with several files one colour per machine (``m<i>`` toggles)."""
+    """One roofline of every roof of every file; with several files one colour per machine (``machine<i>`` toggles)."""
     single = len(docs) == 1
     bases = [_basis(d) for d in docs]
     memory = [[e for e in d["ceilings"].get("memory", []) if e.get("kind") is None] for d in docs]
@@ -66,7 +66,7 @@ def roofline(docs: list[dict], labels: list[str], *, chart_id: str) -> str:
                   x_label="Arithmetic intensity [FLOP/byte]", y_label="Performance [GFLOP/s]")
     if not single:
         for i, label in enumerate(labels):
-            chart.toggle(f"m{i}", f"{chr(65 + i) if i < 26 else i}: {label}", color=MACHINE_COLORS[i % 8])
+            chart.toggle(f"machine{i}", f"{chr(65 + i) if i < 26 else i}: {label}", color=MACHINE_COLORS[i % 8])
     groups = _memory_groups(memory, bases)
     for tag, text_, on, dash in groups.values():
         chart.toggle(tag, text_, color="#888" if not single else "#c0392b", on=on, dash=dash)
@@ -132,15 +132,20 @@ def _draw_memory(chart: Chart, entries, groups, basis, *, top, machine_index, ma
         tag, _, _, dash = groups[key]
         index = next((k for k, b in enumerate(basis_levels) if b["level"] == e["level"]), len(basis_levels))
         color = MACHINE_COLORS[machine_index % 8] if not single else level_color(e["level"], index)
-        tags = [f"m{machine_index}", tag]
+        tags = [f"machine{machine_index}", tag]
         value = e["gbytes_per_s"]
         body = chart.polyline(_slant(chart, value, top), color=color, width=2.2, dash=dash)
         if key == basis:  # labelled along the line, staggered so labels of near roofs do not stack
             x_at = chart.x_low * 1.5 * (2.2 ** index) * (1.25 ** machine_index)
             if value * x_at < top and value * x_at > chart.y_low:
                 # Every other label below its line: neighbouring roofs (L1 and L2) keep readable labels.
-                body += chart.label(x_at, value * x_at, f"{e['level']} {format_rate(value)} GB/s", color=color,
-                                    dy=-6 if index % 2 == 0 else 15, angle=chart.slope_angle(), size=11)
+                words = f"{e['level']} {format_rate(value)} GB/s"
+                for dy in ((-6, 15) if index % 2 == 0 else (15, -6)):
+                    placed = chart.label(x_at, value * x_at, words, color=color, dy=dy, angle=chart.slope_angle(),
+                                         size=11, avoid=True)
+                    if placed:
+                        body += placed
+                        break
         chart.add(chart.group(body, tags=tags, tip=tips.memory_tip(e, machine=machine), cls="roof",
                               data={"roof": "memory", "machine": machine_index, "level": e["level"],
                                     "precision": e.get("precision") or "", "access": e.get("access") or "",
@@ -149,7 +154,7 @@ def _draw_memory(chart: Chart, entries, groups, basis, *, top, machine_index, ma
         if rated:
             faint = chart.polyline(_slant(chart, rated, top), color=color, width=1.4, dash=RATED_DASH, opacity=0.45)
             chart.add(chart.group(faint, tags=tags + ["rated"], tip=tips.rated_tip(e, "GB/s", machine=machine),
-                                  cls="rated"))
+                                  cls="rated"), under=True)
 
 
 def _slant(chart: Chart, gbytes_per_s: float, top: float) -> list[tuple[float, float]]:
@@ -162,7 +167,7 @@ def _draw_transfers(chart: Chart, entries, *, top, machine_index, machine, singl
         chart.toggle("transfer", "links / network", color=TRANSFER_COLOR, dash="8 3 2 3")
         color = TRANSFER_COLOR if single else MACHINE_COLORS[machine_index % 8]
         body = chart.polyline(_slant(chart, e["gbytes_per_s"], top), color=color, width=1.8, dash="8 3 2 3")
-        chart.add(chart.group(body, tags=[f"m{machine_index}", "transfer"], tip=tips.memory_tip(e, machine=machine),
+        chart.add(chart.group(body, tags=[f"machine{machine_index}", "transfer"], tip=tips.memory_tip(e, machine=machine),
                               cls="roof", data={"roof": "transfer", "machine": machine_index, "level": e["level"],
                                                 "value": e["gbytes_per_s"]}))
 
@@ -177,7 +182,6 @@ def _compute_tag(e: dict) -> tuple[str, str, str]:
 
 
 def _draw_compute(chart: Chart, entries, *, fastest, machine_index, machine, single) -> None:
-    placed: list[tuple[float, bool]] = []  # (pixel y, at the right end) of the labels so far
     for e in sorted(entries, key=lambda e: -e["gflops_per_s"]):
         tag, legend, color = _compute_tag(e)
         chart.toggle(tag, legend, color=color)
@@ -186,14 +190,15 @@ def _draw_compute(chart: Chart, entries, *, fastest, machine_index, machine, sin
         value = e["gflops_per_s"]
         x_start = max(chart.x_low, value / fastest)
         body = chart.polyline([(x_start, value), (chart.x_high, value)], color=color, width=2.2, dash=dash)
-        py = chart.y.at(value)
-        right = not any(abs(py - y) < 15 and side for y, side in placed)
-        if right or not any(abs(py - y) < 15 and not side for y, side in placed):
-            placed.append((py, right))
-            words = f"{tips.compute_name(e)} {format_rate(value)} {_compute_unit(e)}"
-            body += (chart.label(chart.x_high, value, words, color=color, anchor="end", dx=-6, dy=-5, size=11)
-                     if right else chart.label(x_start * 1.15, value, words, color=color, dy=-5, size=11))
-        chart.add(chart.group(body, tags=[f"m{machine_index}", tag], tip=tips.compute_tip(e, machine=machine),
+        words = f"{tips.compute_name(e)} {format_rate(value)} {_compute_unit(e)}"
+        # At the right end, else just after the roof's start, else below it: close peaks keep readable labels.
+        for at, anchor, dx, dy in ((chart.x_high, "end", -6, -5), (x_start * 1.15, "start", 0, -5),
+                                   (chart.x_high, "end", -6, 14)):
+            placed = chart.label(at, value, words, color=color, anchor=anchor, dx=dx, dy=dy, size=11, avoid=True)
+            if placed:
+                body += placed
+                break
+        chart.add(chart.group(body, tags=[f"machine{machine_index}", tag], tip=tips.compute_tip(e, machine=machine),
                               cls="roof", data={"roof": "compute", "machine": machine_index,
                                                 "precision": e.get("precision", ""), "fma": str(bool(e.get("fma"))),
                                                 "value": value}))
@@ -201,8 +206,8 @@ def _draw_compute(chart: Chart, entries, *, fastest, machine_index, machine, sin
         if rated:
             faint = chart.polyline([(max(chart.x_low, rated / fastest), rated), (chart.x_high, rated)], color=color,
                                    width=1.4, dash=RATED_DASH, opacity=0.45)
-            chart.add(chart.group(faint, tags=[f"m{machine_index}", tag, "rated"],
-                                  tip=tips.rated_tip(e, _compute_unit(e), machine=machine), cls="rated"))
+            chart.add(chart.group(faint, tags=[f"machine{machine_index}", tag, "rated"],
+                                  tip=tips.rated_tip(e, _compute_unit(e), machine=machine), cls="rated"), under=True)
 
 
 def _draw_ridges(chart: Chart, doc, memory, basis, *, tag, machine_index, machine) -> None:
@@ -218,4 +223,4 @@ def _draw_ridges(chart: Chart, doc, memory, basis, *, tag, machine_index, machin
         tip = (f"{machine + chr(10) if machine else ''}ridge point of {e['level']} and {ridge_roof.name}: "
                f"{x:.3g} FLOP/byte\n(a kernel below this intensity is bound by {e['level']} bandwidth)")
         chart.add(chart.group(f'<circle class="ridge" cx="{px}" cy="{py}" r="4.5"/>',
-                              tags=[f"m{machine_index}", tag, f"cmp-{ridge_roof.precision}"], tip=tip))
+                              tags=[f"machine{machine_index}", tag, f"cmp-{ridge_roof.precision}"], tip=tip))

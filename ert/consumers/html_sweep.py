@@ -49,7 +49,12 @@ def _is_bandwidth_point(rec: dict) -> bool:
 
 def sweep_charts(raw, doc: dict, *, chart_id: str) -> list[str]:
     """The sweep's figures: bandwidth per access pattern, then compute. ``raw``: ert.rawio.RawData."""
-    points = best_launches(raw.points)
+    # Every point is drawn; where a working set was measured at several launch geometries (chain counts,
+    # blocks x threads) the ceilings use the fastest, and the others start hidden behind a toggle.
+    points = [dict(r) for r in raw.points]  # marked below; the caller's records stay as read
+    best = {id(r) for r in best_launches(points)}
+    for r in points:
+        r["_slower_launch"] = id(r) not in best
     roles = _roles(doc)
     figures = []
     for access in ("rw", "ro"):
@@ -62,8 +67,11 @@ def sweep_charts(raw, doc: dict, *, chart_id: str) -> list[str]:
     return figures
 
 
-def _marker(chart: Chart, x: float, y: float, *, color: str, noisy: bool, valid: bool, square: bool) -> str:
+def _marker(chart: Chart, x: float, y: float, *, color: str, noisy: bool, valid: bool, square: bool,
+            small: bool = False) -> str:
     px, py = chart.px(x, y)
+    if small and valid:
+        return f'<circle class="pt" cx="{px}" cy="{py}" r="2.2" fill="{color}" fill-opacity="0.35"/>'
     if not valid:
         d = f"M{px - 4},{py - 4} L{px + 4},{py + 4} M{px - 4},{py + 4} L{px + 4},{py - 4}"
         return f'<path class="pt" d="{d}" stroke="{INVALID_COLOR}" stroke-width="2"/>'
@@ -76,10 +84,14 @@ def _marker(chart: Chart, x: float, y: float, *, color: str, noisy: bool, valid:
 
 
 def _point_tags(rec: dict, series: str) -> list[str]:
-    return [series] + (["noisy"] if rec.get("noisy") else []) + ([] if rec.get("valid", True) else ["invalid"])
+    return ([series] + (["noisy"] if rec.get("noisy") else []) + ([] if rec.get("valid", True) else ["invalid"])
+            + (["launches"] if rec.get("_slower_launch") else []))
 
 
 def _status_toggles(chart: Chart, recs: list[dict]) -> None:
+    slower = sum(1 for r in recs if r.get("_slower_launch"))
+    if slower:
+        chart.toggle("launches", f"slower launch geometries (small, {slower})", color="#aaa", on=False)
     if any(r.get("noisy") for r in recs):
         chart.toggle("noisy", f"noisy points (hollow, {sum(1 for r in recs if r.get('noisy'))})", color="#777")
     if any(not r.get("valid", True) for r in recs):
@@ -105,7 +117,7 @@ def _cache_sizes(doc: dict) -> list[tuple[str, int]]:
 
 
 def _bandwidth_chart(recs: list[dict], doc: dict, access: str, roles, *, chart_id: str) -> str:
-    values = {r["id"]: _rates(r) for r in recs}
+    values = {id(r): _rates(r) for r in recs}
     entries = [e for e in doc["ceilings"].get("memory", []) if e.get("kind") is None and e.get("access") == access]
     ys = [v[0] for v in values.values() if v[0] > 0] + [e["gbytes_per_s"] for e in entries]
     xs = [r["wss_bytes"] for r in recs] + [w for e in entries for w in e.get("wss_bytes", []) if w]
@@ -130,7 +142,8 @@ def _bandwidth_chart(recs: list[dict], doc: dict, access: str, roles, *, chart_i
     for p in precisions:
         color = PRECISION_COLORS.get(p, "#333")
         curve = sorted((r for r in recs if r["spec"]["precision"] == p), key=lambda r: r["wss_bytes"])
-        line = [(r["wss_bytes"], values[r["id"]][0]) for r in curve if r.get("valid", True) and values[r["id"]][0]]
+        line = [(r["wss_bytes"], values[id(r)][0]) for r in curve
+                if r.get("valid", True) and values[id(r)][0] and not r.get("_slower_launch")]
         if len(line) > 1:
             chart.add(chart.group(f'<path class="curve" d="{chart.path(line)}" stroke="{color}"/>',
                                   tags=[f"pt-{p}"]))
@@ -138,12 +151,13 @@ def _bandwidth_chart(recs: list[dict], doc: dict, access: str, roles, *, chart_i
             if e.get("precision") == p:
                 _draw_plateau(chart, e, color, below=precisions.index(p) % 2 == 1)
         for r in curve:
-            gbs, gfs = values[r["id"]]
+            gbs, gfs = values[id(r)]
             if gbs <= 0:
                 continue
             tip = tips.point_tip(r, gbytes_per_s=gbs, gflops_per_s=gfs, unit=ops_unit(p), roles=roles.get(r["id"], []))
             chart.add(chart.group(_marker(chart, r["wss_bytes"], gbs, color=color, noisy=bool(r.get("noisy")),
-                                          valid=r.get("valid", True), square=False),
+                                          valid=r.get("valid", True), square=False,
+                                          small=bool(r.get("_slower_launch"))),
                                   tags=_point_tags(r, f"pt-{p}"), tip=tip, cls="point", data={"id": r["id"]}))
     name = roofs_mod.ACCESS_NAMES.get(access, access)
     caption = (f"Every {name} point (FLOPs/element = 1): filled clean, hollow noisy, red x invalid. Shaded: each "
@@ -196,13 +210,14 @@ def _draw_plateau(chart: Chart, e: dict, color: str, *, below: bool) -> None:
 
 
 def _compute_chart(recs: list[dict], doc: dict, roles, *, chart_id: str) -> str:
-    values = {r["id"]: _rates(r) for r in recs}
+    values = {id(r): _rates(r) for r in recs}
     entries = doc["ceilings"].get("compute", [])
     ys = [v[1] for v in values.values() if v[1] > 0] + [e["gflops_per_s"] for e in entries]
     xs = [r["spec"].get("flops_per_element", 1) for r in recs] + [e.get("flops_per_element") or 1 for e in entries]
     chart = Chart(chart_id=chart_id, x_low=min(xs) / 1.5, x_high=max(xs) * 1.5, y_low=min(ys) / 1.6,
                   y_high=max(ys) * 1.8, x_label="FLOPs per element", y_label="GFLOP/s (integers: GIOP/s)",
                   x_base=2, height=440)
+    _status_toggles(chart, recs)
     series = {}
     for r in recs:
         spec = r["spec"]
@@ -228,15 +243,15 @@ def _compute_chart(recs: list[dict], doc: dict, roles, *, chart_id: str) -> str:
                 chart.add(chart.group(body, tags=[tag], tip=tips.compute_tip(e), cls="roof",
                                       data={"roof": "compute", "precision": p, "value": e["gflops_per_s"]}))
         for r in group:
-            gbs, gfs = values[r["id"]]
+            gbs, gfs = values[id(r)]
             if gfs <= 0:
                 continue
             unit = ops_unit(p, mix or None, pipe)
             tip = tips.point_tip(r, gbytes_per_s=gbs, gflops_per_s=gfs, unit=unit, roles=roles.get(r["id"], []))
             chart.add(chart.group(_marker(chart, r["spec"].get("flops_per_element", 1), gfs, color=color,
-                                          noisy=bool(r.get("noisy")), valid=r.get("valid", True), square=not fma),
+                                          noisy=bool(r.get("noisy")), valid=r.get("valid", True), square=not fma,
+                                          small=bool(r.get("_slower_launch"))),
                                   tags=_point_tags(r, tag), tip=tip, cls="point", data={"id": r["id"]}))
-    _status_toggles(chart, recs)
     caption = ("Every compute point (each working set at each FLOPs per element; the FLOPs/element = 1 points are "
                "in the bandwidth charts): circles FMA, squares no-FMA, hollow noisy, red x invalid; lines: the peaks.")
     return chart.figure(title="Sweep: compute", caption=caption, kind="sweep")

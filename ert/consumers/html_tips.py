@@ -150,6 +150,11 @@ def point_tip(rec: dict, *, gbytes_per_s: float, gflops_per_s: float, unit: str,
     median = rec["seconds"].get("median")
     lines.append(f"spread {spread_text(spread)}; {rec.get('trials')} trials; median "
                  f"{median * 1e3:.3g} ms" if isinstance(median, (int, float)) else f"spread {spread_text(spread)}")
+    launch = rec.get("launch")
+    if isinstance(launch, dict) and launch:
+        what = ", ".join(f"{k} {v}" for k, v in launch.items())
+        lines.append(f"launch: {what}" + (" (slower than another launch at this working set: not used)"
+                                          if rec.get("_slower_launch") else ""))
     if rec.get("noisy"):
         lines.append("noisy: its timings spread past the noise threshold" + (
             f" after {rec['remeasured']} remeasure(s)" if rec.get("remeasured") else ""))

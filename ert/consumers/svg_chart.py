@@ -90,7 +90,9 @@ class Chart:
     height: int = 540
     margin: tuple[int, int, int, int] = (18, 24, 58, 78)  # top, right, bottom, left
     layers: list[str] = field(default_factory=list)
+    under: list[str] = field(default_factory=list)  # drawn first: faint reference lines under the data
     toggles: list[tuple[str, str, str, bool, str]] = field(default_factory=list)  # tag, label, colour, on, dash
+    placed: list[list[tuple[float, float]]] = field(default_factory=list)  # labels placed with avoid=True
 
     def __post_init__(self) -> None:
         top, right, bottom, left = self.margin
@@ -105,8 +107,9 @@ class Chart:
         """An SVG path through data points (``d`` attribute)."""
         return "M" + " L".join(f"{px},{py}" for px, py in (self.px(x, y) for x, y in points))
 
-    def add(self, svg: str) -> None:
-        self.layers.append(svg)
+    def add(self, svg: str, *, under: bool = False) -> None:
+        """Draw ``svg`` over what is drawn so far; ``under``: beneath every element not drawn ``under``."""
+        (self.under if under else self.layers).append(svg)
 
     def toggle(self, tag: str, label: str, *, color: str = "#555", on: bool = True, dash: str = "") -> None:
         """A legend button that shows and hides every element tagged ``tag`` (once per tag)."""
@@ -140,12 +143,28 @@ class Chart:
         return f'{hit_path}<path class="vis" d="{d}" fill="none" {style}/>'
 
     def label(self, x: float, y: float, words: str, *, color: str, anchor: str = "start", dx: float = 0,
-              dy: float = 0, angle: float = 0.0, size: int = 12) -> str:
+              dy: float = 0, angle: float = 0.0, size: int = 12, avoid: bool = False) -> str:
+        """A text at data point (x, y) moved by (dx, dy) pixels; with ``avoid``, nothing ('') when it would
+        cross a label placed before it with ``avoid`` (its value is in the hover text and tables anyway)."""
         px, py = self.px(x, y)
         px, py = px + dx, py + dy
+        if avoid:
+            samples = self._samples(px, py, len(words) * size * 0.58, angle, anchor, size)
+            if any(math.dist(a, b) < size * 1.05 for placed in self.placed for a in placed for b in samples):
+                return ""
+            self.placed.append(samples)
         rotate = f' transform="rotate({angle:.1f} {px} {py})"' if angle else ""
         return (f'<text class="lbl" x="{px}" y="{py}" fill="{color}" font-size="{size}" '
                 f'text-anchor="{anchor}"{rotate}>{text(words)}</text>')
+
+    @staticmethod
+    def _samples(px: float, py: float, length: float, angle: float, anchor: str, size: int) -> list:
+        """Points along a text's middle line, about one every half character height."""
+        rad = math.radians(angle)
+        start = {"start": 0.0, "middle": -length / 2, "end": -length}[anchor]
+        n = max(2, int(length / (size * 0.5)))
+        return [(px + math.cos(rad) * (start + length * k / n) + math.sin(rad) * size * 0.35,
+                 py + math.sin(rad) * (start + length * k / n) - math.cos(rad) * size * 0.35) for k in range(n + 1)]
 
     def slope_angle(self) -> float:
         """Screen angle (degrees) of a line of slope 1 in log-log data space (a memory roof)."""
@@ -183,7 +202,7 @@ class Chart:
                 f'xmlns="http://www.w3.org/2000/svg" role="img">'
                 f'<defs><clipPath id="{clip}"><rect x="{left}" y="{top}" width="{self.width - left - right}" '
                 f'height="{self.height - top - bottom}"/></clipPath></defs>'
-                f'{self._axes()}<g clip-path="url(#{clip})">{"".join(self.layers)}</g></svg>')
+                f'{self._axes()}<g clip-path="url(#{clip})">{"".join(self.under)}{"".join(self.layers)}</g></svg>')
 
     def legend(self) -> str:
         buttons = []
