@@ -69,7 +69,7 @@ def roofline(docs: list[dict], labels: list[str], *, chart_id: str) -> str:
             chart.toggle(f"machine{i}", f"{chr(65 + i) if i < 26 else i}: {label}", color=MACHINE_COLORS[i % 8])
     groups = _memory_groups(memory, bases)
     for tag, text_, on, dash in groups.values():
-        chart.toggle(tag, text_, color="#888" if not single else "#c0392b", on=on, dash=dash)
+        chart.toggle(tag, text_, color="#777" if not single else "#c0392b", on=on, dash=dash)
     for i, doc in enumerate(docs):
         machine = None if single else f"{chr(65 + i) if i < 26 else i}: {labels[i]}"
         top = _top(doc) or box[3] / 3
@@ -80,7 +80,8 @@ def roofline(docs: list[dict], labels: list[str], *, chart_id: str) -> str:
         _draw_compute(chart, compute[i], fastest=fastest, machine_index=i, machine=machine, single=single)
         if bases[i] is not None:
             _draw_ridges(chart, doc, memory[i], bases[i], tag=groups[bases[i]][0], machine_index=i, machine=machine)
-    chart.toggle("rated", "rated values (faint)", color="#999", dash=RATED_DASH)
+    if chart.under:  # the rated lines (none in ERT's roofline.json, nor for a CPU ert has no table for)
+        chart.toggle("rated", "rated values (faint)", color="#999", dash=RATED_DASH)
     title = "Roofline" if single else f"Rooflines of {len(docs)} machines"
     caption = ("Slanted: memory roofs (bandwidth x intensity), one per level; flat: compute peaks (FMA solid, "
                "no-FMA dashed); faint dotted: rated values (what the hardware allows); circles: ridge points. "
@@ -99,7 +100,7 @@ def _roofline_box(docs, bases, memory, transfers, compute) -> tuple[float, float
     ridges = ridges or [1.0]
     x_low, x_high = decade_below(min(ridges) / 10), decade_above(max(ridges) * 10)
     bandwidths = [e["gbytes_per_s"] for group in memory + transfers for e in group] or [1.0]
-    y_low = decade_below(min(bandwidths) * x_low * 2)
+    y_low = min(bandwidths) * x_low * 0.7  # the slowest roof starts just above the corner
     peaks = [e["gflops_per_s"] for group in compute for e in group]
     peaks += [e["rated"]["gflops_per_s"] for group in compute for e in group
               if isinstance(e.get("rated"), dict) and e["rated"].get("gflops_per_s")]
@@ -184,7 +185,7 @@ def _compute_tag(e: dict) -> tuple[str, str, str]:
 def _draw_compute(chart: Chart, entries, *, fastest, machine_index, machine, single) -> None:
     for e in sorted(entries, key=lambda e: -e["gflops_per_s"]):
         tag, legend, color = _compute_tag(e)
-        chart.toggle(tag, legend, color=color)
+        chart.toggle(tag, legend, color=color if single else "#777")  # several machines: colour is the machine
         color = color if single else MACHINE_COLORS[machine_index % 8]
         dash = "" if e.get("fma", True) or e.get("pipe") == "tensor" else NO_FMA_DASH
         value = e["gflops_per_s"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+from pathlib import Path
 from importlib import resources
 
 from ert.consumers import compare as compare_mod
@@ -250,8 +251,8 @@ def comparison_report(machines: list[Machine], labels: list[str]) -> str:
     """The procurement view: every machine's roofs on one chart, the ratio table, the unpaired ceilings apart."""
     docs = [m.doc for m in machines]
     letters = [chr(65 + i) if i < 26 else str(i) for i in range(len(docs))]
-    rows = [[letters[i], labels[i]] + [v for _, v in header_fields(d)] + [m.source]
-            for i, (d, m) in enumerate(zip(docs, machines))]
+    rows = [[letters[i], labels[i]] + [v[:10] if k == "date" else v for k, v in header_fields(d)]
+            + [Path(m.source).name] for i, (d, m) in enumerate(zip(docs, machines))]
     machines_table = _table(["", "label"] + [k for k, _ in header_fields(docs[0])] + ["from"], rows, cls="machines")
     data = compare_mod.to_json(docs, labels)
     paired = [c for c in data["ceilings"] if c["paired"]]

@@ -46,6 +46,13 @@ def spread_text(spread) -> str:
     return "<0.1%" if 0 < spread < 0.001 else f"{spread * 100:.1f}%"
 
 
+def _spread_of(e: dict) -> str:
+    """A ceiling's spread; ERT's roofline.json keeps none (read as 0 with no working set): 'not recorded'."""
+    if e.get("spread") == 0 and wss_text(e.get("wss_bytes")) == "not recorded":
+        return "not recorded"
+    return spread_text(e.get("spread"))
+
+
 def wss_text(wss) -> str:
     """A working-set range or size; ERT's roofline.json keeps none (written as 0)."""
     if isinstance(wss, (list, tuple)) and len(wss) == 2:
@@ -90,9 +97,10 @@ def memory_tip(e: dict, *, machine: str | None = None) -> str:
     lines.append(f"{memory_name(e)}: {format_rate(e['gbytes_per_s'])} GB/s")
     counts = ""
     if isinstance(e.get("n_points"), int):
-        counts = f", {e['n_points']} points" + (f" ({e['noisy_points']} noisy)" if e.get("noisy_points") else "")
+        counts = f", {e['n_points']} point{'s' if e['n_points'] != 1 else ''}" + (
+            f" ({e['noisy_points']} noisy)" if e.get("noisy_points") else "")
     size_word = "sizes" if e.get("kind") is not None else "working set"
-    lines.append(f"spread {spread_text(e.get('spread'))}; {size_word} {wss_text(e.get('wss_bytes'))}{counts}")
+    lines.append(f"spread {_spread_of(e)}; {size_word} {wss_text(e.get('wss_bytes'))}{counts}")
     if isinstance(e.get("latency_us"), (int, float)):
         lines.append(f"latency {e['latency_us']:.2f} us")
     rated = _rated_line(e, "gbytes_per_s", "GB/s")
@@ -117,7 +125,7 @@ def compute_tip(e: dict, *, machine: str | None = None) -> str:
     per = e.get("flops_per_mma") or e.get("flops_per_element")
     per_text = f"; {per} {'FLOPs/MMA' if e.get('flops_per_mma') else 'FLOPs/element'}" if per else ""
     noisy = "; noisy" if e.get("noisy") else ""
-    lines.append(f"spread {spread_text(e.get('spread'))}; working set {wss_text(e.get('wss_bytes'))}{per_text}{noisy}")
+    lines.append(f"spread {_spread_of(e)}; working set {wss_text(e.get('wss_bytes'))}{per_text}{noisy}")
     rated = _rated_line(e, "gflops_per_s", unit)
     if rated:
         lines.append(rated)
