@@ -216,6 +216,36 @@ def test_comparison_of_three_machines(browser, tiny_run, tmp_path):
     page.close(tmp_path / "compare.png")
 
 
+def check_two_host_report(run_dir: Path, tmp_path: Path) -> None:
+    """The report of a run over two hosts (called by tests/test_cluster.py on the rig's run): its header and hosts
+    table name both hosts, the chart holds every roof, network ones included, and a network roof's hover gives
+    its value; in Chromium where there is one (the tests above skip, naming why, where there is none)."""
+    out = _report(tmp_path, "two-hosts.html", run_dir)
+    doc = load_ceilings(run_dir / "ceilings.json")
+    page_text = out.read_text()
+    assert "<h4>Hosts</h4>" in page_text and "node1, node2" in page_text
+    network = [e for e in doc["ceilings"]["memory"] if e.get("kind") == "network"]
+    assert network and page_text.count('data-roof="transfer"') == len(network)
+    executable = _chromium()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return
+    if executable is None:
+        return
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        page = Page(browser, out)
+        p = page.page
+        assert p.locator("figure[data-chart=roofline] g.roof").count() == _roof_count(doc)
+        inter = next(e for e in network if e["level"] == "net-inter-node")
+        text = page.hover_text(p.locator("figure[data-chart=roofline] g.roof[data-roof=transfer]"
+                                         "[data-level=net-inter-node]"))
+        assert f"{format_rate(inter['gbytes_per_s'])} GB/s" in text and "latency" in text
+        page.close(tmp_path / "two-hosts.png")
+        browser.close()
+
+
 def test_ert_run_report_flag(tiny_copy):
     """`ert-run --resume RUN --report` on a finished run measures nothing and writes RUN/report.html."""
     (tiny_copy / "report.html").unlink(missing_ok=True)

@@ -164,10 +164,17 @@ def _slant(chart: Chart, gbytes_per_s: float, top: float) -> list[tuple[float, f
 
 
 def _draw_transfers(chart: Chart, entries, *, top, machine_index, machine, single) -> None:
-    for e in entries:
+    """Links, peers and the network: slanted like memory roofs (FLOPs per byte that crosses them), dash-dotted,
+    labelled towards their right end (their left end is below the chart for a slow network)."""
+    for i, e in enumerate(sorted(entries, key=lambda e: -e["gbytes_per_s"])):
         chart.toggle("transfer", "links / network", color=TRANSFER_COLOR, dash="8 3 2 3")
         color = TRANSFER_COLOR if single else MACHINE_COLORS[machine_index % 8]
-        body = chart.polyline(_slant(chart, e["gbytes_per_s"], top), color=color, width=1.8, dash="8 3 2 3")
+        line = _slant(chart, e["gbytes_per_s"], top)
+        body = chart.polyline(line, color=color, width=1.8, dash="8 3 2 3")
+        x_at = line[1][0] / (4.0 * 1.7 ** (i % 4))
+        if e["gbytes_per_s"] * x_at > chart.y_low * 1.5:
+            body += chart.label(x_at, e["gbytes_per_s"] * x_at, f"{tips.memory_name(e)} {format_rate(e['gbytes_per_s'])} "
+                                f"GB/s", color=color, dy=-6, angle=chart.slope_angle(), size=10, avoid=True)
         chart.add(chart.group(body, tags=[f"machine{machine_index}", "transfer"], tip=tips.memory_tip(e, machine=machine),
                               cls="roof", data={"roof": "transfer", "machine": machine_index, "level": e["level"],
                                                 "value": e["gbytes_per_s"]}))
