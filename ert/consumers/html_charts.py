@@ -13,7 +13,6 @@ from ert.consumers import html_tips as tips
 from ert.consumers import roofs as roofs_mod
 from ert.consumers.report import format_rate
 from ert.consumers.svg_chart import Chart, decade_above, decade_below
-from ert.units import human_bytes
 
 PRECISION_COLORS = {"fp64": "#1f3b73", "fp32": "#0f8a6e", "fp16": "#8c510a", "bf16": "#b35806", "tf32": "#54278f",
                     "int32": "#1b7837", "int64": "#5aae61", "int8": "#00441b", "fp8": "#762a83"}
@@ -29,10 +28,6 @@ RATED_DASH = "3 4"
 
 def level_color(level: str, index: int) -> str:
     return LEVEL_COLORS[min(index, len(LEVEL_COLORS) - 1)] if roofs_mod.is_cache_level(level) else MEMORY_COLOR
-
-
-def _fmt_bytes_tick(value: float) -> str:
-    return human_bytes(int(round(value))).replace(" ", "")
 
 
 def _compute_unit(e: dict) -> str:

@@ -240,9 +240,8 @@ def single_report(machine: Machine) -> str:
     if machine.raw is not None:
         parts += html_sweep.sweep_charts(machine.raw, doc, chart_id="sweep")
     else:
-        parts.append('<p class="note">No sweep chart: the input was a ceilings file, not a run directory '
-                     "(ERT's roofline.json keeps no points; for an ert run give its directory, which holds "
-                     "raw.jsonl).</p>")
+        parts.append('<p class="note">No sweep chart: the input holds no raw.jsonl (a ceilings file, or ERT\'s '
+                     "roofline.json, which keeps no points); for an ert run give its run directory.</p>")
     parts.append('<section class="tables"><h2>Ceilings</h2>' + _tables(doc) + "</section>")
     return _page(f"ert report: {label}", "".join(parts))
 

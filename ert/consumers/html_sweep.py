@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from ert.consumers import html_tips as tips
 from ert.consumers import roofs as roofs_mod
-from ert.consumers.html_charts import NO_FMA_DASH, PRECISION_COLORS, _fmt_bytes_tick
+from ert.consumers.html_charts import NO_FMA_DASH, PRECISION_COLORS
 from ert.consumers.report import format_rate
-from ert.consumers.svg_chart import Chart
+from ert.consumers.svg_chart import Chart, bytes_tick
 from ert.rawio import best_launches
 from ert.spec import ops_unit, rates
 from ert.units import human_bytes
@@ -123,7 +123,7 @@ def _bandwidth_chart(recs: list[dict], doc: dict, access: str, roles, *, chart_i
     xs = [r["wss_bytes"] for r in recs] + [w for e in entries for w in e.get("wss_bytes", []) if w]
     chart = Chart(chart_id=chart_id, x_low=min(xs) / 1.4, x_high=max(xs) * 1.4, y_low=min(ys) / 1.5,
                   y_high=max(ys) * 1.6, x_label="working set [bytes, all threads]", y_label="bandwidth [GB/s]",
-                  x_base=2, x_format=_fmt_bytes_tick, height=480)
+                  x_base=2, x_format=bytes_tick, height=480)
     precisions = list(dict.fromkeys(r["spec"]["precision"] for r in recs))
     shaded = "fp64" if "fp64" in precisions else precisions[0]
     for p in precisions:

@@ -72,6 +72,13 @@ def tick_number(value: float) -> str:
     return f"{value:g}"
 
 
+def bytes_tick(value: float) -> str:
+    """16384 -> '16KiB': a working-set tick label."""
+    from ert.units import human_bytes
+
+    return human_bytes(int(round(value))).replace(" ", "")
+
+
 @dataclass
 class Chart:
     """One log-log chart: its axes, a clipped data layer, and the legend's toggles (rendered beside it in HTML)."""
