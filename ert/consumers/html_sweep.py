@@ -51,10 +51,18 @@ def sweep_charts(raw, doc: dict, *, chart_id: str) -> list[str]:
     """The sweep's figures: bandwidth per access pattern, then compute. ``raw``: ert.rawio.RawData."""
     # Every point is drawn; where a working set was measured at several launch geometries (chain counts,
     # blocks x threads) the ceilings use the fastest, and the others start hidden behind a toggle.
+    # A thread-scaling run's top-level ceilings are its own thread count's: the other counts' points start
+    # hidden, one toggle per count (their ceilings are in the thread-scaling table).
     points = [dict(r) for r in raw.points]  # marked below; the caller's records stay as read
-    best = {id(r) for r in best_launches(points)}
+    own = int(doc["metadata"].get("threads_per_rank") or 0)
+    counts = sorted({int(r.get("threads_per_rank") or 0) for r in points})
+    best: set[int] = set()
+    for count in counts:
+        best |= {id(r) for r in best_launches([r for r in points if int(r.get("threads_per_rank") or 0) == count])}
     for r in points:
         r["_slower_launch"] = id(r) not in best
+        count = int(r.get("threads_per_rank") or 0)
+        r["_other_threads"] = count if len(counts) > 1 and count != own else None
     roles = _roles(doc)
     figures = []
     for access in ("rw", "ro"):
@@ -85,10 +93,14 @@ def _marker(chart: Chart, x: float, y: float, *, color: str, noisy: bool, valid:
 
 def _point_tags(rec: dict, series: str) -> list[str]:
     return ([series] + (["noisy"] if rec.get("noisy") else []) + ([] if rec.get("valid", True) else ["invalid"])
-            + (["launches"] if rec.get("_slower_launch") else []))
+            + (["launches"] if rec.get("_slower_launch") else [])
+            + ([f"threads-{rec['_other_threads']}"] if rec.get("_other_threads") is not None else []))
 
 
 def _status_toggles(chart: Chart, recs: list[dict]) -> None:
+    for count in sorted({r["_other_threads"] for r in recs if r.get("_other_threads") is not None}):
+        n = sum(1 for r in recs if r.get("_other_threads") == count)
+        chart.toggle(f"threads-{count}", f"points at {count} threads/rank ({n})", color="#bbb", on=False)
     slower = sum(1 for r in recs if r.get("_slower_launch"))
     if slower:
         chart.toggle("launches", f"slower launch geometries (small, {slower})", color="#aaa", on=False)
@@ -143,7 +155,8 @@ def _bandwidth_chart(recs: list[dict], doc: dict, access: str, roles, *, chart_i
         color = PRECISION_COLORS.get(p, "#333")
         curve = sorted((r for r in recs if r["spec"]["precision"] == p), key=lambda r: r["wss_bytes"])
         line = [(r["wss_bytes"], values[id(r)][0]) for r in curve
-                if r.get("valid", True) and values[id(r)][0] and not r.get("_slower_launch")]
+                if r.get("valid", True) and values[id(r)][0] and not r.get("_slower_launch")
+                and r.get("_other_threads") is None]
         if len(line) > 1:
             chart.add(chart.group(f'<path class="curve" d="{chart.path(line)}" stroke="{color}"/>',
                                   tags=[f"pt-{p}"]))

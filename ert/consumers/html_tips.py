@@ -153,7 +153,8 @@ def point_tip(rec: dict, *, gbytes_per_s: float, gflops_per_s: float, unit: str,
     lines = [str(rec["id"]),
              f"{format_rate(gbytes_per_s)} GB/s; {format_rate(gflops_per_s)} {unit}",
              f"working set {human_bytes(int(rec['wss_bytes']))} (all threads); "
-             f"{spec.get('flops_per_element', 1)} FLOPs/element"]
+             f"{spec.get('flops_per_element', 1)} FLOPs/element"
+             + (f"; {rec['threads_per_rank']} threads/rank" if rec.get("threads_per_rank") else "")]
     spread = rec.get("spread")
     median = rec["seconds"].get("median")
     lines.append(f"spread {spread_text(spread)}; {rec.get('trials')} trials; median "
