@@ -68,7 +68,8 @@ class Page:
         self.page.goto(path.resolve().as_uri())
 
     def hover_text(self, locator) -> str:
-        """Move the mouse onto a part of ``locator`` that no other element covers; the tooltip's text."""
+        """Move the mouse onto ``locator`` (a point of its line where it takes the pointer); the tooltip's text,
+        which names every element under the pointer (roofs that coincide are all named)."""
         locator.scroll_into_view_if_needed()
         x, y = locator.evaluate("""g => {
             const path = g.querySelector('path.hit');
@@ -77,8 +78,7 @@ class Page:
                 for (const f of [0.5, 0.3, 0.7, 0.15, 0.85, 0.05, 0.95, 0.4, 0.6]) {
                     const q = path.getPointAtLength(length * f);
                     const x = m.a * q.x + m.c * q.y + m.e, y = m.b * q.x + m.d * q.y + m.f;
-                    const hit = document.elementFromPoint(x, y);
-                    if (hit && g.contains(hit)) { return [x, y]; }
+                    if (document.elementsFromPoint(x, y).some(el => g.contains(el))) { return [x, y]; }
                 }
             }
             const r = g.getBoundingClientRect();

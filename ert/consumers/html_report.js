@@ -32,13 +32,28 @@
     tip.style.top = y + "px";
   }
 
-  document.addEventListener("mouseover", function (event) {
-    var target = event.target.closest ? event.target.closest("[data-tip]") : null;
-    if (!target) { tip.hidden = true; return; }
-    tip.textContent = target.getAttribute("data-tip");
+  // The topmost element with a tip under the pointer, and every other one of its kind there (roof, point ...):
+  // roofs that coincide (two levels within a few percent, one machine's level on another's) are all named.
+  function tipsAt(event) {
+    var seen = [], texts = [], kind = null;
+    document.elementsFromPoint(event.clientX, event.clientY).forEach(function (el) {
+      var target = el.closest ? el.closest("[data-tip]") : null;
+      if (!target || seen.indexOf(target) >= 0) { return; }
+      seen.push(target);
+      var cls = target.getAttribute("class") || "";
+      if (kind === null) { kind = cls; }
+      if (cls === kind) { texts.push(target.getAttribute("data-tip")); }
+    });
+    return texts;
+  }
+
+  document.addEventListener("mousemove", function (event) {
+    var texts = tipsAt(event);
+    if (!texts.length) { tip.hidden = true; return; }
+    var text = texts.slice(0, 3).join("\n\n") + (texts.length > 3 ? "\n\n(+" + (texts.length - 3) + " more here)" : "");
+    if (tip.textContent !== text) { tip.textContent = text; }
     tip.hidden = false;
     place(event);
   });
-  document.addEventListener("mousemove", function (event) { if (!tip.hidden) { place(event); } });
   document.addEventListener("mouseleave", function () { tip.hidden = true; });
 }());
