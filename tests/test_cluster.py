@@ -145,6 +145,10 @@ def test_sbatch_slurm_cpu_runs_unchanged_on_two_hosts(cluster, tmp_path):
         rated = (entry.get("rated") or {}).get("gbytes_per_s")
         if rated and entry.get("kind") is None:
             assert entry["gbytes_per_s"] <= 1.05 * rated, entry
+    # Its HTML report (ert report) names both hosts and draws the network roofs, checked in Chromium.
+    from test_html_report import check_two_host_report
+
+    check_two_host_report(out, tmp_path)
 
 
 def test_a_killed_host_rank_ends_the_job_in_seconds_and_resume_finishes_it(cluster, tmp_path):

@@ -28,7 +28,7 @@ def test_wheel_ships_kernels_configs_and_schemas(wheel):
     for needed in ("ert/kernels/numba_cpu.py", "ert/configs/default.yaml", "ert/configs/tiny.yaml",
                    "ert/schemas/ceilings-1.schema.json", "ert/schemas/HISTORY.md", "ert/cli/__init__.py",
                    "ert/kernels/ert_opencl.cl", "ert/kernels/ert_cuda.cu", "ert/kernels/ert_cuda_wgmma.cu", "ert/configs/gpu-a100.yaml",
-                   "ert/configs/thorough-cpu.yaml"):
+                   "ert/configs/thorough-cpu.yaml", "ert/consumers/html_report.js", "ert/consumers/html_report.css"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()

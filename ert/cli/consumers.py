@@ -117,6 +117,48 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _report_machine(text: str):
+    """One input of `ert report`: a run directory (its ceilings and raw records), a ceilings.json or ERT's
+    roofline.json (ceilings only)."""
+    from ert.ceilings_io import load_ceilings
+    from ert.consumers.html_report import Machine
+    from ert.rawio import RAW_NAME, read_raw
+
+    path = Path(text)
+    if not path.exists():
+        raise ErtError("no such file or directory", path=path)
+    raw = read_raw(path) if path.is_dir() and (path / RAW_NAME).exists() else None
+    ceilings = _ceilings_path(text)
+    if path.is_dir() and not ceilings.exists():
+        if raw is None:
+            raise ErtError(f"holds neither {CEILINGS_NAME}, raw.jsonl nor ERT's roofline.json", path=path)
+        from ert.analysis.ceilings import build  # a run cut before its ceilings were written
+
+        return Machine(doc=build(raw), source=str(path), raw=raw)
+    return Machine(doc=load_ceilings(ceilings), source=str(path), raw=raw)
+
+
+def write_report(inputs: list[str], output, labels: list[str] | None = None) -> int:
+    """The HTML report of ``inputs`` (one run, or several machines compared), written atomically; its size in bytes."""
+    from ert.consumers import html_report
+    from ert.files import write_text_atomic
+
+    machines = [_report_machine(text) for text in inputs]
+    if labels is not None and len(labels) != len(machines):
+        raise ErtError(f"{len(labels)} label(s) for {len(machines)} inputs", key="--labels")
+    page = html_report.render(machines, labels)
+    write_text_atomic(page, output)
+    return len(page.encode("utf-8"))
+
+
+def cmd_report(args) -> int:
+    if Path(args.output).suffix.lower() not in (".html", ".htm"):
+        raise ErtError("the report is an HTML page: name it .html", path=args.output, key="-o")
+    size = write_report(args.inputs, args.output, args.labels.split(",") if args.labels else None)
+    print(f"report: {args.output} ({size / 1024:.0f} KiB)", file=sys.stderr)
+    return 0
+
+
 def _export_tool(args, doc: dict) -> int:
     """ncu-section, rocprof-compute, kerncraft, carm: files another roofline tool loads."""
     from ert.files import write_text_atomic
@@ -242,6 +284,18 @@ def _add_consumer_parsers(sub) -> None:
     p.add_argument("--plot", metavar="OUT", help="also draw the ratios (.png, .svg or .pdf)")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("report", help="one self-contained HTML page: a run's roofline, sweep and tables, or "
+                                      "several machines compared",
+                       description="Write one HTML file (no server, nothing loaded from the network): header, "
+                                   "roofline, sweep (for a run directory), the tables of `ert show`; hover for "
+                                   "values, click the legend to show or hide. Several inputs: the procurement view "
+                                   "(every machine's roofs on one chart, the ratios of `ert compare`).")
+    p.add_argument("inputs", metavar="INPUT", nargs="+",
+                   help="a run directory, a ceilings.json or ERT's roofline.json (several: compared, ratios to the first)")
+    p.add_argument("-o", "--output", metavar="REPORT.html", required=True, help="the HTML file to write")
+    p.add_argument("--labels", metavar="A,B,...", help="names of the machines (default: host names)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("export", help="write the ceilings for other tools: ERT, NERSC, CSV, Nsight Compute, "
                                       "rocprof-compute, kerncraft, CARM",

@@ -41,6 +41,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="the host's rated DRAM bandwidth in GB/s (channels x MT/s x 8 B); sets the config's "
                         "rated.dram_gbytes_per_s, which takes precedence over what SMBIOS (dmidecode) shows")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.add_argument("--report", action="store_true", help="at the end, also write RUN_DIR/report.html (ert report)")
 
 
 def _positive_int(text: str) -> int:
@@ -216,7 +217,8 @@ def cmd_run(args) -> int:
         placement_mod.apply(placement)
     cfg, run_dir, resume = _agreed(comm, lambda: _prepare_run(args, comm, placement))
     if comm.size == 1:
-        return _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement)
+        return _report(args, run_dir, _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet,
+                                               placement=placement), rank=comm.rank)
     from ert.measure import watchdog
 
     # Over several hosts: a host that dies or is cut off ends the job within seconds, named.
@@ -230,7 +232,7 @@ def cmd_run(args) -> int:
     try:
         result = _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement)
         guard.close()
-        return result
+        return _report(args, run_dir, result, rank=comm.rank)
     except QuietExit:
         guard.close()
         raise
@@ -243,6 +245,16 @@ def cmd_run(args) -> int:
         print(f"ert-run: {what}", file=sys.stderr)
         comm.abort(130 if interrupted else 2)
         raise  # not reached
+
+
+def _report(args, run_dir: Path, code: int, *, rank: int) -> int:
+    """--report: rank 0 writes RUN_DIR/report.html once the run has finished (not after an interruption)."""
+    if getattr(args, "report", False) and rank == 0 and code == 0:
+        from ert.cli.consumers import write_report
+
+        size = write_report([str(run_dir)], run_dir / "report.html")
+        print(f"report: {run_dir / 'report.html'} ({size / 1024:.0f} KiB)")
+    return code
 
 
 def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None) -> int:
