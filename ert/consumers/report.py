@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import shutil
+import textwrap
 from typing import Any, Sequence
 
 from ert.units import human_bytes
 from ert.hardware import NO_RATED
+from ert.warning_codes import CODES, GROUPS, coded_warnings
 
 _MISSING = "-"
 
@@ -66,7 +69,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
     return [line(headers)] + [line(row) for row in rows]
 
 
-def _header(meta: dict) -> list[str]:
+def _header(meta: dict, *, width: int | None = None) -> list[str]:
     host = meta.get("host", _MISSING)
     hosts = meta.get("hosts") or []
     distinct = list(dict.fromkeys(hosts))
@@ -88,10 +91,18 @@ def _header(meta: dict) -> list[str]:
         machine,
         f"backend {meta.get('backend', _MISSING)}",
         f"{ranks} rank{'s' if ranks != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}",
-        str(meta.get("date", _MISSING)),
     ]
+    date = str(meta.get("date", _MISSING))
+    if not width:
+        parts.append(date)
     tool = f"{meta.get('tool', 'ert')} {meta.get('tool_version', '')}".strip()
-    lines = [f"{tool}: " + " | ".join(parts)]
+    lines = [f"{tool}: " + parts[0]]
+    for part in parts[1:]:
+        # Within ``width``, a part that does not fit starts the next line (never split).
+        if width and len(lines[-1]) + 3 + len(part) > width:
+            lines.append("  " + part)
+        else:
+            lines[-1] += " | " + part
 
     extra = []
     points = meta.get("points")
@@ -101,6 +112,8 @@ def _header(meta: dict) -> list[str]:
     wall_seconds = meta.get("wall_seconds")
     if isinstance(wall_seconds, (int, float)) and not isinstance(wall_seconds, bool):
         extra.append(f"wall time {wall_seconds:.1f} s")
+    if width:  # the screen: the date leads the second line, which it fits better
+        extra.insert(0, date)
     if extra:
         lines.append(" | ".join(extra))
     return lines
@@ -111,8 +124,11 @@ def is_transfer_entry(e: dict) -> bool:
     return isinstance(e, dict) and e.get("kind") is not None
 
 
-def _transfer_section(entries: list[dict]) -> list[str]:
-    """Links and network: one row per (level, variant) with its plateau, latency, sizes, rated ratio and pairs."""
+def _transfer_section(entries: list[dict], *, derivations: bool = True) -> list[str]:
+    """Links and network: one row per (level, variant) with its plateau, latency, sizes, rated ratio and pairs.
+
+    ``derivations`` False leaves the rated values' derivations to the rated table's footnotes.
+    """
     if not entries:
         return []
     rows = []
@@ -142,7 +158,7 @@ def _transfer_section(entries: list[dict]) -> list[str]:
     for e in entries:
         notes = [str(e[k]) for k in ("transport",) if e.get(k)]
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
-        if rated.get("derivation"):
+        if rated.get("derivation") and derivations:
             notes.append(f"rated: {rated['derivation']}" if rated.get("ratio") is not None
                          else str(rated["derivation"]))
         if e.get("cuda_aware"):
@@ -161,7 +177,7 @@ def _transfer_section(entries: list[dict]) -> list[str]:
     return lines
 
 
-def _regimes_note(entries: list[dict]) -> list[str]:
+def _regimes_note(entries: list[dict], width: int | None = None) -> list[str]:
     """A cache level with several regimes inside its cache (rule 6): its range and each regime."""
     lines = []
     for e in entries:
@@ -170,8 +186,9 @@ def _regimes_note(entries: list[dict]) -> list[str]:
             continue
         parts = [f"{format_rate(r.get('gbytes_per_s'))} at {_format_wss_range(r.get('wss_bytes'))} "
                  f"({_format_count(r.get('n_points'))} points)" for r in regimes if isinstance(r, dict)]
-        lines.append(f"  {e.get('level', _MISSING)}: {format_rate(span[0])} - {format_rate(span[1])} GB/s over its "
-                     f"points; regimes " + "; ".join(parts) + "; the roof is the fastest")
+        note = (f"  {e.get('level', _MISSING)}: {format_rate(span[0])} - {format_rate(span[1])} GB/s over its "
+                f"points; regimes " + "; ".join(parts) + "; the roof is the fastest")
+        lines.append(clip(note, width) if width else note)
     return lines
 
 
@@ -211,6 +228,37 @@ def _memory_sections(entries: list[dict]) -> list[str]:
         )
         lines += _regimes_note(groups[(access, precision)])
     return lines
+
+
+def _memory_table(entries: list[dict], notes: "_Notes", width: int) -> list[str]:
+    """The screen's memory section: every curve's levels in one table, each beside its rated value.
+
+    Rows run as the verbose tables do (read+write first, then read-only;
+    within each, the document's order from L1 outwards).
+    """
+    entries = [e for e in entries if not is_transfer_entry(e)]
+    if not entries:
+        return ["Memory bandwidth: none measured"]
+    order = {"rw": 0, "ro": 1}
+    ranked = sorted(range(len(entries)), key=lambda i: order.get(entries[i].get("access", "rw"), 2))
+    curves = list(dict.fromkeys((e.get("precision", ""), e.get("access", "rw")) for e in (entries[i] for i in ranked)))
+    rows = []
+    for curve in curves:
+        for e in (entries[i] for i in ranked):
+            if (e.get("precision", ""), e.get("access", "rw")) != curve:
+                continue
+            rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
+            value, ratio, how = rated.get("gbytes_per_s"), rated.get("ratio"), str(rated.get("derivation", ""))
+            rows.append([str(e.get("level", _MISSING)), " ".join(x for x in curve if x),
+                         format_rate(e["gbytes_per_s"]) if "gbytes_per_s" in e else _MISSING,
+                         _format_spread(e.get("spread")), _format_wss_range(e.get("wss_bytes")),
+                         _format_count(e.get("n_points")), _format_count(e.get("noisy_points")),
+                         format_rate(value) if isinstance(value, (int, float)) else _MISSING,
+                         f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING, notes.ref(how)])
+    lines = ["Memory bandwidth (rw read+write, ro read-only; rated: what the hardware can physically do)"]
+    lines += _table(["level", "curve", "GB/s", "spread", "working set", "points", "noisy", "rated", "of rated",
+                     "from"], rows, [False, False, True, True, False, True, True, True, True, False])
+    return lines + _regimes_note(entries, width)
 
 
 def _is_int_entry(e: dict) -> bool:
@@ -355,8 +403,8 @@ def _sustained_section(ceilings: dict) -> list[str]:
         rows, [False, False] + [True] * 7)
 
 
-def _rated_section(doc: dict) -> list[str]:
-    """Every ceiling as a percentage of its rated value, with how each rated value was derived.
+def _rated_section(doc: dict, notes: "_Notes", *, memory_levels: bool = True) -> list[str]:
+    """Every ceiling as a percentage of its rated value, each row referring to the footnote of its derivation.
 
     Files from before 1.2 carry rated peaks only in ``metadata.backend_info.rated``;
     those are matched to the ceilings here as they always were.
@@ -366,37 +414,86 @@ def _rated_section(doc: dict) -> list[str]:
     entries += [("GB/s", "gbytes_per_s", _memory_name(e), e) for e in ceilings.get("memory", [])]
     if not any(isinstance(e.get("rated"), dict) for *_, e in entries):
         return _legacy_rated_section(doc)
-    rows, derivations, reasons = [], [], []
+    if not memory_levels:  # the screen's memory table has them, beside each level
+        entries = [(u, k, n, e) for u, k, n, e in entries if k != "gbytes_per_s" or is_transfer_entry(e)]
+    rows = []
     for unit, key, name, e in entries:
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
         value, ratio, how = rated.get(key), rated.get("ratio"), str(rated.get("derivation", ""))
         if value is None:
-            known = how.startswith(NO_RATED)
-            if known and how not in reasons:
-                reasons.append(how)
             rows.append([f"{name} {unit}", format_rate(e.get(key)), _MISSING, _MISSING,
-                         f"[{reasons.index(how) + 1}]" if known else ""])
+                         notes.ref(how) if how.startswith(NO_RATED) else ""])
             continue
-        if how not in derivations:
-            derivations.append(how)
         rows.append([f"{name} {unit}", format_rate(e.get(key)), format_rate(value),
-                     f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING,
-                     f"({derivations.index(how) + 1})"])
-    if not derivations:
+                     f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING, notes.ref(how)])
+    title = "Measured against rated (what the hardware can physically do)"
+    if not memory_levels and not rows:
+        return ["Rated values"] + notes.lines() if notes.texts else []
+    if not any(row[2] != _MISSING for row in rows):
         # Say why there is nothing to compare with (a CPU not in the table, say).
-        return ["Measured against rated (what the hardware can physically do)"] + [f"  {r}" for r in reasons] \
-            if reasons else []
-    # One numbering: the derivations first, then the reasons some ceilings have none (an unrated L3, DRAM).
-    notes = derivations + reasons
-    for row in rows:
-        if row[-1].startswith("["):
-            row[-1] = f"[{len(derivations) + int(row[-1][1:-1])}]"
-        elif row[-1].startswith("("):
-            row[-1] = f"[{row[-1][1:-1]}]"
-    lines = ["Measured against rated (what the hardware can physically do)"] + _table(
-        ["ceiling", "measured", "rated", "of rated", "from"], rows, [False, True, True, True, False])
-    lines += [f"  [{i}] {how}" for i, how in enumerate(notes, 1)]
-    return lines
+        return [title] + notes.lines() if notes.texts else []
+    return [title] + _table(["ceiling", "measured", "rated", "of rated", "from"], rows,
+                            [False, True, True, True, False]) + notes.lines()
+
+
+class _Notes:
+    """The rated table's footnotes: each derivation once, numbered; the measured clock its own first note.
+
+    ``verbose`` keeps every derivation whole and unwrapped (as the file holds
+    it); otherwise the clock's measurement, which every CPU derivation
+    repeats, is footnote [1] and the others say "clock [1]" in its place, and
+    each note is wrapped to ``width``.  ``shorten`` puts a note's number in
+    place of its text wherever a warning repeats it.
+    """
+
+    def __init__(self, doc: dict, *, verbose: bool, width: int):
+        self.verbose, self.width = verbose, width
+        rated = (doc.get("metadata", {}).get("backend_info") or {}).get("rated")
+        rated = rated if isinstance(rated, dict) else {}
+        ceilings = doc.get("ceilings", {})
+        found, reasons = [], []
+        for e in ceilings.get("compute", []) + ceilings.get("memory", []):
+            r = e.get("rated") if isinstance(e, dict) and isinstance(e.get("rated"), dict) else {}
+            how = str(r.get("derivation") or "")
+            if how:
+                (reasons if r.get("gflops_per_s", r.get("gbytes_per_s")) is None else found).append(how)
+        # The derivations first, then the reasons some ceilings have none (an unrated L3, DRAM).
+        self.derivations = list(dict.fromkeys(found + [r for r in reasons if r.startswith(NO_RATED)]))
+        # The clock's measurement, as the derivations quote it: "(measured: a dependent ... chain ...)".
+        clock = f"({rated.get('clock_source')})" if rated.get("clock_source") else ""
+        users = [how for how in self.derivations if clock and clock in how]
+        self.clock = clock if not verbose and len(users) > 1 else ""
+        # Note [1] is the clock with what every derivation puts before it ("2 core(s) x 3.69 GHz (measured: ...)").
+        prefixes = [how[:how.index(clock) + len(clock)] for how in users]
+        self.base = max(prefixes, key=prefixes.count) if self.clock else ""
+        self.texts: list[str] = [self.base] if self.clock else []
+        self.texts += [self._with_clock_ref(how) for how in self.derivations]
+
+    def _with_clock_ref(self, text: str) -> str:
+        """A derivation with the clock note's text replaced by its number: "[1] x 32 FP64 FLOP/cycle (...)"."""
+        if not self.clock:
+            return text
+        return text.replace(self.base, "[1]").replace(self.clock, "(clock [1])")
+
+    def ref(self, how: str) -> str:
+        return f"[{self.texts.index(self._with_clock_ref(how)) + 1}]" if how in self.derivations else ""
+
+    def lines(self) -> list[str]:
+        if self.verbose:
+            return [f"  [{i}] {text}" for i, text in enumerate(self.texts, 1)]
+        out = []
+        for i, text in enumerate(self.texts, 1):
+            out += textwrap.wrap(text, width=self.width, initial_indent=f"  [{i}] ",
+                                 subsequent_indent=" " * (len(str(i)) + 5), break_long_words=False,
+                                 break_on_hyphens=False) or [f"  [{i}]"]
+        return out
+
+    def shorten(self, text: str) -> str:
+        """``text`` with each derivation it repeats (longest first) replaced by its footnote's number."""
+        for how in sorted(self.derivations, key=len, reverse=True):
+            if how in text:
+                text = text.replace(how, self.ref(how))
+        return self._with_clock_ref(text)
 
 
 def _legacy_rated_section(doc: dict) -> list[str]:
@@ -426,30 +523,88 @@ def _legacy_rated_section(doc: dict) -> list[str]:
         ["ceiling", "measured", "rated", "of rated", "rated from"], rows, [False, True, True, True, False])
 
 
-def format_ceilings(doc: dict) -> str:
-    """The readable report of a (validated) ceilings document; no trailing newline."""
+def report_width() -> int:
+    """The terminal's width in columns (``COLUMNS`` if set), 100 when stdout is not a terminal."""
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, at a word where one is near, ending in "..." when cut."""
+    if len(text) <= width:
+        return text
+    room = max(width - 4, 1)
+    cut = text.rfind(" ", 0, room + 1)
+    return (text[:cut] if cut > room // 2 else text[:room]).rstrip(" ,;:(") + " ..."
+
+
+def _warnings_section(doc: dict, notes: _Notes, *, verbose: bool, width: int) -> list[str]:
+    """The warnings under their group's heading (act on it, the kernel or the machine, bookkeeping), counted.
+
+    Codes and groups come from the file (ert.warning_codes).  The default is a
+    screen: one clipped line each, derivations as their footnote numbers, at
+    most GROUP_LINES a group; ``verbose`` prints every warning whole.
+    """
+    coded = coded_warnings(doc)
+    if not coded:
+        return []
+    lines = [f"Warnings ({len(coded)})" + ("" if verbose else ", one line each (ert show --verbose RUN: in full)")]
+    for group, heading in GROUPS.items():
+        mine = [w for w in coded if w.group == group]
+        if not mine:
+            continue
+        more = 0 if verbose else max(0, len(mine) - GROUP_LINES)
+        lines.append(f" {heading} ({len(mine)}" + (f"; {GROUP_LINES} shown, {more} more with --verbose)" if more
+                                                    else ")"))
+        if verbose:
+            for w in mine:
+                # Keep multi-line warnings under their bullet.
+                first, *rest = w.text.splitlines() or [""]
+                lines.append(f"  - {first}")
+                lines += [f"    {more}" for more in rest]
+            continue
+        lines += [clip(f"  - {' '.join(notes.shorten(w.text).split())}", width) for w in _by_kind(mine)[:GROUP_LINES]]
+    return lines
+
+
+def _by_kind(warnings: list) -> list:
+    """One warning of each code in turn (in CODES' order), so that a group's first lines show its kinds."""
+    kinds: dict[str, list] = {}
+    for w in sorted(warnings, key=lambda w: list(CODES).index(w.code) if w.code in CODES else len(CODES)):
+        kinds.setdefault(w.code, []).append(w)
+    rounds = max(len(ws) for ws in kinds.values())
+    return [ws[k] for k in range(rounds) for ws in kinds.values() if k < len(ws)]
+
+
+# A group of warnings shows this many lines in the default report; the rest are counted.
+GROUP_LINES = 5
+
+
+def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = None) -> str:
+    """The readable report of a (validated) ceilings document; no trailing newline.
+
+    The default fits a screen of ``width`` columns (the terminal's, 100 when
+    not a terminal): tables, the rated table with numbered footnotes (each
+    derivation once, wrapped), warnings one line each under their groups.
+    ``verbose`` prints everything: every warning in full, every derivation whole.
+    """
+    width = max(40, width or report_width())
+    notes = _Notes(doc, verbose=verbose, width=width)
     ceilings = doc.get("ceilings", {})
-    lines = _header(doc.get("metadata", {}))
+    lines = _header(doc.get("metadata", {}), width=None if verbose else width)
     lines.append("")
-    lines += _memory_sections(ceilings.get("memory", []))
-    transfers = _transfer_section([e for e in ceilings.get("memory", []) if is_transfer_entry(e)])
+    lines += (_memory_sections(ceilings.get("memory", [])) if verbose
+              else _memory_table(ceilings.get("memory", []), notes, width))
+    transfers = _transfer_section([e for e in ceilings.get("memory", []) if is_transfer_entry(e)],
+                                  derivations=verbose)
     if transfers:
         lines += [""] + transfers
     lines.append("")
     lines += _compute_section(ceilings.get("compute", []))
-    for extra in (_rated_section(doc), _sustained_section(ceilings), _scaling_section(doc.get("scaling"))):
+    for extra in (_rated_section(doc, notes, memory_levels=verbose), _sustained_section(ceilings), _scaling_section(doc.get("scaling")),
+                  _warnings_section(doc, notes, verbose=verbose, width=width)):
         if extra:
             lines += [""] + extra
-    warnings = doc.get("warnings", [])
-    if warnings:
-        lines.append("")
-        lines.append("Warnings")
-        for warning in warnings:
-            # Keep multi-line warnings under their bullet.
-            first, *rest = str(warning).splitlines() or [""]
-            lines.append(f"  - {first}")
-            lines += [f"    {more}" for more in rest]
     return "\n".join(lines)
 
 
-__all__ = ["format_ceilings", "human_bytes", "format_rate", "is_transfer_entry"]
+__all__ = ["clip", "format_ceilings", "human_bytes", "format_rate", "is_transfer_entry", "report_width"]
