@@ -135,6 +135,7 @@ _FALLBACK = (
     ("plateaus map to", "split-level"),
     ("regimes inside the cache", "regimes"),
     ("stands alone", "lone-size"),
+    ("noisy", "noisy-points"),
     ("skipped", "skipped"),
     ("opencl", "backend"),
     ("fused", "backend"),

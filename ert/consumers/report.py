@@ -177,7 +177,7 @@ def _transfer_section(entries: list[dict], *, derivations: bool = True) -> list[
     return lines
 
 
-def _regimes_note(entries: list[dict], width: int | None = None) -> list[str]:
+def _regimes_note(entries: list[dict]) -> list[str]:
     """A cache level with several regimes inside its cache (rule 6): its range and each regime."""
     lines = []
     for e in entries:
@@ -186,9 +186,8 @@ def _regimes_note(entries: list[dict], width: int | None = None) -> list[str]:
             continue
         parts = [f"{format_rate(r.get('gbytes_per_s'))} at {_format_wss_range(r.get('wss_bytes'))} "
                  f"({_format_count(r.get('n_points'))} points)" for r in regimes if isinstance(r, dict)]
-        note = (f"  {e.get('level', _MISSING)}: {format_rate(span[0])} - {format_rate(span[1])} GB/s over its "
-                f"points; regimes " + "; ".join(parts) + "; the roof is the fastest")
-        lines.append(clip(note, width) if width else note)
+        lines.append(f"  {e.get('level', _MISSING)}: {format_rate(span[0])} - {format_rate(span[1])} GB/s over its "
+                     f"points; regimes " + "; ".join(parts) + "; the roof is the fastest")
     return lines
 
 
@@ -230,7 +229,7 @@ def _memory_sections(entries: list[dict]) -> list[str]:
     return lines
 
 
-def _memory_table(entries: list[dict], notes: "_Notes", width: int) -> list[str]:
+def _memory_table(entries: list[dict], notes: "_Notes") -> list[str]:
     """The screen's memory section: every curve's levels in one table, each beside its rated value.
 
     Rows run as the verbose tables do (read+write first, then read-only;
@@ -247,18 +246,17 @@ def _memory_table(entries: list[dict], notes: "_Notes", width: int) -> list[str]
         for e in (entries[i] for i in ranked):
             if (e.get("precision", ""), e.get("access", "rw")) != curve:
                 continue
-            rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
-            value, ratio, how = rated.get("gbytes_per_s"), rated.get("ratio"), str(rated.get("derivation", ""))
             rows.append([str(e.get("level", _MISSING)), " ".join(x for x in curve if x),
                          format_rate(e["gbytes_per_s"]) if "gbytes_per_s" in e else _MISSING,
                          _format_spread(e.get("spread")), _format_wss_range(e.get("wss_bytes")),
-                         _format_count(e.get("n_points")), _format_count(e.get("noisy_points")),
-                         format_rate(value) if isinstance(value, (int, float)) else _MISSING,
-                         f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING, notes.ref(how)])
-    lines = ["Memory bandwidth (rw read+write, ro read-only; rated: what the hardware can physically do)"]
-    lines += _table(["level", "curve", "GB/s", "spread", "working set", "points", "noisy", "rated", "of rated",
-                     "from"], rows, [False, False, True, True, False, True, True, True, True, False])
-    return lines + _regimes_note(entries, width)
+                         _format_count(e.get("n_points")), _format_count(e.get("noisy_points"))]
+                        + _rated_cells(e, "gbytes_per_s", notes))
+    # Columns with nothing in them are left out (no rated value for any level: a CPU not in the table, say).
+    headers, rows, right = _with_rated(
+        ["level", "curve", "GB/s", "spread", "working set", "points", "noisy", "rated", "of rated", "from"], rows,
+        [False, False, True, True, False, True, True, True, True, False], 7)
+    # A cache level's regimes are in its warning (ert show --verbose prints them here as well).
+    return ["Memory bandwidth (rw read+write, ro read-only)"] + _table(headers, rows, right)
 
 
 def _is_int_entry(e: dict) -> bool:
@@ -272,14 +270,35 @@ def _unit(e: dict) -> str:
     return "GIOP/s" if _is_int_entry(e) else "GFLOP/s"
 
 
-def _compute_section(entries: list[dict]) -> list[str]:
+def _rated_cells(e: dict, key: str, notes: "_Notes") -> list[str]:
+    """The rated value, the ratio to it and its footnote, as the screen's tables show them beside a ceiling."""
+    rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
+    value, ratio = rated.get(key), rated.get("ratio")
+    return [format_rate(value) if isinstance(value, (int, float)) else _MISSING,
+            f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING, notes.ref(str(rated.get("derivation", "")))]
+
+
+def _with_rated(headers: list, rows: list, right: list, first_rated: int) -> tuple[list, list, list]:
+    """The columns from ``first_rated`` on (rated, of rated, from) left out where no row fills them."""
+    keep = [i for i in range(len(headers)) if i < first_rated or any(r[i] not in (_MISSING, "") for r in rows)]
+    return [headers[i] for i in keep], [[r[i] for i in keep] for r in rows], [right[i] for i in keep]
+
+
+def _in_screen_tables(e: dict) -> bool:
+    """A ceiling whose rated value the screen's own tables show: a memory level or a floating-point peak."""
+    if "gbytes_per_s" in e or "level" in e:
+        return not is_transfer_entry(e)
+    return not (_is_int_entry(e) or e.get("mix") or e.get("pipe") == "tensor")
+
+
+def _compute_section(entries: list[dict], notes: "_Notes | None" = None) -> list[str]:
     if not entries:
         return ["Compute: none measured"]
     mixes = [e for e in entries if e.get("mix")]
     tensor = [e for e in entries if e.get("pipe") == "tensor"]
     ints = [e for e in entries if _is_int_entry(e) and not e.get("mix") and e.get("pipe") != "tensor"]
     entries = [e for e in entries if not _is_int_entry(e) and not e.get("mix") and e.get("pipe") != "tensor"]
-    lines = _float_compute_section(entries) if entries else []
+    lines = _float_compute_section(entries, notes) if entries else []
     if tensor:
         rows = [[str(e.get("precision", _MISSING)), str(e.get("input_type", _MISSING)),
                  str(e.get("accumulate", _MISSING)),
@@ -319,7 +338,8 @@ def _compute_section(entries: list[dict]) -> list[str]:
     return lines
 
 
-def _float_compute_section(entries: list[dict]) -> list[str]:
+def _float_compute_section(entries: list[dict], notes: "_Notes | None" = None) -> list[str]:
+    """The floating-point peaks; with ``notes`` (the screen) each beside its rated value and footnote."""
     rows = [
         [
             str(e.get("precision", _MISSING)),
@@ -332,11 +352,15 @@ def _float_compute_section(entries: list[dict]) -> list[str]:
         ]
         for e in entries
     ]
-    return ["Compute"] + _table(
-        ["precision", "FMA", "GFLOP/s", "spread", "FLOPs/element", "working set", "noisy"],
-        rows,
-        [False, False, True, True, True, False, False],
-    )
+    headers = ["precision", "FMA", "GFLOP/s", "spread", "FLOPs/element", "working set", "noisy"]
+    right = [False, False, True, True, True, False, False]
+    if notes is None:
+        return ["Compute"] + _table(headers, rows, right)
+    for row, e in zip(rows, entries):
+        row += _rated_cells(e, "gflops_per_s", notes)
+    headers, rows, right = _with_rated(headers + ["rated", "of rated", "from"], rows, right + [True, True, False],
+                                       len(headers))
+    return ["Compute"] + _table(headers, rows, right)
 
 
 def _memory_name(e: dict) -> str:
@@ -403,7 +427,7 @@ def _sustained_section(ceilings: dict) -> list[str]:
         rows, [False, False] + [True] * 7)
 
 
-def _rated_section(doc: dict, notes: "_Notes", *, memory_levels: bool = True) -> list[str]:
+def _rated_section(doc: dict, notes: "_Notes", *, screen: bool = False) -> list[str]:
     """Every ceiling as a percentage of its rated value, each row referring to the footnote of its derivation.
 
     Files from before 1.2 carry rated peaks only in ``metadata.backend_info.rated``;
@@ -414,8 +438,8 @@ def _rated_section(doc: dict, notes: "_Notes", *, memory_levels: bool = True) ->
     entries += [("GB/s", "gbytes_per_s", _memory_name(e), e) for e in ceilings.get("memory", [])]
     if not any(isinstance(e.get("rated"), dict) for *_, e in entries):
         return _legacy_rated_section(doc)
-    if not memory_levels:  # the screen's memory table has them, beside each level
-        entries = [(u, k, n, e) for u, k, n, e in entries if k != "gbytes_per_s" or is_transfer_entry(e)]
+    if screen:  # the screen's memory and compute tables show these beside each ceiling
+        entries = [(u, k, n, e) for u, k, n, e in entries if not _in_screen_tables(e)]
     rows = []
     for unit, key, name, e in entries:
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
@@ -427,8 +451,8 @@ def _rated_section(doc: dict, notes: "_Notes", *, memory_levels: bool = True) ->
         rows.append([f"{name} {unit}", format_rate(e.get(key)), format_rate(value),
                      f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING, notes.ref(how)])
     title = "Measured against rated (what the hardware can physically do)"
-    if not memory_levels and not rows:
-        return ["Rated values"] + notes.lines() if notes.texts else []
+    if screen and not rows:
+        return ["Rated values (what the hardware can physically do), as derived"] + notes.lines() if notes.texts else []
     if not any(row[2] != _MISSING for row in rows):
         # Say why there is nothing to compare with (a CPU not in the table, say).
         return [title] + notes.lines() if notes.texts else []
@@ -437,12 +461,14 @@ def _rated_section(doc: dict, notes: "_Notes", *, memory_levels: bool = True) ->
 
 
 class _Notes:
-    """The rated table's footnotes: each derivation once, numbered; the measured clock its own first note.
+    """The rated values' footnotes: each derivation once, numbered.
 
-    ``verbose`` keeps every derivation whole and unwrapped (as the file holds
-    it); otherwise the clock's measurement, which every CPU derivation
-    repeats, is footnote [1] and the others say "clock [1]" in its place, and
-    each note is wrapped to ``width``.  ``shorten`` puts a note's number in
+    ``verbose`` keeps every derivation whole and unwrapped, as the file holds
+    it.  Otherwise (the screen) the measured clock, which every CPU derivation
+    quotes, is note [1] (with the cores and GHz before it) and the others
+    begin "[1] x ..."; a clause that several derivations share (a cited
+    source, say) is a note of its own, which they name by number; and each
+    note is wrapped to ``width``.  ``shorten`` puts a derivation's number in
     place of its text wherever a warning repeats it.
     """
 
@@ -458,25 +484,45 @@ class _Notes:
             if how:
                 (reasons if r.get("gflops_per_s", r.get("gbytes_per_s")) is None else found).append(how)
         # The derivations first, then the reasons some ceilings have none (an unrated L3, DRAM).
-        self.derivations = list(dict.fromkeys(found + [r for r in reasons if r.startswith(NO_RATED)]))
-        # The clock's measurement, as the derivations quote it: "(measured: a dependent ... chain ...)".
-        clock = f"({rated.get('clock_source')})" if rated.get("clock_source") else ""
-        users = [how for how in self.derivations if clock and clock in how]
-        self.clock = clock if not verbose and len(users) > 1 else ""
-        # Note [1] is the clock with what every derivation puts before it ("2 core(s) x 3.69 GHz (measured: ...)").
-        prefixes = [how[:how.index(clock) + len(clock)] for how in users]
-        self.base = max(prefixes, key=prefixes.count) if self.clock else ""
-        self.texts: list[str] = [self.base] if self.clock else []
-        self.texts += [self._with_clock_ref(how) for how in self.derivations]
+        derivations = list(dict.fromkeys(found + [r for r in reasons if r.startswith(NO_RATED)]))
+        self.texts = [] if verbose else self._shared(derivations, rated)
+        first = len(self.texts)
+        self.texts += [self._short(how) for how in derivations]
+        self.number = {how: first + k + 1 for k, how in enumerate(derivations)}
+        if not verbose:
+            self._factor_clauses(first)
 
-    def _with_clock_ref(self, text: str) -> str:
-        """A derivation with the clock note's text replaced by its number: "[1] x 32 FP64 FLOP/cycle (...)"."""
+    def _shared(self, derivations: list[str], rated: dict) -> list[str]:
+        """Note [1], the measured clock as the derivations quote it ("2 core(s) x 3.69 GHz (measured: ...)")."""
+        self.base = self.clock = ""
+        clock = f"({rated.get('clock_source')})" if rated.get("clock_source") else ""
+        users = [how for how in derivations if clock and clock in how]
+        if len(users) < 2:
+            return []
+        prefixes = [how[:how.index(clock) + len(clock)] for how in users]
+        self.clock, self.base = clock, max(prefixes, key=prefixes.count)
+        return [self.base]
+
+    def _short(self, text: str) -> str:
+        """A text with the clock note's replaced by its number: "[1] x 32 FP64 FLOP/cycle (...)"."""
         if not self.clock:
             return text
         return text.replace(self.base, "[1]").replace(self.clock, "(clock [1])")
 
+    def _factor_clauses(self, first: int) -> None:
+        """A "; "-separated clause of 40 characters or more that two derivations share becomes its own note."""
+        seen: dict[str, int] = {}
+        for text in self.texts[first:]:
+            for clause in dict.fromkeys(_clauses(text)):
+                seen[clause] = seen.get(clause, 0) + 1
+        shared = [c for c, n in seen.items() if n > 1 and len(c) >= SHARED_CLAUSE_CHARS]
+        derived = len(self.texts)
+        for clause in shared:
+            self.texts[first:derived] = [t.replace(clause, f"[{len(self.texts) + 1}]") for t in self.texts[first:derived]]
+            self.texts.append(clause)
+
     def ref(self, how: str) -> str:
-        return f"[{self.texts.index(self._with_clock_ref(how)) + 1}]" if how in self.derivations else ""
+        return f"[{self.number[how]}]" if how in self.number else ""
 
     def lines(self) -> list[str]:
         if self.verbose:
@@ -490,10 +536,23 @@ class _Notes:
 
     def shorten(self, text: str) -> str:
         """``text`` with each derivation it repeats (longest first) replaced by its footnote's number."""
-        for how in sorted(self.derivations, key=len, reverse=True):
-            if how in text:
-                text = text.replace(how, self.ref(how))
-        return self._with_clock_ref(text)
+        for how in sorted(self.number, key=len, reverse=True):
+            text = text.replace(how, self.ref(how))
+        return self._short(text) if not self.verbose else text
+
+
+# A clause shared by several derivations is a footnote of its own from this length on (shorter ones repeat).
+SHARED_CLAUSE_CHARS = 40
+
+
+def _clauses(text: str) -> list[str]:
+    """The "; "-separated clauses of a derivation, each without the parentheses it closes but did not open."""
+    out = []
+    for clause in text.split("; "):
+        while clause.endswith(")") and clause.count(")") > clause.count("("):
+            clause = clause[:-1]
+        out.append(clause)
+    return out
 
 
 def _legacy_rated_section(doc: dict) -> list[str]:
@@ -593,14 +652,14 @@ def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = Non
     lines = _header(doc.get("metadata", {}), width=None if verbose else width)
     lines.append("")
     lines += (_memory_sections(ceilings.get("memory", [])) if verbose
-              else _memory_table(ceilings.get("memory", []), notes, width))
+              else _memory_table(ceilings.get("memory", []), notes))
     transfers = _transfer_section([e for e in ceilings.get("memory", []) if is_transfer_entry(e)],
                                   derivations=verbose)
     if transfers:
         lines += [""] + transfers
     lines.append("")
-    lines += _compute_section(ceilings.get("compute", []))
-    for extra in (_rated_section(doc, notes, memory_levels=verbose), _sustained_section(ceilings), _scaling_section(doc.get("scaling")),
+    lines += _compute_section(ceilings.get("compute", []), None if verbose else notes)
+    for extra in (_rated_section(doc, notes, screen=not verbose), _sustained_section(ceilings), _scaling_section(doc.get("scaling")),
                   _warnings_section(doc, notes, verbose=verbose, width=width)):
         if extra:
             lines += [""] + extra
