@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-import shutil
-import textwrap
 from typing import Any, Sequence
 
+from ert.consumers.notes import Notes, report_width, warnings_section
 from ert.units import human_bytes
 from ert.hardware import NO_RATED
-from ert.warning_codes import CODES, GROUPS, coded_warnings
 
 _MISSING = "-"
 
@@ -93,17 +91,7 @@ def _header(meta: dict, *, width: int | None = None) -> list[str]:
         f"{ranks} rank{'s' if ranks != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}",
     ]
     date = str(meta.get("date", _MISSING))
-    if not width:
-        parts.append(date)
     tool = f"{meta.get('tool', 'ert')} {meta.get('tool_version', '')}".strip()
-    lines = [f"{tool}: " + parts[0]]
-    for part in parts[1:]:
-        # Within ``width``, a part that does not fit starts the next line (never split).
-        if width and len(lines[-1]) + 3 + len(part) > width:
-            lines.append("  " + part)
-        else:
-            lines[-1] += " | " + part
-
     extra = []
     points = meta.get("points")
     if isinstance(points, dict) and points:
@@ -112,10 +100,21 @@ def _header(meta: dict, *, width: int | None = None) -> list[str]:
     wall_seconds = meta.get("wall_seconds")
     if isinstance(wall_seconds, (int, float)) and not isinstance(wall_seconds, bool):
         extra.append(f"wall time {wall_seconds:.1f} s")
-    if width:  # the screen: the date leads the second line, which it fits better
-        extra.insert(0, date)
-    if extra:
-        lines.append(" | ".join(extra))
+    if not width:
+        return [f"{tool}: " + " | ".join(parts + [date])] + ([" | ".join(extra)] if extra else [])
+    # The screen: the date leads the second line, and a part that would pass ``width`` starts a line of its own.
+    lines = _packed([f"{tool}: " + parts[0]] + parts[1:], width)
+    return lines + _packed([date] + extra, width)
+
+
+def _packed(parts: list[str], width: int) -> list[str]:
+    """``parts`` joined by " | ", a new (indented) line where the next would pass ``width``; none is split."""
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 3 + len(part) > width:
+            lines.append("  " + part)
+        else:
+            lines[-1] += " | " + part
     return lines
 
 
@@ -229,7 +228,7 @@ def _memory_sections(entries: list[dict]) -> list[str]:
     return lines
 
 
-def _memory_table(entries: list[dict], notes: "_Notes") -> list[str]:
+def _memory_table(entries: list[dict], notes: "Notes") -> list[str]:
     """The screen's memory section: every curve's levels in one table, each beside its rated value.
 
     Rows run as the verbose tables do (read+write first, then read-only;
@@ -270,7 +269,7 @@ def _unit(e: dict) -> str:
     return "GIOP/s" if _is_int_entry(e) else "GFLOP/s"
 
 
-def _rated_cells(e: dict, key: str, notes: "_Notes") -> list[str]:
+def _rated_cells(e: dict, key: str, notes: "Notes") -> list[str]:
     """The rated value, the ratio to it and its footnote, as the screen's tables show them beside a ceiling."""
     rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
     value, ratio = rated.get(key), rated.get("ratio")
@@ -291,7 +290,7 @@ def _in_screen_tables(e: dict) -> bool:
     return not (_is_int_entry(e) or e.get("mix") or e.get("pipe") == "tensor")
 
 
-def _compute_section(entries: list[dict], notes: "_Notes | None" = None) -> list[str]:
+def _compute_section(entries: list[dict], notes: "Notes | None" = None) -> list[str]:
     if not entries:
         return ["Compute: none measured"]
     mixes = [e for e in entries if e.get("mix")]
@@ -338,7 +337,7 @@ def _compute_section(entries: list[dict], notes: "_Notes | None" = None) -> list
     return lines
 
 
-def _float_compute_section(entries: list[dict], notes: "_Notes | None" = None) -> list[str]:
+def _float_compute_section(entries: list[dict], notes: "Notes | None" = None) -> list[str]:
     """The floating-point peaks; with ``notes`` (the screen) each beside its rated value and footnote."""
     rows = [
         [
@@ -427,7 +426,7 @@ def _sustained_section(ceilings: dict) -> list[str]:
         rows, [False, False] + [True] * 7)
 
 
-def _rated_section(doc: dict, notes: "_Notes", *, screen: bool = False) -> list[str]:
+def _rated_section(doc: dict, notes: "Notes", *, screen: bool = False) -> list[str]:
     """Every ceiling as a percentage of its rated value, each row referring to the footnote of its derivation.
 
     Files from before 1.2 carry rated peaks only in ``metadata.backend_info.rated``;
@@ -460,101 +459,6 @@ def _rated_section(doc: dict, notes: "_Notes", *, screen: bool = False) -> list[
                             [False, True, True, True, False]) + notes.lines()
 
 
-class _Notes:
-    """The rated values' footnotes: each derivation once, numbered.
-
-    ``verbose`` keeps every derivation whole and unwrapped, as the file holds
-    it.  Otherwise (the screen) the measured clock, which every CPU derivation
-    quotes, is note [1] (with the cores and GHz before it) and the others
-    begin "[1] x ..."; a clause that several derivations share (a cited
-    source, say) is a note of its own, which they name by number; and each
-    note is wrapped to ``width``.  ``shorten`` puts a derivation's number in
-    place of its text wherever a warning repeats it.
-    """
-
-    def __init__(self, doc: dict, *, verbose: bool, width: int):
-        self.verbose, self.width = verbose, width
-        rated = (doc.get("metadata", {}).get("backend_info") or {}).get("rated")
-        rated = rated if isinstance(rated, dict) else {}
-        ceilings = doc.get("ceilings", {})
-        found, reasons = [], []
-        for e in ceilings.get("compute", []) + ceilings.get("memory", []):
-            r = e.get("rated") if isinstance(e, dict) and isinstance(e.get("rated"), dict) else {}
-            how = str(r.get("derivation") or "")
-            if how:
-                (reasons if r.get("gflops_per_s", r.get("gbytes_per_s")) is None else found).append(how)
-        # The derivations first, then the reasons some ceilings have none (an unrated L3, DRAM).
-        derivations = list(dict.fromkeys(found + [r for r in reasons if r.startswith(NO_RATED)]))
-        self.texts = [] if verbose else self._shared(derivations, rated)
-        first = len(self.texts)
-        self.texts += [self._short(how) for how in derivations]
-        self.number = {how: first + k + 1 for k, how in enumerate(derivations)}
-        if not verbose:
-            self._factor_clauses(first)
-
-    def _shared(self, derivations: list[str], rated: dict) -> list[str]:
-        """Note [1], the measured clock as the derivations quote it ("2 core(s) x 3.69 GHz (measured: ...)")."""
-        self.base = self.clock = ""
-        clock = f"({rated.get('clock_source')})" if rated.get("clock_source") else ""
-        users = [how for how in derivations if clock and clock in how]
-        if len(users) < 2:
-            return []
-        prefixes = [how[:how.index(clock) + len(clock)] for how in users]
-        self.clock, self.base = clock, max(prefixes, key=prefixes.count)
-        return [self.base]
-
-    def _short(self, text: str) -> str:
-        """A text with the clock note's replaced by its number: "[1] x 32 FP64 FLOP/cycle (...)"."""
-        if not self.clock:
-            return text
-        return text.replace(self.base, "[1]").replace(self.clock, "(clock [1])")
-
-    def _factor_clauses(self, first: int) -> None:
-        """A "; "-separated clause of 40 characters or more that two derivations share becomes its own note."""
-        seen: dict[str, int] = {}
-        for text in self.texts[first:]:
-            for clause in dict.fromkeys(_clauses(text)):
-                seen[clause] = seen.get(clause, 0) + 1
-        shared = [c for c, n in seen.items() if n > 1 and len(c) >= SHARED_CLAUSE_CHARS]
-        derived = len(self.texts)
-        for clause in shared:
-            self.texts[first:derived] = [t.replace(clause, f"[{len(self.texts) + 1}]") for t in self.texts[first:derived]]
-            self.texts.append(clause)
-
-    def ref(self, how: str) -> str:
-        return f"[{self.number[how]}]" if how in self.number else ""
-
-    def lines(self) -> list[str]:
-        if self.verbose:
-            return [f"  [{i}] {text}" for i, text in enumerate(self.texts, 1)]
-        out = []
-        for i, text in enumerate(self.texts, 1):
-            out += textwrap.wrap(text, width=self.width, initial_indent=f"  [{i}] ",
-                                 subsequent_indent=" " * (len(str(i)) + 5), break_long_words=False,
-                                 break_on_hyphens=False) or [f"  [{i}]"]
-        return out
-
-    def shorten(self, text: str) -> str:
-        """``text`` with each derivation it repeats (longest first) replaced by its footnote's number."""
-        for how in sorted(self.number, key=len, reverse=True):
-            text = text.replace(how, self.ref(how))
-        return self._short(text) if not self.verbose else text
-
-
-# A clause shared by several derivations is a footnote of its own from this length on (shorter ones repeat).
-SHARED_CLAUSE_CHARS = 40
-
-
-def _clauses(text: str) -> list[str]:
-    """The "; "-separated clauses of a derivation, each without the parentheses it closes but did not open."""
-    out = []
-    for clause in text.split("; "):
-        while clause.endswith(")") and clause.count(")") > clause.count("("):
-            clause = clause[:-1]
-        out.append(clause)
-    return out
-
-
 def _legacy_rated_section(doc: dict) -> list[str]:
     """Rated peaks of a pre-1.2 file (metadata.backend_info.rated) beside the measured ceilings."""
     rated = (doc.get("metadata", {}).get("backend_info") or {}).get("rated")
@@ -582,62 +486,6 @@ def _legacy_rated_section(doc: dict) -> list[str]:
         ["ceiling", "measured", "rated", "of rated", "rated from"], rows, [False, True, True, True, False])
 
 
-def report_width() -> int:
-    """The terminal's width in columns (``COLUMNS`` if set), 100 when stdout is not a terminal."""
-    return shutil.get_terminal_size((100, 24)).columns
-
-
-def clip(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters, at a word where one is near, ending in "..." when cut."""
-    if len(text) <= width:
-        return text
-    room = max(width - 4, 1)
-    cut = text.rfind(" ", 0, room + 1)
-    return (text[:cut] if cut > room // 2 else text[:room]).rstrip(" ,;:(") + " ..."
-
-
-def _warnings_section(doc: dict, notes: _Notes, *, verbose: bool, width: int) -> list[str]:
-    """The warnings under their group's heading (act on it, the kernel or the machine, bookkeeping), counted.
-
-    Codes and groups come from the file (ert.warning_codes).  The default is a
-    screen: one clipped line each, derivations as their footnote numbers, at
-    most GROUP_LINES a group; ``verbose`` prints every warning whole.
-    """
-    coded = coded_warnings(doc)
-    if not coded:
-        return []
-    lines = [f"Warnings ({len(coded)})" + ("" if verbose else ", one line each (ert show --verbose RUN: in full)")]
-    for group, heading in GROUPS.items():
-        mine = [w for w in coded if w.group == group]
-        if not mine:
-            continue
-        more = 0 if verbose else max(0, len(mine) - GROUP_LINES)
-        lines.append(f" {heading} ({len(mine)}" + (f"; {GROUP_LINES} shown, {more} more with --verbose)" if more
-                                                    else ")"))
-        if verbose:
-            for w in mine:
-                # Keep multi-line warnings under their bullet.
-                first, *rest = w.text.splitlines() or [""]
-                lines.append(f"  - {first}")
-                lines += [f"    {more}" for more in rest]
-            continue
-        lines += [clip(f"  - {' '.join(notes.shorten(w.text).split())}", width) for w in _by_kind(mine)[:GROUP_LINES]]
-    return lines
-
-
-def _by_kind(warnings: list) -> list:
-    """One warning of each code in turn (in CODES' order), so that a group's first lines show its kinds."""
-    kinds: dict[str, list] = {}
-    for w in sorted(warnings, key=lambda w: list(CODES).index(w.code) if w.code in CODES else len(CODES)):
-        kinds.setdefault(w.code, []).append(w)
-    rounds = max(len(ws) for ws in kinds.values())
-    return [ws[k] for k in range(rounds) for ws in kinds.values() if k < len(ws)]
-
-
-# A group of warnings shows this many lines in the default report; the rest are counted.
-GROUP_LINES = 5
-
-
 def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = None) -> str:
     """The readable report of a (validated) ceilings document; no trailing newline.
 
@@ -647,7 +495,7 @@ def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = Non
     ``verbose`` prints everything: every warning in full, every derivation whole.
     """
     width = max(40, width or report_width())
-    notes = _Notes(doc, verbose=verbose, width=width)
+    notes = Notes(doc, verbose=verbose, width=width)
     ceilings = doc.get("ceilings", {})
     lines = _header(doc.get("metadata", {}), width=None if verbose else width)
     lines.append("")
@@ -660,10 +508,10 @@ def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = Non
     lines.append("")
     lines += _compute_section(ceilings.get("compute", []), None if verbose else notes)
     for extra in (_rated_section(doc, notes, screen=not verbose), _sustained_section(ceilings), _scaling_section(doc.get("scaling")),
-                  _warnings_section(doc, notes, verbose=verbose, width=width)):
+                  warnings_section(doc, notes, verbose=verbose, width=width)):
         if extra:
             lines += [""] + extra
     return "\n".join(lines)
 
 
-__all__ = ["clip", "format_ceilings", "human_bytes", "format_rate", "is_transfer_entry", "report_width"]
+__all__ = ["format_ceilings", "human_bytes", "format_rate", "is_transfer_entry"]
