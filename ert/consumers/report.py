@@ -453,8 +453,8 @@ def _rated_section(doc: dict, notes: "Notes", *, screen: bool = False) -> list[s
     if screen and not rows:
         return ["Rated values (what the hardware can physically do), as derived"] + notes.lines() if notes.texts else []
     if not any(row[2] != _MISSING for row in rows):
-        # Say why there is nothing to compare with (a CPU not in the table, say).
-        return [title] + notes.lines() if notes.texts else []
+        # Say why there is nothing to compare with (a CPU not in the table, say): no table, so no numbers.
+        return [title] + (notes.lines() if screen else [f"  {why}" for why in notes.texts]) if notes.texts else []
     return [title] + _table(["ceiling", "measured", "rated", "of rated", "from"], rows,
                             [False, True, True, True, False]) + notes.lines()
 
