@@ -96,7 +96,11 @@ def _header(meta: dict, *, width: int | None = None) -> list[str]:
     points = meta.get("points")
     if isinstance(points, dict) and points:
         names = ("planned", "measured", "noisy", "invalid")
-        extra.append("points: " + ", ".join(f"{points[k]} {k}" for k in names if k in points))
+        if width and all(k in points for k in names):  # the same counts, in fewer columns
+            extra.append(f"{points['measured']} of {points['planned']} points measured, {points['noisy']} noisy, "
+                         f"{points['invalid']} invalid")
+        else:
+            extra.append("points: " + ", ".join(f"{points[k]} {k}" for k in names if k in points))
     wall_seconds = meta.get("wall_seconds")
     if isinstance(wall_seconds, (int, float)) and not isinstance(wall_seconds, bool):
         extra.append(f"wall time {wall_seconds:.1f} s")
