@@ -42,7 +42,8 @@ def _own_levels(curve: list[dict], caches, *, workers: int, memory_name: str, la
     tail = scattered_tail(wss, gbs, plateaus, noisy=noisy)
     if tail is not None:
         plateaus.append(tail)
-        warnings.append(warn("bandwidth-changed", f"{label}: the {tail.n_points} points from {tail.wss_bytes[0] / 2**20:.0f} MiB on "
+        warnings.append(warn("bandwidth-changed",
+                        f"{label}: the {tail.n_points} points from {tail.wss_bytes[0] / 2**20:.0f} MiB on "
                         f"scatter too much to form a plateau (spread {tail.spread:.0%}); they form the last "
                         f"level (median {tail.gbytes_per_s:.4g} GB/s). Bandwidth changed during the run: measure again"))
     named, level_warnings = name_levels(plateaus, caches, workers=workers, memory_name=memory_name,
@@ -127,7 +128,8 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
         fewest = min(r["spec"]["flops_per_element"] for r in recs)
         curve = sorted((r for r in recs if r["spec"]["flops_per_element"] == fewest), key=lambda r: r["wss_bytes"])
         if len(curve) < 3:
-            warnings.append(warn("level-missing", f"{_label(*key)}: only {len(curve)} bandwidth points, too few for plateaus"))
+            warnings.append(warn("level-missing",
+                    f"{_label(*key)}: only {len(curve)} bandwidth points, too few for plateaus"))
             continue
         curves[key] = curve
         fits[key] = _own_levels(curve, _for_access(caches, key[1]), workers=workers, memory_name=memory_name,
@@ -148,7 +150,8 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
         if _distinct_levels(named) < _distinct_levels(applicable):
             own = ", ".join(lvl.name for lvl in named) or "none"
             named = _levels_over_reference(curve, applicable, _label(*ref_key))
-            warnings.append(warn("levels-borrowed", f"{label}: its own curve separates fewer levels ({own}) than the {_label(*ref_key)} "
+            warnings.append(warn("levels-borrowed",
+                            f"{label}: its own curve separates fewer levels ({own}) than the {_label(*ref_key)} "
                             f"curve; its levels are measured over that curve's level ranges"))
         else:
             warnings.extend(own_warnings)
@@ -189,11 +192,13 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
             ceilings.append(entry)
             scattered = tail is not None and (p is tail or tail in lvl.pieces)  # the tail has its own warning
             if p.spread > NOT_FLAT_SPREAD and not scattered:
-                warnings.append(warn("not-flat", f"{label} {lvl.name}: not flat (spread {p.spread:.0%} over {p.n_points} points): "
+                warnings.append(warn("not-flat",
+                                f"{label} {lvl.name}: not flat (spread {p.spread:.0%} over {p.n_points} points): "
                                 f"a ramp inside the level, levels of similar speed, or a machine that changed "
                                 f"during the run; read it as a range"))
             if p.noisy_points:
-                warnings.append(warn("noisy-level", f"{label} {lvl.name}: built on {p.noisy_points} noisy point(s) of {p.n_points}"))
+                warnings.append(warn("noisy-level",
+                        f"{label} {lvl.name}: built on {p.noisy_points} noisy point(s) of {p.n_points}"))
     return ceilings, warnings + _changed_under_run(ceilings, memory_name)
 
 
@@ -292,7 +297,8 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
             if clock:
                 ceilings[-1]["sm_clock_mhz"] = {"min": clock["min"], "max": clock["max"]}
         if rec["noisy"]:
-            warnings.append(warn("noisy-peak", f"{compute_name(ceilings[-1])} peak comes from a noisy point ({rec['id']})"))
+            warnings.append(warn("noisy-peak",
+                    f"{compute_name(ceilings[-1])} peak comes from a noisy point ({rec['id']})"))
     return ceilings, warnings
 
 
@@ -317,7 +323,8 @@ def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
                 by_flops[fpe] = max(by_flops.get(fpe, 0.0), rates(r).gflops_per_s)
         counts = sorted(by_flops)
         if len(counts) >= 2 and c["flops_per_element"] == counts[-1] and by_flops[counts[-1]] > 1.05 * by_flops[counts[-2]]:
-            warnings.append(warn("peak-at-edge", f"{compute_name(c)} {ops_unit(c['precision'], c.get('mix'))} still rose >5 % at the "
+            warnings.append(warn("peak-at-edge",
+                            f"{compute_name(c)} {ops_unit(c['precision'], c.get('mix'))} still rose >5 % at the "
                             f"largest FLOPs per element swept ({counts[-1]}); the peak may be higher"))
     return warnings
 
@@ -378,20 +385,23 @@ def build(raw: RawData) -> dict:
     invalid = [r for r in points if not r["valid"]]
     noisy = [r for r in points if r["noisy"]]
     if invalid:
-        warnings.append(warn("output-check-failed", f"{len(invalid)} point(s) failed the output check and were not used, "
+        warnings.append(warn("output-check-failed",
+                        f"{len(invalid)} point(s) failed the output check and were not used, "
                         f"e.g. {invalid[0]['id']}: {invalid[0]['check']}"))
     if noisy:
         warnings.append(warn("noisy-points", f"{len(noisy)} of {len(points)} point(s) stayed noisy after re-measuring "
                         f"(spread above {meta['config']['timing']['noise_threshold']:.0%})"))
     serialized = [r for r in points if r.get("serialized_regions")]
     if serialized:
-        warnings.append(warn("oversubscribed", f"{len(serialized)} of {len(points)} point(s): the ranks of one host took turns instead of "
+        warnings.append(warn("oversubscribed",
+                        f"{len(serialized)} of {len(points)} point(s): the ranks of one host took turns instead of "
                         f"running together (more ranks than cores?), so those regions were timed over the host's "
                         f"whole span, first start to last end, e.g. {serialized[0]['id']}; per-rank rates there are "
                         f"shares of the same cores"))
     if points and len(noisy) >= BUSY_NOISY_SHARE * len(points):
         # First, so that nobody reads the table without it: these are the machine's ceilings under load.
-        warnings.insert(0, warn("busy-machine", f"busy machine: {len(noisy)} of {len(points)} points ({len(noisy) / len(points):.0%}) "
+        warnings.insert(0, warn("busy-machine",
+                           f"busy machine: {len(noisy)} of {len(points)} points ({len(noisy) / len(points):.0%}) "
                            "stayed noisy, so other work shared these cores during the run; every ceiling here "
                            "is what was left over, not what the hardware sustains: measure again on a quiet machine"
                            + _load_note(meta)))

@@ -173,7 +173,8 @@ def _positional(plateaus: list[Plateau], memory_name: str) -> tuple[list[NamedLe
     for k, p in enumerate(plateaus):
         name = memory_name if k == n - 1 else f"L{k + 1}"
         levels.append(NamedLevel(name, p, f"plateau {k + 1} of {n} by position (no cache hints)"))
-    warning = warn("no-cache-sizes", f"no cache sizes known: the {n} levels are named by position, the last one {memory_name}")
+    warning = warn("no-cache-sizes",
+            f"no cache sizes known: the {n} levels are named by position, the last one {memory_name}")
     return levels, [warning]
 
 
@@ -419,7 +420,8 @@ def name_levels(
         if raw_names.count(raw) > 1:
             doubles = [(n, d) for n, d in zip(names, drafts) if d.name == raw]
             evidence = "; ".join(f"{n}: {d.evidence}" for n, d in doubles if d.evidence)
-            warnings.append(warn("split-level", f"{len(doubles)} plateaus map to {raw}: named {', '.join(n for n, _ in doubles)} "
+            warnings.append(warn("split-level",
+                            f"{len(doubles)} plateaus map to {raw}: named {', '.join(n for n, _ in doubles)} "
                             f"(a level the cache hints do not list; {evidence})"))
     return levels, warnings
 
@@ -436,7 +438,8 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
         basis = matches[d.positions[0]].basis
         if len(pieces) > 1:
             basis += f"; one level from {len(pieces)} plateaus, valued at the largest working sets"
-            warnings.append(warn("level-changes", f"{name} changes within the level: {', '.join(_describe(p) for p in pieces)}. One level "
+            warnings.append(warn("level-changes",
+                         f"{name} changes within the level: {', '.join(_describe(p) for p in pieces)}. One level "
                          f"(a host cache the guest does not see, or memory traffic that changed during the run), "
                          f"its plateau at the largest working sets ({value_from.gbytes_per_s:.4g} GB/s); read it as "
                          f"a range"))
@@ -468,14 +471,16 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
         basis = matches[d.positions[-1]].basis
         if len(pieces) > 1:
             basis += f"; one level from {len(pieces)} plateaus, valued at its fastest"
-            warnings.append(warn("merged-plateaus", f"{name}: {len(pieces)} plateaus with no cache boundary between them "
+            warnings.append(warn("merged-plateaus",
+                         f"{name}: {len(pieces)} plateaus with no cache boundary between them "
                          f"({', '.join(_describe(p) for p in pieces)}) are one level, valued at its fastest "
                          f"({value_from.gbytes_per_s:.4g} GB/s); its spread covers them all"))
         if ramp:
             lo, hi = ramp[0].wss_bytes[0], ramp[-1].wss_bytes[1]
             speeds = ", ".join(f"{p.gbytes_per_s:.4g}" for p in ramp)
             basis += f"; below {fmt_bytes(pieces[0].wss_bytes[0])} an overhead ramp, left out"
-            warnings.append(warn("ramp", f"{name}: from {fmt_bytes(lo)} to {fmt_bytes(hi)} the kernel is overhead-bound "
+            warnings.append(warn("ramp",
+                         f"{name}: from {fmt_bytes(lo)} to {fmt_bytes(hi)} the kernel is overhead-bound "
                          f"({speeds} GB/s): a ramp of {name}, not a level; {name} is its sustained "
                          f"{value_from.gbytes_per_s:.4g} GB/s from {fmt_bytes(pieces[0].wss_bytes[0])}"))
     plateau = merge_plateaus(pieces, value_from=value_from, gbytes_per_s=gbytes_per_s, noisy=noisy)

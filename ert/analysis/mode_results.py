@@ -96,7 +96,8 @@ def attach_sustained(memory: list[dict], compute: list[dict], sustained: list[di
         name = (f"{entry['precision']} {'FMA' if entry['fma'] else 'no-FMA'} peak" if is_compute
                 else f"{entry.get('precision', '')} {entry.get('access', '')} {entry['level']}".strip())
         if summary[f"last_{unit}"] < (1 - THROTTLE_DROP) * summary[f"first_{unit}"]:
-            warnings.append(warn("throttled", f"{name}: fell from {summary[f'first_{unit}']:.4g} to {summary[f'last_{unit}']:.4g} "
+            warnings.append(warn("throttled",
+                            f"{name}: fell from {summary[f'first_{unit}']:.4g} to {summary[f'last_{unit}']:.4g} "
                             f"{'GFLOP/s' if is_compute else 'GB/s'} over a {summary['hold_seconds']:.0f} s hold: "
                             f"throttling, or other work on the machine"))
     return warnings

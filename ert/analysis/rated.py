@@ -218,7 +218,8 @@ def invalidate_above_rated(points: list[dict], rated: dict | None, *, caches=Non
                              f"more than the hardware can do, so work was removed")
             flagged.setdefault(what, []).append(rec["id"])
         out.append(rec)
-    warnings = [warning_codes.warn("above-rated", f"{len(ids)} point(s) measured above {ABOVE_RATED:.2f} x the rated {what} and "
+    warnings = [warning_codes.warn("above-rated",
+                                    f"{len(ids)} point(s) measured above {ABOVE_RATED:.2f} x the rated {what} and "
                                     f"were not used (work was removed), e.g. {ids[0]}") for what, ids in flagged.items()]
     return out, warnings
 
@@ -237,7 +238,8 @@ def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) ->
         ratio = c["rated"].get("ratio")
         if c.get("note") and ratio is not None and ratio < BELOW_RATED:
             # A tensor roof that is not the architecture's full rate by design (mma.sync on sm_90).
-            warnings.append(warning_codes.warn("below-rated", f"{name}: {c['gflops_per_s']:.4g} {unit} is {ratio:.0%} of the rated "
+            warnings.append(warning_codes.warn("below-rated",
+                            f"{name}: {c['gflops_per_s']:.4g} {unit} is {ratio:.0%} of the rated "
                             f"{c['rated']['gflops_per_s']:.4g} {unit}: {c['note']} (the instruction, not the "
                             f"hardware, limits it)"))
     for m in memory:
@@ -286,6 +288,7 @@ def _attach(ceiling: dict, rated_entry: dict | None, key: str, name: str, unit: 
         cause = ("most of its points stayed noisy: other work sharing the cores may be the limit; measure again"
                  if noisy else "other work sharing the host's memory (a shared or virtual host?) or the kernel "
                  "limits it" if rated_entry.get("scope") == "host" else "the kernel, not the hardware, limits it")
-        return [warning_codes.warn("below-rated", f"{name}: {ceiling[key]:.4g} {unit} is {ratio:.0%} of the rated {value:.4g} {unit} "
+        return [warning_codes.warn("below-rated",
+                                    f"{name}: {ceiling[key]:.4g} {unit} is {ratio:.0%} of the rated {value:.4g} {unit} "
                                     f"({rated_entry.get('derivation', '')}): {cause}")]
     return []

@@ -121,11 +121,13 @@ def transfer_ceilings(transfers: list[dict], meta: dict) -> tuple[list[dict], li
         groups[(rec["level"], str(rec.get("variant", "default")))].append(rec)
     warnings: list[str] = []
     if invalid:
-        warnings.append(warn("output-check-failed", f"{len(invalid)} transfer record(s) failed their data check and were not used, "
+        warnings.append(warn("output-check-failed",
+                        f"{len(invalid)} transfer record(s) failed their data check and were not used, "
                         f"e.g. {invalid[0]['id']}: {invalid[0].get('check', '')}"))
     override = (meta.get("network") or {}).get("node_override")
     if override and any(kind_of(r) == "network" for r in transfers):
-        warnings.append(warn("test-only", f"TEST ONLY: node identity was overridden (ERT_TEST_NODE_ID={override!r}); the "
+        warnings.append(warn("test-only",
+                        f"TEST ONLY: node identity was overridden (ERT_TEST_NODE_ID={override!r}); the "
                         f"'inter-node' and injection levels ran between ranks of one host, through shared "
                         f"memory, not through a NIC"))
     rank = {name: i for i, name in enumerate(LEVEL_ORDER)}
@@ -185,7 +187,8 @@ def transfer_ceilings(transfers: list[dict], meta: dict) -> tuple[list[dict], li
             warnings.append(warn("lone-size", f"{level} {variant}: the largest size stands alone (no neighbour within "
                             f"{PLATEAU_TOLERANCE:.0%}): not yet a plateau; sweep larger sizes"))
         if entry["noisy_points"]:
-            warnings.append(warn("noisy-level", f"{level} {variant}: built on {entry['noisy_points']} noisy size(s) of {len(chosen)}"))
+            warnings.append(warn("noisy-level",
+                    f"{level} {variant}: built on {entry['noisy_points']} noisy size(s) of {len(chosen)}"))
     return entries, warnings
 
 

@@ -67,7 +67,8 @@ class Notes:
         shared = [c for c, n in seen.items() if n > 1 and len(c) >= SHARED_CLAUSE_CHARS]
         derived = len(self.texts)
         for clause in shared:
-            self.texts[first:derived] = [t.replace(clause, f"[{len(self.texts) + 1}]") for t in self.texts[first:derived]]
+            number = f"[{len(self.texts) + 1}]"
+            self.texts[first:derived] = [t.replace(clause, number) for t in self.texts[first:derived]]
             self.texts.append(clause)
 
     def ref(self, how: str) -> str:

@@ -278,7 +278,8 @@ def _rated_cells(e: dict, key: str, notes: "Notes") -> list[str]:
     rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
     value, ratio = rated.get(key), rated.get("ratio")
     return [format_rate(value) if isinstance(value, (int, float)) else _MISSING,
-            f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING, notes.ref(str(rated.get("derivation", "")))]
+            f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING,
+            notes.ref(str(rated.get("derivation", "")))]
 
 
 def _with_rated(headers: list, rows: list, right: list, first_rated: int) -> tuple[list, list, list]:
@@ -511,7 +512,8 @@ def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = Non
         lines += [""] + transfers
     lines.append("")
     lines += _compute_section(ceilings.get("compute", []), None if verbose else notes)
-    for extra in (_rated_section(doc, notes, screen=not verbose), _sustained_section(ceilings), _scaling_section(doc.get("scaling")),
+    for extra in (_rated_section(doc, notes, screen=not verbose), _sustained_section(ceilings),
+                  _scaling_section(doc.get("scaling")),
                   warnings_section(doc, notes, verbose=verbose, width=width)):
         if extra:
             lines += [""] + extra
