@@ -8,6 +8,11 @@ import textwrap
 from ert.hardware import NO_RATED
 from ert.warning_codes import CODES, GROUPS, coded_warnings
 
+# A group of warnings shows this many lines on the screen; the rest are counted.
+GROUP_LINES = 5
+# A clause shared by several derivations is a footnote of its own from this length on (shorter ones repeat).
+SHARED_CLAUSE_CHARS = 40
+
 
 class Notes:
     """The rated values' footnotes: each derivation once, numbered.
@@ -91,9 +96,6 @@ class Notes:
         return self._short(text) if not self.verbose else text
 
 
-# A clause shared by several derivations is a footnote of its own from this length on (shorter ones repeat).
-SHARED_CLAUSE_CHARS = 40
-
 
 def _clauses(text: str) -> list[str]:
     """The "; "-separated clauses of a derivation, each without the parentheses it closes but did not open."""
@@ -142,9 +144,11 @@ def warnings_section(doc: dict, notes: Notes, *, verbose: bool, width: int) -> l
                 # Keep multi-line warnings under their bullet.
                 first, *rest = w.text.splitlines() or [""]
                 lines.append(f"  - {first}")
-                lines += [f"    {more}" for more in rest]
+                lines += [f"    {line}" for line in rest]
             continue
-        lines += [clip(f"  - {' '.join(notes.shorten(w.text).split())}", width) for w in _by_kind(mine)[:GROUP_LINES]]
+        # One line each: whitespace (a multi-line warning's too) made single spaces, derivations their numbers.
+        lines += [clip(f"  - {' '.join(notes.shorten(w.text).split())}", width)
+                  for w in _by_kind(mine)[:GROUP_LINES]]
     return lines
 
 
@@ -155,10 +159,6 @@ def _by_kind(warnings: list) -> list:
         kinds.setdefault(w.code, []).append(w)
     rounds = max(len(ws) for ws in kinds.values())
     return [ws[k] for k in range(rounds) for ws in kinds.values() if k < len(ws)]
-
-
-# A group of warnings shows this many lines in the default report; the rest are counted.
-GROUP_LINES = 5
 
 
 __all__ = ["GROUP_LINES", "Notes", "clip", "report_width", "warnings_section"]
