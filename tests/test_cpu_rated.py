@@ -277,7 +277,9 @@ def test_a_cpu_not_in_the_table_still_runs_and_says_why(tmp_path):
     assert peak["rated"]["derivation"].startswith("no rated value: CPU 'x86-64-v3'")
     show = run_cmd("ert", "show", tmp_path / "run")
     assert show.returncode == 0 and "of rated" not in show.stdout
-    assert "  no rated value: CPU 'x86-64-v3'" in show.stdout
+    assert "] no rated value: CPU 'x86-64-v3'" in show.stdout  # a footnote (the default screen)
+    full = run_cmd("ert", "show", "--verbose", tmp_path / "run")
+    assert full.returncode == 0 and "  no rated value: CPU 'x86-64-v3'" in full.stdout
 
 
 def test_without_a_clock_there_is_no_rated_value_and_the_run_says_why(monkeypatch):

@@ -51,7 +51,7 @@ def doc() -> dict:
 
 
 def test_report_contains_every_level_value_and_warning(doc):
-    text = format_ceilings(doc)
+    text = format_ceilings(doc, verbose=True)
     for entry in doc["ceilings"]["memory"]:
         assert entry["level"] in text
         assert format_rate(entry["gbytes_per_s"]) in text
@@ -62,7 +62,7 @@ def test_report_contains_every_level_value_and_warning(doc):
 
 
 def test_report_header(doc):
-    first = format_ceilings(doc).splitlines()[0]
+    first = format_ceilings(doc, verbose=True).splitlines()[0]
     for part in ("ert 0.1.0", "node17", "AMD EPYC 7763 64-Core Processor (2 threads)", "numba-cpu",
                  "1 rank x 2 threads", "2026-11-21T12:00:00+00:00"):
         assert part in first
@@ -73,12 +73,12 @@ def test_report_header(doc):
 def test_header_shows_cpu_and_a_different_device():
     doc = make_doc()
     doc["metadata"]["device"] = "NVIDIA A100-SXM4-40GB"
-    first = format_ceilings(doc).splitlines()[0]
+    first = format_ceilings(doc, verbose=True).splitlines()[0]
     assert "AMD EPYC 7763 64-Core Processor / NVIDIA A100-SXM4-40GB" in first
 
 
 def test_read_write_table_comes_before_read_only(doc):
-    text = format_ceilings(doc)
+    text = format_ceilings(doc, verbose=True)
     rw = text.index("Memory bandwidth, read+write")
     ro = text.index("Memory bandwidth, read-only")
     assert rw < ro
@@ -87,7 +87,7 @@ def test_read_write_table_comes_before_read_only(doc):
 
 
 def test_table_cells(doc):
-    lines = format_ceilings(doc).splitlines()
+    lines = format_ceilings(doc, verbose=True).splitlines()
     l1 = next(line for line in lines if line.split()[:1] == ["L1"])
     assert l1.split() == ["L1", "712.9", "2.0%", "4", "KiB", "-", "48", "KiB", "14", "0"]
     dram = next(line for line in lines if "38.05" in line)
@@ -99,7 +99,7 @@ def test_table_cells(doc):
 
 
 def test_columns_are_aligned(doc):
-    lines = format_ceilings(doc).splitlines()
+    lines = format_ceilings(doc, verbose=True).splitlines()
     start = lines.index("Memory bandwidth, read+write, fp64") + 1
     table = lines[start:start + 4]
     # Right-aligned GB/s column: every row ends that column at the same place.
@@ -116,7 +116,7 @@ def test_scaling_table_from_by_threads_and_no_warnings_section(doc):
                       "compute": [{"precision": "fp64", "fma": True, "gflops_per_s": 50.0 * t, "spread": 0.0}]}}
         for t in (1, 2)]}
     doc["warnings"] = []
-    lines = format_ceilings(doc).splitlines()
+    lines = format_ceilings(doc, verbose=True).splitlines()
     start = lines.index("Thread scaling (threads per rank)")
     assert lines[start + 1].split() == ["ceiling", "unit", "1", "thr", "2", "thr", "2/1"]
     rows = [line.split() for line in lines[start + 2:start + 4]]
@@ -125,13 +125,13 @@ def test_scaling_table_from_by_threads_and_no_warnings_section(doc):
     assert "Warnings" not in lines
     # A shape the report does not know (no by_threads list) prints no table rather than failing.
     doc["scaling"] = {"threads": [1, 2, 4]}
-    assert "Thread scaling" not in format_ceilings(doc)
+    assert "Thread scaling" not in format_ceilings(doc, verbose=True)
 
 
 def test_empty_ceilings():
     doc = make_doc()
     doc["ceilings"] = {"memory": [], "compute": []}
-    text = format_ceilings(doc)
+    text = format_ceilings(doc, verbose=True)
     assert "Memory bandwidth: none measured" in text
     assert "Compute: none measured" in text
 
@@ -142,7 +142,7 @@ def test_optional_fields_missing():
         del doc["metadata"][key]
     doc["ceilings"]["memory"] = [{"level": "DRAM", "gbytes_per_s": 40, "spread": 0, "wss_bytes": [8, 8], "n_points": 1}]
     validate(doc)
-    text = format_ceilings(doc)
+    text = format_ceilings(doc, verbose=True)
     assert "DRAM" in text and "40.00" in text and "8 B" in text
 
 

@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from ert.warning_codes import CODES
 from ert.ceilings_io import SCHEMA_VERSION
 from ert.measure.adaptive import AdaptivePlanner
 from ert.ceilings_io import load_ceilings, validate
@@ -64,6 +65,10 @@ def test_ceilings_per_thread_count_validate_and_the_top_level_is_the_largest(sca
     records = point_records(out)
     assert {r["threads_per_rank"] for r in records} == {1, 2}
     assert len({r["id"] for r in records}) == len(records)
+    # Each count's warnings carry their codes beside them, as the top level's do (schema 1.10).
+    for entry in counts:
+        codes = entry["warning_codes"]
+        assert len(codes) == len(entry["warnings"]) and all(c["group"] == CODES[c["code"]] for c in codes)
 
 
 def test_analyze_reproduces_scaling_and_sustained(scaling_run):

@@ -18,6 +18,7 @@ from ert.analysis.mode_results import attach_sustained, by_thread_count, planned
 from ert.hwinfo import CacheInfo
 from ert.rawio import RAW_NAME, RawData, best_launches
 from ert.spec import is_integer, ops_unit, peak_spread, rates
+from ert.warning_codes import codes_of, relabel, warn
 
 # A run in which at least this share of the points stayed noisy was measured on a busy machine.
 BUSY_NOISY_SHARE = 0.5
@@ -41,12 +42,13 @@ def _own_levels(curve: list[dict], caches, *, workers: int, memory_name: str, la
     tail = scattered_tail(wss, gbs, plateaus, noisy=noisy)
     if tail is not None:
         plateaus.append(tail)
-        warnings.append(f"{label}: the {tail.n_points} points from {tail.wss_bytes[0] / 2**20:.0f} MiB on "
+        warnings.append(warn("bandwidth-changed",
+                        f"{label}: the {tail.n_points} points from {tail.wss_bytes[0] / 2**20:.0f} MiB on "
                         f"scatter too much to form a plateau (spread {tail.spread:.0%}); they form the last "
-                        f"level (median {tail.gbytes_per_s:.4g} GB/s). Bandwidth changed during the run: measure again")
+                        f"level (median {tail.gbytes_per_s:.4g} GB/s). Bandwidth changed during the run: measure again"))
     named, level_warnings = name_levels(plateaus, caches, workers=workers, memory_name=memory_name,
                                         wss_bytes=wss, gbytes_per_s=gbs, noisy=noisy)
-    warnings.extend(f"{label}: {w}" for w in level_warnings)
+    warnings.extend(relabel(w, f"{label}: {w}") for w in level_warnings)
     return named, warnings, tail
 
 
@@ -126,7 +128,8 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
         fewest = min(r["spec"]["flops_per_element"] for r in recs)
         curve = sorted((r for r in recs if r["spec"]["flops_per_element"] == fewest), key=lambda r: r["wss_bytes"])
         if len(curve) < 3:
-            warnings.append(f"{_label(*key)}: only {len(curve)} bandwidth points, too few for plateaus")
+            warnings.append(warn("level-missing",
+                    f"{_label(*key)}: only {len(curve)} bandwidth points, too few for plateaus"))
             continue
         curves[key] = curve
         fits[key] = _own_levels(curve, _for_access(caches, key[1]), workers=workers, memory_name=memory_name,
@@ -147,8 +150,9 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
         if _distinct_levels(named) < _distinct_levels(applicable):
             own = ", ".join(lvl.name for lvl in named) or "none"
             named = _levels_over_reference(curve, applicable, _label(*ref_key))
-            warnings.append(f"{label}: its own curve separates fewer levels ({own}) than the {_label(*ref_key)} "
-                            f"curve; its levels are measured over that curve's level ranges")
+            warnings.append(warn("levels-borrowed",
+                            f"{label}: its own curve separates fewer levels ({own}) than the {_label(*ref_key)} "
+                            f"curve; its levels are measured over that curve's level ranges"))
         else:
             warnings.extend(own_warnings)
         wss = [r["wss_bytes"] for r in curve]
@@ -161,10 +165,10 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
         left_out = unassigned_points(named, wss, gbs, noisy)
         if left_out:
             reasons = sorted({u["why"] for u in left_out})
-            warnings.append(f"{label}: {len(left_out)} point(s) in no level: " + "; ".join(
+            warnings.append(warn("points-in-no-level", f"{label}: {len(left_out)} point(s) in no level: " + "; ".join(
                 f"{sum(1 for u in left_out if u['why'] == why)} {why} "
                 f"({fmt_bytes(min(u['wss_bytes'] for u in left_out if u['why'] == why))} - "
-                f"{fmt_bytes(max(u['wss_bytes'] for u in left_out if u['why'] == why))})" for why in reasons))
+                f"{fmt_bytes(max(u['wss_bytes'] for u in left_out if u['why'] == why))})" for why in reasons)))
         for j in judged:
             lvl = j.level
             p = lvl.plateau
@@ -188,11 +192,13 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
             ceilings.append(entry)
             scattered = tail is not None and (p is tail or tail in lvl.pieces)  # the tail has its own warning
             if p.spread > NOT_FLAT_SPREAD and not scattered:
-                warnings.append(f"{label} {lvl.name}: not flat (spread {p.spread:.0%} over {p.n_points} points): "
+                warnings.append(warn("not-flat",
+                                f"{label} {lvl.name}: not flat (spread {p.spread:.0%} over {p.n_points} points): "
                                 f"a ramp inside the level, levels of similar speed, or a machine that changed "
-                                f"during the run; read it as a range")
+                                f"during the run; read it as a range"))
             if p.noisy_points:
-                warnings.append(f"{label} {lvl.name}: built on {p.noisy_points} noisy point(s) of {p.n_points}")
+                warnings.append(warn("noisy-level",
+                        f"{label} {lvl.name}: built on {p.noisy_points} noisy point(s) of {p.n_points}"))
     return ceilings, warnings + _changed_under_run(ceilings, memory_name)
 
 
@@ -215,11 +221,11 @@ def _changed_under_run(ceilings: list[dict], memory_name: str) -> list[str]:
                 ratio = max(a["gbytes_per_s"], b["gbytes_per_s"]) / min(a["gbytes_per_s"], b["gbytes_per_s"])
                 sigma = math.hypot(a["spread"], b["spread"]) / _SPREAD_TO_SIGMA
                 if math.log(ratio) > max(CHANGED_SIGMAS * sigma, math.log1p(CHANGED_MIN)):
-                    warnings.append(
-                        f"{level} {_label(a['precision'], access)} {a['gbytes_per_s']:.4g} GB/s against "
+                    warnings.append(warn(
+                        "bandwidth-changed", f"{level} {_label(a['precision'], access)} {a['gbytes_per_s']:.4g} GB/s against "
                         f"{_label(b['precision'], access)} {b['gbytes_per_s']:.4g} GB/s: the same bytes at "
                         f"{ratio:.2f}x the rate, beyond both curves' noise. {level} bandwidth changed during the "
-                        f"run (other work on a shared host?); neither value is the machine's alone")
+                        f"run (other work on a shared host?); neither value is the machine's alone"))
     return warnings
 
 
@@ -291,7 +297,8 @@ def compute_ceilings(points: list[dict]) -> tuple[list[dict], list[str]]:
             if clock:
                 ceilings[-1]["sm_clock_mhz"] = {"min": clock["min"], "max": clock["max"]}
         if rec["noisy"]:
-            warnings.append(f"{compute_name(ceilings[-1])} peak comes from a noisy point ({rec['id']})")
+            warnings.append(warn("noisy-peak",
+                    f"{compute_name(ceilings[-1])} peak comes from a noisy point ({rec['id']})"))
     return ceilings, warnings
 
 
@@ -316,8 +323,9 @@ def _peak_at_edge(points: list[dict], compute: list[dict]) -> list[str]:
                 by_flops[fpe] = max(by_flops.get(fpe, 0.0), rates(r).gflops_per_s)
         counts = sorted(by_flops)
         if len(counts) >= 2 and c["flops_per_element"] == counts[-1] and by_flops[counts[-1]] > 1.05 * by_flops[counts[-2]]:
-            warnings.append(f"{compute_name(c)} {ops_unit(c['precision'], c.get('mix'))} still rose >5 % at the "
-                            f"largest FLOPs per element swept ({counts[-1]}); the peak may be higher")
+            warnings.append(warn("peak-at-edge",
+                            f"{compute_name(c)} {ops_unit(c['precision'], c.get('mix'))} still rose >5 % at the "
+                            f"largest FLOPs per element swept ({counts[-1]}); the peak may be higher"))
     return warnings
 
 
@@ -377,26 +385,31 @@ def build(raw: RawData) -> dict:
     invalid = [r for r in points if not r["valid"]]
     noisy = [r for r in points if r["noisy"]]
     if invalid:
-        warnings.append(f"{len(invalid)} point(s) failed the output check and were not used, "
-                        f"e.g. {invalid[0]['id']}: {invalid[0]['check']}")
+        warnings.append(warn("output-check-failed",
+                        f"{len(invalid)} point(s) failed the output check and were not used, "
+                        f"e.g. {invalid[0]['id']}: {invalid[0]['check']}"))
     if noisy:
-        warnings.append(f"{len(noisy)} of {len(points)} point(s) stayed noisy after re-measuring "
-                        f"(spread above {meta['config']['timing']['noise_threshold']:.0%})")
+        warnings.append(warn("noisy-points", f"{len(noisy)} of {len(points)} point(s) stayed noisy after re-measuring "
+                        f"(spread above {meta['config']['timing']['noise_threshold']:.0%})"))
     serialized = [r for r in points if r.get("serialized_regions")]
     if serialized:
-        warnings.append(f"{len(serialized)} of {len(points)} point(s): the ranks of one host took turns instead of "
+        warnings.append(warn("oversubscribed",
+                        f"{len(serialized)} of {len(points)} point(s): the ranks of one host took turns instead of "
                         f"running together (more ranks than cores?), so those regions were timed over the host's "
                         f"whole span, first start to last end, e.g. {serialized[0]['id']}; per-rank rates there are "
-                        f"shares of the same cores")
+                        f"shares of the same cores"))
     if points and len(noisy) >= BUSY_NOISY_SHARE * len(points):
         # First, so that nobody reads the table without it: these are the machine's ceilings under load.
-        warnings.insert(0, f"busy machine: {len(noisy)} of {len(points)} points ({len(noisy) / len(points):.0%}) "
+        warnings.insert(0, warn("busy-machine",
+                           f"busy machine: {len(noisy)} of {len(points)} points ({len(noisy) / len(points):.0%}) "
                            "stayed noisy, so other work shared these cores during the run; every ceiling here "
                            "is what was left over, not what the hardware sustains: measure again on a quiet machine"
-                           + _load_note(meta))
+                           + _load_note(meta)))
     if len(points) < planned or not complete:
-        warnings.append(f"partial run: {len(points)} of {planned} points measured; "
-                        f"finish it with `ert-run --resume RUN_DIR`")
+        warnings.append(warn("partial-run", f"partial run: {len(points)} of {planned} points measured; "
+                        f"finish it with `ert-run --resume RUN_DIR`"))
+    # Each warning's code and group, beside the warnings (schema 1.10; ert.warning_codes).
+    meta["warning_codes"] = codes_of(warnings)
     meta["wall_seconds"] = round(sum(e.get("wall_seconds", 0.0) for e in raw.ends), 3)
     meta["points"] = {"planned": planned, "measured": len(points), "noisy": len(noisy), "invalid": len(invalid)}
     if raw.transfers:

@@ -48,6 +48,7 @@ from typing import Sequence
 
 from ..hwinfo import CacheInfo, aggregate_capacity_bytes
 from ..units import human_bytes as fmt_bytes
+from ..warning_codes import warn
 from .plateaus import Plateau, cover_to_end, local_noise, merge_plateaus, points_before, split_ramp
 
 # A break within this factor of a cache's aggregate capacity matches it.
@@ -172,7 +173,8 @@ def _positional(plateaus: list[Plateau], memory_name: str) -> tuple[list[NamedLe
     for k, p in enumerate(plateaus):
         name = memory_name if k == n - 1 else f"L{k + 1}"
         levels.append(NamedLevel(name, p, f"plateau {k + 1} of {n} by position (no cache hints)"))
-    warning = f"no cache sizes known: the {n} levels are named by position, the last one {memory_name}"
+    warning = warn("no-cache-sizes",
+            f"no cache sizes known: the {n} levels are named by position, the last one {memory_name}")
     return levels, [warning]
 
 
@@ -410,16 +412,17 @@ def name_levels(
         reached = len(hints) - 1
     for j, hint in enumerate(hints[: reached + 1]):
         if j not in named:
-            warnings.append(
-                f"no separate plateau for L{hint.level} ({fmt_bytes(hint.capacity_bytes)} = {hint.describe()})"
-            )
+            warnings.append(warn(
+                "level-missing", f"no separate plateau for L{hint.level} ({fmt_bytes(hint.capacity_bytes)} = {hint.describe()})"
+            ))
     raw_names = [d.name for d in drafts]
     for raw in sorted(set(raw_names)):
         if raw_names.count(raw) > 1:
             doubles = [(n, d) for n, d in zip(names, drafts) if d.name == raw]
             evidence = "; ".join(f"{n}: {d.evidence}" for n, d in doubles if d.evidence)
-            warnings.append(f"{len(doubles)} plateaus map to {raw}: named {', '.join(n for n, _ in doubles)} "
-                            f"(a level the cache hints do not list; {evidence})")
+            warnings.append(warn("split-level",
+                            f"{len(doubles)} plateaus map to {raw}: named {', '.join(n for n, _ in doubles)} "
+                            f"(a level the cache hints do not list; {evidence})"))
     return levels, warnings
 
 
@@ -435,10 +438,11 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
         basis = matches[d.positions[0]].basis
         if len(pieces) > 1:
             basis += f"; one level from {len(pieces)} plateaus, valued at the largest working sets"
-            warnings.append(f"{name} changes within the level: {', '.join(_describe(p) for p in pieces)}. One level "
+            warnings.append(warn("level-changes",
+                         f"{name} changes within the level: {', '.join(_describe(p) for p in pieces)}. One level "
                          f"(a host cache the guest does not see, or memory traffic that changed during the run), "
                          f"its plateau at the largest working sets ({value_from.gbytes_per_s:.4g} GB/s); read it as "
-                         f"a range")
+                         f"a range"))
     else:
         if first:
             fastest = max(range(len(pieces)), key=lambda i: pieces[i].gbytes_per_s)
@@ -467,16 +471,18 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
         basis = matches[d.positions[-1]].basis
         if len(pieces) > 1:
             basis += f"; one level from {len(pieces)} plateaus, valued at its fastest"
-            warnings.append(f"{name}: {len(pieces)} plateaus with no cache boundary between them "
+            warnings.append(warn("merged-plateaus",
+                         f"{name}: {len(pieces)} plateaus with no cache boundary between them "
                          f"({', '.join(_describe(p) for p in pieces)}) are one level, valued at its fastest "
-                         f"({value_from.gbytes_per_s:.4g} GB/s); its spread covers them all")
+                         f"({value_from.gbytes_per_s:.4g} GB/s); its spread covers them all"))
         if ramp:
             lo, hi = ramp[0].wss_bytes[0], ramp[-1].wss_bytes[1]
             speeds = ", ".join(f"{p.gbytes_per_s:.4g}" for p in ramp)
             basis += f"; below {fmt_bytes(pieces[0].wss_bytes[0])} an overhead ramp, left out"
-            warnings.append(f"{name}: from {fmt_bytes(lo)} to {fmt_bytes(hi)} the kernel is overhead-bound "
+            warnings.append(warn("ramp",
+                         f"{name}: from {fmt_bytes(lo)} to {fmt_bytes(hi)} the kernel is overhead-bound "
                          f"({speeds} GB/s): a ramp of {name}, not a level; {name} is its sustained "
-                         f"{value_from.gbytes_per_s:.4g} GB/s from {fmt_bytes(pieces[0].wss_bytes[0])}")
+                         f"{value_from.gbytes_per_s:.4g} GB/s from {fmt_bytes(pieces[0].wss_bytes[0])}"))
     plateau = merge_plateaus(pieces, value_from=value_from, gbytes_per_s=gbytes_per_s, noisy=noisy)
     if d.cache == _MEMORY and wss_bytes is not None and gbytes_per_s is not None:
         # Rule 5: every point from the memory's first one to the sweep's end is the memory's, outliers too.
@@ -490,8 +496,8 @@ def _rises(levels: list[NamedLevel]) -> list[str]:
     for left, right in zip(levels, levels[1:]):
         a, b = left.plateau, right.plateau
         if b.gbytes_per_s > a.gbytes_per_s * _RISE_FACTOR:
-            warnings.append(
-                f"bandwidth rises from {a.gbytes_per_s:.0f} to {b.gbytes_per_s:.0f} GB/s at "
+            warnings.append(warn(
+                "rise", f"bandwidth rises from {a.gbytes_per_s:.0f} to {b.gbytes_per_s:.0f} GB/s at "
                 f"{fmt_bytes(b.wss_bytes[0])}: not a memory-level step (start-up overhead or interference?)"
-            )
+            ))
     return warnings

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ert.spec import KernelSpec
+from ert.warning_codes import codes_of, warn
 
 # A hold whose last tenth runs this much slower than its first tenth throttled
 # (or was disturbed): say so.
@@ -42,7 +43,7 @@ def scaling_section(ceilings_by_count: dict[int, tuple[list, list, list]], *, ra
     """The document's ``scaling``: each thread count's ceilings and warnings, ascending."""
     return {"by_threads": [
         {"threads_per_rank": t, "ranks": ranks, "ceilings": {"memory": memory, "compute": compute},
-         "warnings": warnings}
+         "warnings": warnings, "warning_codes": codes_of(warnings)}
         for t, (memory, compute, warnings) in sorted(ceilings_by_count.items())]}
 
 
@@ -78,8 +79,8 @@ def attach_sustained(memory: list[dict], compute: list[dict], sustained: list[di
     warnings = []
     for rec in sustained:
         if not rec.get("valid"):
-            warnings.append(f"sustained run of {rec['point_id']} failed its output check and is not used: "
-                            f"{rec.get('check', '')}")
+            warnings.append(warn("output-check-failed", f"sustained run of {rec['point_id']} failed its output "
+                                 f"check and is not used: {rec.get('check', '')}"))
             continue
         is_compute = rec["target"] == "compute"
         entries = compute if is_compute else memory
@@ -95,7 +96,8 @@ def attach_sustained(memory: list[dict], compute: list[dict], sustained: list[di
         name = (f"{entry['precision']} {'FMA' if entry['fma'] else 'no-FMA'} peak" if is_compute
                 else f"{entry.get('precision', '')} {entry.get('access', '')} {entry['level']}".strip())
         if summary[f"last_{unit}"] < (1 - THROTTLE_DROP) * summary[f"first_{unit}"]:
-            warnings.append(f"{name}: fell from {summary[f'first_{unit}']:.4g} to {summary[f'last_{unit}']:.4g} "
+            warnings.append(warn("throttled",
+                            f"{name}: fell from {summary[f'first_{unit}']:.4g} to {summary[f'last_{unit}']:.4g} "
                             f"{'GFLOP/s' if is_compute else 'GB/s'} over a {summary['hold_seconds']:.0f} s hold: "
-                            f"throttling, or other work on the machine")
+                            f"throttling, or other work on the machine"))
     return warnings

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ert.spec import is_integer, ops_unit
 from ert.hardware import no_rated_text
+from ert import warning_codes
 
 ABOVE_RATED = 1.05
 BELOW_RATED = 0.75
@@ -217,8 +218,9 @@ def invalidate_above_rated(points: list[dict], rated: dict | None, *, caches=Non
                              f"more than the hardware can do, so work was removed")
             flagged.setdefault(what, []).append(rec["id"])
         out.append(rec)
-    warnings = [f"{len(ids)} point(s) measured above {ABOVE_RATED:.2f} x the rated {what} and were not used "
-                f"(work was removed), e.g. {ids[0]}" for what, ids in flagged.items()]
+    warnings = [warning_codes.warn("above-rated",
+                                    f"{len(ids)} point(s) measured above {ABOVE_RATED:.2f} x the rated {what} and "
+                                    f"were not used (work was removed), e.g. {ids[0]}") for what, ids in flagged.items()]
     return out, warnings
 
 
@@ -236,9 +238,10 @@ def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) ->
         ratio = c["rated"].get("ratio")
         if c.get("note") and ratio is not None and ratio < BELOW_RATED:
             # A tensor roof that is not the architecture's full rate by design (mma.sync on sm_90).
-            warnings.append(f"{name}: {c['gflops_per_s']:.4g} {unit} is {ratio:.0%} of the rated "
+            warnings.append(warning_codes.warn("below-rated",
+                            f"{name}: {c['gflops_per_s']:.4g} {unit} is {ratio:.0%} of the rated "
                             f"{c['rated']['gflops_per_s']:.4g} {unit}: {c['note']} (the instruction, not the "
-                            f"hardware, limits it)")
+                            f"hardware, limits it)"))
     for m in memory:
         r = _memory_rated(rated, m["level"], m.get("access")) if rated else None
         access = {"rw": "read+write", "ro": "read-only"}.get(m.get("access"), m.get("access") or "")
@@ -285,6 +288,7 @@ def _attach(ceiling: dict, rated_entry: dict | None, key: str, name: str, unit: 
         cause = ("most of its points stayed noisy: other work sharing the cores may be the limit; measure again"
                  if noisy else "other work sharing the host's memory (a shared or virtual host?) or the kernel "
                  "limits it" if rated_entry.get("scope") == "host" else "the kernel, not the hardware, limits it")
-        return [f"{name}: {ceiling[key]:.4g} {unit} is {ratio:.0%} of the rated {value:.4g} {unit} "
-                f"({rated_entry.get('derivation', '')}): {cause}"]
+        return [warning_codes.warn("below-rated",
+                                    f"{name}: {ceiling[key]:.4g} {unit} is {ratio:.0%} of the rated {value:.4g} {unit} "
+                                    f"({rated_entry.get('derivation', '')}): {cause}")]
     return []

@@ -71,6 +71,7 @@ from ert.analysis.levels import NamedLevel, cache_hints, fmt_bytes
 from ert.analysis.plateaus import Plateau, _log_noise, _median_cost_table, _partition
 from ert.hwinfo import CacheInfo
 from ert.spec import plateau_spread
+from ert.warning_codes import warn
 
 # A regime is at least this many neighbouring points: with one point in a
 # window lifted by chance (a quiet moment on a shared host), three points
@@ -177,10 +178,11 @@ def _memory_modes(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np.nda
         clean = kept[~flags[kept]]
         values = bw[clean if clean.size else kept]
         lo_hi = (float(values.min()), float(values.max()))
-    warnings.append(f"{label} {level.name}: {len(dropped)} point(s) from {fmt_bytes(float(wss[dropped].min()))} to "
+    warnings.append(warn("memory-transition",
+                    f"{label} {level.name}: {len(dropped)} point(s) from {fmt_bytes(float(wss[dropped].min()))} to "
                     f"{fmt_bytes(edge)}, below 2 x the last cache, read up to {float(bw[above].max()):.4g} GB/s, "
                     f"above the {level.name} roof of {roof:.4g} GB/s: the last cache's transition (the host's cache "
-                    f"may be larger than the guest is told), left out of {level.name}, which starts past them")
+                    f"may be larger than the guest is told), left out of {level.name}, which starts past them"))
     return replace(judged, level=replace(level, plateau=plateau), range_gbytes_per_s=lo_hi), warnings
 
 
@@ -213,7 +215,8 @@ def _memory_fast_mode(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np
     n_fast = int(np.count_nonzero(values >= fast))
     basis = (f"{lvl.basis}; roof: the rate {MIN_REGIME_POINTS} of its clean points from "
              f"{fmt_bytes(lo)} on reach ({n_fast} of {clean.size} points), above its plateau of {value:.4g} GB/s")
-    warning = (f"{label} {lvl.name}: the memory read {float(values.min()):.4g} - {float(values.max()):.4g} GB/s "
+    warning = warn("bandwidth-changed",
+               f"{label} {lvl.name}: the memory read {float(values.min()):.4g} - {float(values.max()):.4g} GB/s "
                f"over {clean.size} clean points from {fmt_bytes(lo)}: the host's memory bandwidth changed during "
                f"the run (another tenant); the roof is the rate {n_fast} of them reach, {fast:.4g} GB/s, not the "
                f"{value:.4g} GB/s plateau; the slower mode shows in its range")
@@ -272,9 +275,10 @@ def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, worker
         if len(regimes) > 1:
             listing = ", ".join(f"{r.gbytes_per_s:.4g} GB/s at {fmt_bytes(r.wss_bytes[0])} - "
                                 f"{fmt_bytes(r.wss_bytes[1])} ({r.n_points} points)" for r in regimes)
-            warnings.append(f"{label} {lvl.name}: {len(regimes)} regimes inside the cache ({listing}); the roof is "
+            warnings.append(warn("regimes",
+                            f"{label} {lvl.name}: {len(regimes)} regimes inside the cache ({listing}); the roof is "
                             f"the fastest, {best.gbytes_per_s:.4g} GB/s (a kernel can sustain it with its data "
-                            f"in {lvl.name}), the slower ones show in its range")
+                            f"in {lvl.name}), the slower ones show in its range"))
     return judged, warnings
 
 

@@ -15,6 +15,7 @@ from collections import defaultdict
 from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
 from ert.spec import plateau_spread
 from ert.hardware import NO_RATED, no_rated_text
+from ert.warning_codes import warn
 
 KINDS = ("link", "peer", "network")
 # Order in which levels are reported: links, then peers, then the network.
@@ -120,13 +121,15 @@ def transfer_ceilings(transfers: list[dict], meta: dict) -> tuple[list[dict], li
         groups[(rec["level"], str(rec.get("variant", "default")))].append(rec)
     warnings: list[str] = []
     if invalid:
-        warnings.append(f"{len(invalid)} transfer record(s) failed their data check and were not used, "
-                        f"e.g. {invalid[0]['id']}: {invalid[0].get('check', '')}")
+        warnings.append(warn("output-check-failed",
+                        f"{len(invalid)} transfer record(s) failed their data check and were not used, "
+                        f"e.g. {invalid[0]['id']}: {invalid[0].get('check', '')}"))
     override = (meta.get("network") or {}).get("node_override")
     if override and any(kind_of(r) == "network" for r in transfers):
-        warnings.append(f"TEST ONLY: node identity was overridden (ERT_TEST_NODE_ID={override!r}); the "
+        warnings.append(warn("test-only",
+                        f"TEST ONLY: node identity was overridden (ERT_TEST_NODE_ID={override!r}); the "
                         f"'inter-node' and injection levels ran between ranks of one host, through shared "
-                        f"memory, not through a NIC")
+                        f"memory, not through a NIC"))
     rank = {name: i for i, name in enumerate(LEVEL_ORDER)}
     entries = []
     for (level, variant) in sorted(groups, key=lambda k: (rank.get(k[0], len(rank)), k[0], k[1])):
@@ -173,18 +176,19 @@ def transfer_ceilings(transfers: list[dict], meta: dict) -> tuple[list[dict], li
             entry["interface_bytes"] = crossed
             route = (meta.get("network") or {}).get("route") or {}
             if route.get("virtual") and crossed["share"] < MIN_INTERFACE_SHARE:
-                warnings.append(
-                    f"{level} {variant}: only {crossed['share']:.0%} of the bytes the messages carried crossed "
+                warnings.append(warn(
+                    "network-path", f"{level} {variant}: only {crossed['share']:.0%} of the bytes the messages carried crossed "
                     f"{crossed['interface']}, the {route.get('kind', 'virtual')} link between "
                     f"{route.get('from', 'the hosts')} and {route.get('to', 'its partner')}: MPI took another path "
                     f"(shared memory between hosts that share one machine's kernel, as containers and namespaces "
-                    f"do), so this is not the link's bandwidth; with UCX, UCX_TLS=tcp,self keeps it on the link")
+                    f"do), so this is not the link's bandwidth; with UCX, UCX_TLS=tcp,self keeps it on the link"))
         entries.append(entry)
         if len(chosen) < 2:
-            warnings.append(f"{level} {variant}: the largest size stands alone (no neighbour within "
-                            f"{PLATEAU_TOLERANCE:.0%}): not yet a plateau; sweep larger sizes")
+            warnings.append(warn("lone-size", f"{level} {variant}: the largest size stands alone (no neighbour within "
+                            f"{PLATEAU_TOLERANCE:.0%}): not yet a plateau; sweep larger sizes"))
         if entry["noisy_points"]:
-            warnings.append(f"{level} {variant}: built on {entry['noisy_points']} noisy size(s) of {len(chosen)}")
+            warnings.append(warn("noisy-level",
+                    f"{level} {variant}: built on {entry['noisy_points']} noisy size(s) of {len(chosen)}"))
     return entries, warnings
 
 

@@ -16,6 +16,9 @@ from ert.cli.run import QuietExit, _add_run_arguments, cmd_run
 from ert.errors import ErtError
 from ert.hardware import no_rated_text
 
+VERBOSE_HELP = ("the report in full: every warning whole, every derivation, the tables as separate groups; the "
+                "default fits a screen")
+
 
 # ---------------------------------------------------------------------------- ert subcommands
 def cmd_validate(args) -> int:
@@ -118,7 +121,7 @@ def cmd_analyze(args) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(format_ceilings(doc))
+        print(format_ceilings(doc, verbose=args.verbose))
         if args.output:
             print(f"\nceilings: {args.output}")
     return 0
@@ -164,7 +167,7 @@ def cmd_show(args) -> int:
     if path.is_dir():
         ert_file = path / "roofline.json"  # an ERT results run directory
         path = ert_file if not (path / CEILINGS_NAME).exists() and ert_file.exists() else path / CEILINGS_NAME
-    print(format_ceilings(load_ceilings(path)))
+    print(format_ceilings(load_ceilings(path), verbose=args.verbose))
     return 0
 
 
@@ -198,10 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-raw", metavar="FILE", help="also write the raw records analysed as a raw.jsonl "
                                                       "(an ERT results run converted, say); refused if FILE exists")
     p.add_argument("--json", action="store_true", help="print the ceiling JSON instead of the table")
+    p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("show", help="print a ceiling JSON as a table")
     p.add_argument("ceilings", metavar="CEILINGS_JSON", help="a ceilings.json (or the run directory holding it)")
+    p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.set_defaults(func=cmd_show)
 
     _add_consumer_parsers(sub)

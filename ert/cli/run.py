@@ -42,6 +42,8 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "rated.dram_gbytes_per_s, which takes precedence over what SMBIOS (dmidecode) shows")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.add_argument("--report", action="store_true", help="at the end, also write RUN_DIR/report.html (ert report)")
+    p.add_argument("-v", "--verbose", action="store_true", help="the report in full: every warning whole, every "
+                   "derivation, the tables as separate groups (as `ert show --verbose`); the default fits a screen")
 
 
 def _positive_int(text: str) -> int:
@@ -218,7 +220,7 @@ def cmd_run(args) -> int:
     cfg, run_dir, resume = _agreed(comm, lambda: _prepare_run(args, comm, placement))
     if comm.size == 1:
         return _report(args, run_dir, _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet,
-                                               placement=placement), rank=comm.rank)
+                                               placement=placement, verbose=args.verbose), rank=comm.rank)
     from ert.measure import watchdog
 
     # Over several hosts: a host that dies or is cut off ends the job within seconds, named.
@@ -230,7 +232,8 @@ def cmd_run(args) -> int:
     if guard.note and comm.rank == 0 and (not guard.proc or not args.quiet):
         print(f"ert-run: {'warning: ' if not guard.proc else ''}{guard.note}", file=sys.stderr)
     try:
-        result = _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement)
+        result = _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement,
+                          verbose=args.verbose)
         guard.close()
         return _report(args, run_dir, result, rank=comm.rank)
     except QuietExit:
@@ -257,7 +260,7 @@ def _report(args, run_dir: Path, code: int, *, rank: int) -> int:
     return code
 
 
-def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None) -> int:
+def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None, verbose: bool = False) -> int:
     """One run, stage by stage: backend, plan, run directory, measuring, analysis and report."""
     cfg, backend, skipped_warning = _open_backend(cfg, run_dir, comm=comm, resume=resume)
     points = _plan(cfg, backend, comm=comm) if "memory" in cfg.levels else []
@@ -271,7 +274,7 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
         if result.interrupted and comm.size > 1:
             raise KeyboardInterrupt  # cmd_run aborts the job: rank 0 may be waiting for this rank
         return 130 if result.interrupted else 0
-    return _analyze_and_report(run_dir, result, comm=comm)
+    return _analyze_and_report(run_dir, result, comm=comm, verbose=verbose)
 
 
 def _make_backend(cfg, threads: int, comm):
@@ -396,7 +399,7 @@ def _measure(cfg, points, run_dir: Path, backend, header, *, comm, quiet: bool):
     return result
 
 
-def _analyze_and_report(run_dir: Path, result, *, comm) -> int:
+def _analyze_and_report(run_dir: Path, result, *, comm, verbose: bool = False) -> int:
     """Rank 0: ceilings.json from raw.jsonl, the report on stdout; 130 (and a resume hint) if interrupted."""
     from ert.analysis.ceilings import build
     from ert.ceilings_io import write_ceilings
@@ -406,7 +409,7 @@ def _analyze_and_report(run_dir: Path, result, *, comm) -> int:
 
     doc = build(read_raw(run_dir))
     write_ceilings(doc, run_dir / CEILINGS_NAME)
-    print(format_ceilings(doc))
+    print(format_ceilings(doc, verbose=verbose))
     print(f"\nceilings: {run_dir / CEILINGS_NAME}")
     if result.interrupted:
         print(f"ert-run: interrupted after {doc['metadata']['points']['measured']} of {result.planned} points; "

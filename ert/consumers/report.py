@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from ert.consumers.notes import Notes, report_width, warnings_section
 from ert.units import human_bytes
 from ert.hardware import NO_RATED
 
@@ -66,7 +67,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
     return [line(headers)] + [line(row) for row in rows]
 
 
-def _header(meta: dict) -> list[str]:
+def _header(meta: dict, *, width: int | None = None) -> list[str]:
     host = meta.get("host", _MISSING)
     hosts = meta.get("hosts") or []
     distinct = list(dict.fromkeys(hosts))
@@ -88,21 +89,36 @@ def _header(meta: dict) -> list[str]:
         machine,
         f"backend {meta.get('backend', _MISSING)}",
         f"{ranks} rank{'s' if ranks != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}",
-        str(meta.get("date", _MISSING)),
     ]
+    date = str(meta.get("date", _MISSING))
     tool = f"{meta.get('tool', 'ert')} {meta.get('tool_version', '')}".strip()
-    lines = [f"{tool}: " + " | ".join(parts)]
-
     extra = []
     points = meta.get("points")
     if isinstance(points, dict) and points:
         names = ("planned", "measured", "noisy", "invalid")
-        extra.append("points: " + ", ".join(f"{points[k]} {k}" for k in names if k in points))
+        if width and all(k in points for k in names):  # the same counts, in fewer columns
+            extra.append(f"{points['measured']} of {points['planned']} points measured, {points['noisy']} noisy, "
+                         f"{points['invalid']} invalid")
+        else:
+            extra.append("points: " + ", ".join(f"{points[k]} {k}" for k in names if k in points))
     wall_seconds = meta.get("wall_seconds")
     if isinstance(wall_seconds, (int, float)) and not isinstance(wall_seconds, bool):
         extra.append(f"wall time {wall_seconds:.1f} s")
-    if extra:
-        lines.append(" | ".join(extra))
+    if not width:
+        return [f"{tool}: " + " | ".join(parts + [date])] + ([" | ".join(extra)] if extra else [])
+    # The screen: the date leads the second line, and a part that would pass ``width`` starts a line of its own.
+    lines = _packed([f"{tool}: " + parts[0]] + parts[1:], width)
+    return lines + _packed([date] + extra, width)
+
+
+def _packed(parts: list[str], width: int) -> list[str]:
+    """``parts`` joined by " | ", a new (indented) line where the next would pass ``width``; none is split."""
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 3 + len(part) > width:
+            lines.append("  " + part)
+        else:
+            lines[-1] += " | " + part
     return lines
 
 
@@ -111,8 +127,11 @@ def is_transfer_entry(e: dict) -> bool:
     return isinstance(e, dict) and e.get("kind") is not None
 
 
-def _transfer_section(entries: list[dict]) -> list[str]:
-    """Links and network: one row per (level, variant) with its plateau, latency, sizes, rated ratio and pairs."""
+def _transfer_section(entries: list[dict], *, derivations: bool = True) -> list[str]:
+    """Links and network: one row per (level, variant) with its plateau, latency, sizes, rated ratio and pairs.
+
+    ``derivations`` False leaves the rated values' derivations to the rated table's footnotes.
+    """
     if not entries:
         return []
     rows = []
@@ -142,7 +161,7 @@ def _transfer_section(entries: list[dict]) -> list[str]:
     for e in entries:
         notes = [str(e[k]) for k in ("transport",) if e.get(k)]
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
-        if rated.get("derivation"):
+        if rated.get("derivation") and derivations:
             notes.append(f"rated: {rated['derivation']}" if rated.get("ratio") is not None
                          else str(rated["derivation"]))
         if e.get("cuda_aware"):
@@ -213,6 +232,36 @@ def _memory_sections(entries: list[dict]) -> list[str]:
     return lines
 
 
+def _memory_table(entries: list[dict], notes: "Notes") -> list[str]:
+    """The screen's memory section: every curve's levels in one table, each beside its rated value.
+
+    Rows run as the verbose tables do (read+write first, then read-only;
+    within each, the document's order from L1 outwards).
+    """
+    entries = [e for e in entries if not is_transfer_entry(e)]
+    if not entries:
+        return ["Memory bandwidth: none measured"]
+    order = {"rw": 0, "ro": 1}
+    ranked = sorted(range(len(entries)), key=lambda i: order.get(entries[i].get("access", "rw"), 2))
+    curves = list(dict.fromkeys((e.get("precision", ""), e.get("access", "rw")) for e in (entries[i] for i in ranked)))
+    rows = []
+    for curve in curves:
+        for e in (entries[i] for i in ranked):
+            if (e.get("precision", ""), e.get("access", "rw")) != curve:
+                continue
+            rows.append([str(e.get("level", _MISSING)), " ".join(x for x in curve if x),
+                         format_rate(e["gbytes_per_s"]) if "gbytes_per_s" in e else _MISSING,
+                         _format_spread(e.get("spread")), _format_wss_range(e.get("wss_bytes")),
+                         _format_count(e.get("n_points")), _format_count(e.get("noisy_points"))]
+                        + _rated_cells(e, "gbytes_per_s", notes))
+    # Columns with nothing in them are left out (no rated value for any level: a CPU not in the table, say).
+    headers, rows, right = _with_rated(
+        ["level", "curve", "GB/s", "spread", "working set", "points", "noisy", "rated", "of rated", "from"], rows,
+        [False, False, True, True, False, True, True, True, True, False], 7)
+    # A cache level's regimes are in its warning (ert show --verbose prints them here as well).
+    return ["Memory bandwidth (rw read+write, ro read-only)"] + _table(headers, rows, right)
+
+
 def _is_int_entry(e: dict) -> bool:
     """An integer-operation roof: its gflops_per_s is GIOP/s."""
     return e.get("unit") == "GIOP/s" or e.get("precision") in ("int32", "int64")
@@ -224,14 +273,36 @@ def _unit(e: dict) -> str:
     return "GIOP/s" if _is_int_entry(e) else "GFLOP/s"
 
 
-def _compute_section(entries: list[dict]) -> list[str]:
+def _rated_cells(e: dict, key: str, notes: "Notes") -> list[str]:
+    """The rated value, the ratio to it and its footnote, as the screen's tables show them beside a ceiling."""
+    rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
+    value, ratio = rated.get(key), rated.get("ratio")
+    return [format_rate(value) if isinstance(value, (int, float)) else _MISSING,
+            f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING,
+            notes.ref(str(rated.get("derivation", "")))]
+
+
+def _with_rated(headers: list, rows: list, right: list, first_rated: int) -> tuple[list, list, list]:
+    """The columns from ``first_rated`` on (rated, of rated, from) left out where no row fills them."""
+    keep = [i for i in range(len(headers)) if i < first_rated or any(r[i] not in (_MISSING, "") for r in rows)]
+    return [headers[i] for i in keep], [[r[i] for i in keep] for r in rows], [right[i] for i in keep]
+
+
+def _in_screen_tables(e: dict) -> bool:
+    """A ceiling whose rated value the screen's own tables show: a memory level or a floating-point peak."""
+    if "gbytes_per_s" in e or "level" in e:
+        return not is_transfer_entry(e)
+    return not (_is_int_entry(e) or e.get("mix") or e.get("pipe") == "tensor")
+
+
+def _compute_section(entries: list[dict], notes: "Notes | None" = None) -> list[str]:
     if not entries:
         return ["Compute: none measured"]
     mixes = [e for e in entries if e.get("mix")]
     tensor = [e for e in entries if e.get("pipe") == "tensor"]
     ints = [e for e in entries if _is_int_entry(e) and not e.get("mix") and e.get("pipe") != "tensor"]
     entries = [e for e in entries if not _is_int_entry(e) and not e.get("mix") and e.get("pipe") != "tensor"]
-    lines = _float_compute_section(entries) if entries else []
+    lines = _float_compute_section(entries, notes) if entries else []
     if tensor:
         rows = [[str(e.get("precision", _MISSING)), str(e.get("input_type", _MISSING)),
                  str(e.get("accumulate", _MISSING)),
@@ -271,7 +342,8 @@ def _compute_section(entries: list[dict]) -> list[str]:
     return lines
 
 
-def _float_compute_section(entries: list[dict]) -> list[str]:
+def _float_compute_section(entries: list[dict], notes: "Notes | None" = None) -> list[str]:
+    """The floating-point peaks; with ``notes`` (the screen) each beside its rated value and footnote."""
     rows = [
         [
             str(e.get("precision", _MISSING)),
@@ -284,11 +356,15 @@ def _float_compute_section(entries: list[dict]) -> list[str]:
         ]
         for e in entries
     ]
-    return ["Compute"] + _table(
-        ["precision", "FMA", "GFLOP/s", "spread", "FLOPs/element", "working set", "noisy"],
-        rows,
-        [False, False, True, True, True, False, False],
-    )
+    headers = ["precision", "FMA", "GFLOP/s", "spread", "FLOPs/element", "working set", "noisy"]
+    right = [False, False, True, True, True, False, False]
+    if notes is None:
+        return ["Compute"] + _table(headers, rows, right)
+    for row, e in zip(rows, entries):
+        row += _rated_cells(e, "gflops_per_s", notes)
+    headers, rows, right = _with_rated(headers + ["rated", "of rated", "from"], rows, right + [True, True, False],
+                                       len(headers))
+    return ["Compute"] + _table(headers, rows, right)
 
 
 def _memory_name(e: dict) -> str:
@@ -355,8 +431,8 @@ def _sustained_section(ceilings: dict) -> list[str]:
         rows, [False, False] + [True] * 7)
 
 
-def _rated_section(doc: dict) -> list[str]:
-    """Every ceiling as a percentage of its rated value, with how each rated value was derived.
+def _rated_section(doc: dict, notes: "Notes", *, screen: bool = False) -> list[str]:
+    """Every ceiling as a percentage of its rated value, each row referring to the footnote of its derivation.
 
     Files from before 1.2 carry rated peaks only in ``metadata.backend_info.rated``;
     those are matched to the ceilings here as they always were.
@@ -366,37 +442,26 @@ def _rated_section(doc: dict) -> list[str]:
     entries += [("GB/s", "gbytes_per_s", _memory_name(e), e) for e in ceilings.get("memory", [])]
     if not any(isinstance(e.get("rated"), dict) for *_, e in entries):
         return _legacy_rated_section(doc)
-    rows, derivations, reasons = [], [], []
+    if screen:  # the screen's memory and compute tables show these beside each ceiling
+        entries = [(u, k, n, e) for u, k, n, e in entries if not _in_screen_tables(e)]
+    rows = []
     for unit, key, name, e in entries:
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
         value, ratio, how = rated.get(key), rated.get("ratio"), str(rated.get("derivation", ""))
         if value is None:
-            known = how.startswith(NO_RATED)
-            if known and how not in reasons:
-                reasons.append(how)
             rows.append([f"{name} {unit}", format_rate(e.get(key)), _MISSING, _MISSING,
-                         f"[{reasons.index(how) + 1}]" if known else ""])
+                         notes.ref(how) if how.startswith(NO_RATED) else ""])
             continue
-        if how not in derivations:
-            derivations.append(how)
         rows.append([f"{name} {unit}", format_rate(e.get(key)), format_rate(value),
-                     f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING,
-                     f"({derivations.index(how) + 1})"])
-    if not derivations:
-        # Say why there is nothing to compare with (a CPU not in the table, say).
-        return ["Measured against rated (what the hardware can physically do)"] + [f"  {r}" for r in reasons] \
-            if reasons else []
-    # One numbering: the derivations first, then the reasons some ceilings have none (an unrated L3, DRAM).
-    notes = derivations + reasons
-    for row in rows:
-        if row[-1].startswith("["):
-            row[-1] = f"[{len(derivations) + int(row[-1][1:-1])}]"
-        elif row[-1].startswith("("):
-            row[-1] = f"[{row[-1][1:-1]}]"
-    lines = ["Measured against rated (what the hardware can physically do)"] + _table(
-        ["ceiling", "measured", "rated", "of rated", "from"], rows, [False, True, True, True, False])
-    lines += [f"  [{i}] {how}" for i, how in enumerate(notes, 1)]
-    return lines
+                     f"{ratio:.0%}" if isinstance(ratio, (int, float)) else _MISSING, notes.ref(how)])
+    title = "Measured against rated (what the hardware can physically do)"
+    if screen and not rows:
+        return ["Rated values (what the hardware can physically do), as derived"] + notes.lines() if notes.texts else []
+    if not any(row[2] != _MISSING for row in rows):
+        # Say why there is nothing to compare with (a CPU not in the table, say): no table, so no numbers.
+        return [title] + (notes.lines() if screen else [f"  {why}" for why in notes.texts]) if notes.texts else []
+    return [title] + _table(["ceiling", "measured", "rated", "of rated", "from"], rows,
+                            [False, True, True, True, False]) + notes.lines()
 
 
 def _legacy_rated_section(doc: dict) -> list[str]:
@@ -426,29 +491,32 @@ def _legacy_rated_section(doc: dict) -> list[str]:
         ["ceiling", "measured", "rated", "of rated", "rated from"], rows, [False, True, True, True, False])
 
 
-def format_ceilings(doc: dict) -> str:
-    """The readable report of a (validated) ceilings document; no trailing newline."""
+def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = None) -> str:
+    """The readable report of a (validated) ceilings document; no trailing newline.
+
+    The default fits a screen of ``width`` columns (the terminal's, 100 when
+    not a terminal): tables, the rated table with numbered footnotes (each
+    derivation once, wrapped), warnings one line each under their groups.
+    ``verbose`` prints everything: every warning in full, every derivation whole.
+    """
+    width = max(40, width or report_width())
+    notes = Notes(doc, verbose=verbose, width=width)
     ceilings = doc.get("ceilings", {})
-    lines = _header(doc.get("metadata", {}))
+    lines = _header(doc.get("metadata", {}), width=None if verbose else width)
     lines.append("")
-    lines += _memory_sections(ceilings.get("memory", []))
-    transfers = _transfer_section([e for e in ceilings.get("memory", []) if is_transfer_entry(e)])
+    lines += (_memory_sections(ceilings.get("memory", [])) if verbose
+              else _memory_table(ceilings.get("memory", []), notes))
+    transfers = _transfer_section([e for e in ceilings.get("memory", []) if is_transfer_entry(e)],
+                                  derivations=verbose)
     if transfers:
         lines += [""] + transfers
     lines.append("")
-    lines += _compute_section(ceilings.get("compute", []))
-    for extra in (_rated_section(doc), _sustained_section(ceilings), _scaling_section(doc.get("scaling"))):
+    lines += _compute_section(ceilings.get("compute", []), None if verbose else notes)
+    for extra in (_rated_section(doc, notes, screen=not verbose), _sustained_section(ceilings),
+                  _scaling_section(doc.get("scaling")),
+                  warnings_section(doc, notes, verbose=verbose, width=width)):
         if extra:
             lines += [""] + extra
-    warnings = doc.get("warnings", [])
-    if warnings:
-        lines.append("")
-        lines.append("Warnings")
-        for warning in warnings:
-            # Keep multi-line warnings under their bullet.
-            first, *rest = str(warning).splitlines() or [""]
-            lines.append(f"  - {first}")
-            lines += [f"    {more}" for more in rest]
     return "\n".join(lines)
 
 

@@ -1,0 +1,113 @@
+"""Warning codes and groups (ert.warning_codes): written beside every warning, read back, classified when absent."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from ert.analysis.ceilings import build
+from ert.ceilings_io import validate
+from ert.errors import ErtError
+from ert.rawio import read_raw
+from ert.warning_codes import CODES, GROUPS, classify, code_of, coded_warnings, codes_of, relabel, warn
+
+DATA = Path(__file__).parent / "data"
+BUSY = DATA / "bare-2core-busy.ceilings.json"
+BUSY_RAW = DATA / "bare-2core-busy.raw.jsonl"
+
+
+@pytest.fixture(scope="module")
+def busy() -> dict:
+    return json.loads(BUSY.read_text())
+
+
+def test_every_warning_of_a_run_has_a_code_and_a_group(busy):
+    codes = busy["metadata"]["warning_codes"]
+    assert busy["schema_version"] == "1.10" and len(codes) == len(busy["warnings"]) > 20
+    for entry in codes:
+        assert entry["code"] in CODES and entry["group"] == CODES[entry["code"]]
+    assert {c["group"] for c in codes} == set(GROUPS)  # a busy machine raises all three kinds
+    assert codes[0] == {"code": "busy-machine", "group": "act"}  # raised first, so read first
+
+
+def test_the_analysis_writes_the_codes_its_raise_sites_give():
+    doc = build(read_raw(BUSY_RAW))
+    validate(doc)
+    by_code = {}
+    for text, entry in zip(doc["warnings"], doc["metadata"]["warning_codes"]):
+        by_code.setdefault(entry["code"], []).append(text)
+    assert all(t.startswith("busy machine:") for t in by_code["busy-machine"])
+    assert all(" of the rated " in t for t in by_code["below-rated"])
+    assert all("in no level" in t for t in by_code["points-in-no-level"])
+    assert all("built on" in t and "noisy" in t for t in by_code["noisy-level"])
+    assert all("no separate plateau" in t for t in by_code["level-missing"] if "separate" in t)
+
+
+def test_a_partial_run_is_something_to_act_on():
+    raw = read_raw(BUSY_RAW)
+    raw.points[:] = raw.points[:-20]
+    raw.ends[:] = []
+    doc = build(raw)
+    (i,) = [k for k, w in enumerate(doc["warnings"]) if w.startswith("partial run:")]
+    assert doc["metadata"]["warning_codes"][i] == {"code": "partial-run", "group": "act"}
+
+
+def test_a_file_without_codes_is_classified_from_its_text(busy):
+    """A 1.9 file (no warning_codes): every warning of this run is placed as the analysis placed it."""
+    old = copy.deepcopy(busy)
+    old["schema_version"] = "1.9"
+    del old["metadata"]["warning_codes"]
+    validate(old)
+    assert [(w.code, w.group) for w in coded_warnings(old)] == [
+        (c["code"], c["group"]) for c in busy["metadata"]["warning_codes"]]
+    # A list that does not pair up with the warnings (edited by hand) is not trusted either.
+    old["metadata"]["warning_codes"] = busy["metadata"]["warning_codes"][1:]
+    assert coded_warnings(old)[0].code == "busy-machine"
+
+
+def test_a_newer_file_s_unknown_group_or_code_is_still_read(busy):
+    doc = copy.deepcopy(busy)
+    doc["metadata"]["warning_codes"][0] = {"code": "partial-run", "group": "some-new-group"}
+    doc["metadata"]["warning_codes"][1] = {"code": "some-new-code", "group": "some-new-group"}
+    validate(doc)
+    first, second = coded_warnings(doc)[:2]
+    assert (first.code, first.group) == ("partial-run", "act")
+    assert (second.code, second.group) == ("some-new-code", "machine")
+
+
+def test_the_schema_checks_the_codes(busy):
+    doc = copy.deepcopy(busy)
+    doc["metadata"]["warning_codes"][2] = {"code": "Not A Code", "group": "act"}
+    with pytest.raises(ErtError) as info:
+        validate(doc)
+    assert info.value.key == "metadata.warning_codes[2].code"
+
+
+def test_a_coded_warning_is_a_string_that_keeps_its_code():
+    w = warn("ramp", "L1: from 16 KiB to 20 KiB the kernel is overhead-bound")
+    assert isinstance(w, str) and w.startswith("L1:") and json.dumps([w]) == json.dumps([str(w)])
+    assert code_of(copy.deepcopy(w)) == "ramp" and code_of(pickle.loads(pickle.dumps(w))) == "ramp"
+    assert code_of(relabel(w, f"fp64 read-only: {w}")) == "ramp"
+    assert code_of(f"fp64 read-only: {w}") == "ramp"  # a plain rewording falls back on the text, which agrees
+    assert code_of(relabel("a plain text", "reworded")) == "other"
+    assert codes_of([w, "partial run: 3 of 9 points measured"]) == [
+        {"code": "ramp", "group": "bookkeeping"}, {"code": "partial-run", "group": "act"}]
+    with pytest.raises(KeyError, match="unknown warning code"):
+        warn("no-such-code", "text")
+
+
+@pytest.mark.parametrize("text,code", [
+    ("[rank 1] the launcher's cpu binding overlaps 1 other rank(s) on node2: cpus [0, 1]", "oversubscribed"),
+    ("3 ranks on node1 share device GPU-1234: each measures a share of it", "oversubscribed"),
+    ("OpenCL device is a CPU (pocl): its rates are the host's", "backend"),
+    ("backend opencl runs no measured mixes: mixes fma+add are skipped", "skipped"),
+    ("fp64 read+write: the break at 67.3 MiB is 2.1x off the L3 hint (32 MiB = 1 x 32 MiB L3); named L3 by order",
+     "break-off-cache"),
+    ("something nobody wrote before", "other"),
+])
+def test_classify_places_warnings_raised_as_plain_text(text, code):
+    assert classify(text) == code and CODES[code] in GROUPS
