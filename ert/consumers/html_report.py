@@ -169,24 +169,21 @@ def _rated_table(doc: dict) -> str:
             + f'<ol class="derivations">{items}</ol>')
 
 
-def warning_parts(warning) -> tuple[str, str, str]:
-    """(group, code, text) of a warning: schema 1.10 adds a stable code and group; a plain string has neither."""
-    if isinstance(warning, dict):
-        body = warning.get("text") or warning.get("message") or warning.get("warning") or ""
-        return str(warning.get("group") or ""), str(warning.get("code") or ""), str(body)
-    return "", "", str(warning)
-
-
 def _warnings(doc: dict) -> str:
-    warnings = [warning_parts(w) for w in doc.get("warnings", [])]
+    """The warnings grouped as `ert show` groups them, each with its stable code (schema 1.10; older files are
+    classified from their text by the same table)."""
+    from ert.warning_codes import GROUPS, coded_warnings
+
+    warnings = coded_warnings(doc)
     if not warnings:
         return ""
-    items = []
-    for group, code, body in warnings:
-        badge = " / ".join(x for x in (group, code) if x)
-        items.append("<li>" + (f'<span class="code">{text(badge)}</span> ' if badge else "") + f"{text(body)}</li>")
-    items = "".join(items)
-    return f'<h4>Warnings ({len(warnings)})</h4><ul class="warnings">{items}</ul>'
+    parts = [f"<h4>Warnings ({len(warnings)})</h4>"]
+    for group, heading in GROUPS.items():
+        mine = [w for w in warnings if w.group == group]
+        if mine:
+            items = "".join(f'<li><span class="code">{text(w.code)}</span> {text(w.text)}</li>' for w in mine)
+            parts.append(f'<h5>{text(heading)} ({len(mine)})</h5><ul class="warnings">{items}</ul>')
+    return "".join(parts)
 
 
 def _scaling_table(doc: dict) -> str:
