@@ -36,7 +36,7 @@
 set -uo pipefail
 
 usage() {
-    sed -n '2,4p;6,6p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
     echo "options: --dry-run (print the steps only), --bring DIR (copy summary.txt and the tarball there)"
 }
 

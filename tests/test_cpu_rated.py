@@ -13,7 +13,7 @@ import pytest
 
 from ert.analysis.ceilings import build
 from ert.analysis.rated import ABOVE_RATED, scaled_rated
-from ert.hardware import cpu as cpu_rated
+from ert.hardware import cpu
 from ert.backends.numba_cpu import NumbaCpuBackend
 from ert.config import from_dict
 from ert.rawio import RawData
@@ -36,7 +36,7 @@ WIDEST = (512 if "avx512f" in _host_flags() else 256 if "avx2" in _host_flags() 
 
 
 # --------------------------------------------------------------------------- the table, by hand
-@pytest.mark.parametrize("cpu, fp64_fma, fp64_nofma, fp32_fma, l1_rw, l1_ro", [
+@pytest.mark.parametrize("llvm_cpu, fp64_fma, fp64_nofma, fp32_fma, l1_rw, l1_ro", [
     # 8 fp64 lanes x 2 FMA units x 2; no-FMA: multiply and add share the 2 FMA ports.
     ("sapphirerapids", 32, 16, 64, 128, 128),
     ("skylake-avx512", 32, 16, 64, 128, 128),
@@ -49,8 +49,8 @@ WIDEST = (512 if "avx512f" in _host_flags() else 256 if "avx2" in _host_flags() 
     ("neoverse-v1", 16, 8, 32, 64, 48),
     ("a64fx", 32, 16, 64, 128, 128),
 ])
-def test_table_figures_per_core_per_cycle(cpu, fp64_fma, fp64_nofma, fp32_fma, l1_rw, l1_ro):
-    arch, why = cpu_rated.lookup(cpu, "")
+def test_table_figures_per_core_per_cycle(llvm_cpu, fp64_fma, fp64_nofma, fp32_fma, l1_rw, l1_ro):
+    arch, why = cpu.lookup(llvm_cpu, "")
     assert why == ""
     assert arch.flops_per_cycle("fp64", True) == fp64_fma
     assert arch.flops_per_cycle("fp64", False) == fp64_nofma
@@ -60,7 +60,7 @@ def test_table_figures_per_core_per_cycle(cpu, fp64_fma, fp64_nofma, fp32_fma, l
 
 
 def test_intel_chains_needed_is_two_units_times_latency_four():
-    arch, _ = cpu_rated.lookup("sapphirerapids", "Intel(R) Xeon(R) Platinum 8480+")
+    arch, _ = cpu.lookup("sapphirerapids", "Intel(R) Xeon(R) Platinum 8480+")
     assert arch.chains_needed() == 8
 
 
@@ -73,22 +73,22 @@ def test_intel_chains_needed_is_two_units_times_latency_four():
     ("Intel(R) Xeon(R) Platinum 8280 CPU @ 2.70GHz", 2),
 ])
 def test_one_fma_unit_cascade_lake_parts(model, units):
-    arch, _ = cpu_rated.lookup("cascadelake", model)
+    arch, _ = cpu.lookup("cascadelake", model)
     assert arch.fma_units == units
     assert arch.flops_per_cycle("fp64", True) == 8 * units * 2
 
 
 def test_unknown_cpu_has_no_rated_value_and_says_why():
-    arch, why = cpu_rated.lookup("mystery-core", "Acme 9000")
+    arch, why = cpu.lookup("mystery-core", "Acme 9000")
     assert arch is None and why.startswith("no rated value: CPU 'mystery-core' (Acme 9000)")
-    rated = cpu_rated.rated_ceilings(arch=None, why_none=why, clock_ghz=4.0, clock_how="x", cores=2)
+    rated = cpu.rated_ceilings(arch=None, why_none=why, clock_ghz=4.0, clock_how="x", cores=2)
     assert all(e["gflops_per_s"] is None and e["derivation"] == why for e in rated["compute"])
     assert all(e["gbytes_per_s"] is None for e in rated["memory"])
 
 
 def test_rated_ceilings_arithmetic_and_derivation():
-    arch, _ = cpu_rated.lookup("sapphirerapids", "")
-    rated = cpu_rated.rated_ceilings(arch=arch, why_none="", clock_ghz=3.56, clock_how="measured", cores=2)
+    arch, _ = cpu.lookup("sapphirerapids", "")
+    rated = cpu.rated_ceilings(arch=arch, why_none="", clock_ghz=3.56, clock_how="measured", cores=2)
     fma = next(e for e in rated["compute"] if e["precision"] == "fp64" and e["fma"])
     assert fma["gflops_per_s"] == pytest.approx(2 * 3.56 * 32, abs=0.1)  # 227.8: the 228
     assert "2 core(s) x 3.56 GHz" in fma["derivation"] and "8 lanes x 2 FMA unit(s) x 2" in fma["derivation"]
@@ -97,7 +97,7 @@ def test_rated_ceilings_arithmetic_and_derivation():
 
 
 def test_clock_from_chains():
-    vec, scalar, how = cpu_rated.clock_from_chains(fma_seconds=1e-3, fma_count=1_000_000, fma_latency=4,
+    vec, scalar, how = cpu.clock_from_chains(fma_seconds=1e-3, fma_count=1_000_000, fma_latency=4,
                                                   imul_seconds=1e-3, imul_count=1_300_000, vector_bits=512)
     assert vec == pytest.approx(4.0) and scalar == pytest.approx(3.9)
     assert "512-bit FMA chain" in how and "4-cycle latency" in how
@@ -120,7 +120,7 @@ def test_clock_chains_agree_here(described):
 def test_rated_in_metadata_names_this_cpu(described):
     rated = described["rated"]
     assert rated["per_core"] and rated["cores_per_rank"] >= 1
-    arch, why = cpu_rated.lookup(described["llvm_cpu"], "")
+    arch, why = cpu.lookup(described["llvm_cpu"], "")
     if arch is None:
         assert all(e["gflops_per_s"] is None for e in rated["compute"])
     else:
@@ -302,12 +302,12 @@ DATA = Path(__file__).parent / "data"
 _SOURCED = ("Optimization", "AIDA64", "Chips and Cheese")
 
 
-@pytest.mark.parametrize("cpu", ["znver2", "znver3", "znver4", "znver5", "skylake-avx512", "cascadelake",
+@pytest.mark.parametrize("llvm_cpu", ["znver2", "znver3", "znver4", "znver5", "skylake-avx512", "cascadelake",
                                  "icelake-server", "sapphirerapids", "emeraldrapids", "graniterapids",
                                  "neoverse-n1", "neoverse-v1", "neoverse-v2"])
-def test_every_lower_level_is_rated_with_its_source_or_says_why_not(cpu):
-    arch, _ = cpu_rated.lookup(cpu)
-    rated = cpu_rated.rated_ceilings(arch=arch, why_none="", clock_ghz=3.0, clock_how="measured", cores=2)
+def test_every_lower_level_is_rated_with_its_source_or_says_why_not(llvm_cpu):
+    arch, _ = cpu.lookup(llvm_cpu)
+    rated = cpu.rated_ceilings(arch=arch, why_none="", clock_ghz=3.0, clock_how="measured", cores=2)
     lower = [m for m in rated["memory"] if m["level"] in ("L2", "L3")]
     assert {(m["level"], m["access"]) for m in lower} == {(lv, a) for lv in ("L2", "L3") for a in ("rw", "ro")}
     for m in lower:
@@ -318,19 +318,19 @@ def test_every_lower_level_is_rated_with_its_source_or_says_why_not(cpu):
             assert m["gbytes_per_s"] == pytest.approx(2 * 3.0 * m["bytes_per_cycle_per_core"], abs=0.05)
 
 
-@pytest.mark.parametrize("cpu, l2_ro, l2_rw, l3_ro", [("znver4", 32, 64, 32), ("znver5", 64, 128, None),
+@pytest.mark.parametrize("llvm_cpu, l2_ro, l2_rw, l3_ro", [("znver4", 32, 64, 32), ("znver5", 64, 128, None),
                                                       ("sapphirerapids", 64, None, None),
                                                       ("neoverse-v2", None, None, None)])
-def test_lower_level_bytes_per_cycle(cpu, l2_ro, l2_rw, l3_ro):
-    arch, _ = cpu_rated.lookup(cpu)
-    rated = cpu_rated.rated_ceilings(arch=arch, why_none="", clock_ghz=1.0, clock_how="x", cores=1)
+def test_lower_level_bytes_per_cycle(llvm_cpu, l2_ro, l2_rw, l3_ro):
+    arch, _ = cpu.lookup(llvm_cpu)
+    rated = cpu.rated_ceilings(arch=arch, why_none="", clock_ghz=1.0, clock_how="x", cores=1)
     got = {(m["level"], m["access"]): m.get("bytes_per_cycle_per_core") for m in rated["memory"]}
     assert (got[("L2", "ro")], got[("L2", "rw")], got[("L3", "ro")]) == (l2_ro, l2_rw, l3_ro)
 
 
 def test_the_zen4_rw_l2_derivation_says_fill_and_write_back_are_separate():
-    arch, _ = cpu_rated.lookup("znver4")
-    rated = cpu_rated.rated_ceilings(arch=arch, why_none="", clock_ghz=3.69, clock_how="measured", cores=2)
+    arch, _ = cpu.lookup("znver4")
+    rated = cpu.rated_ceilings(arch=arch, why_none="", clock_ghz=3.69, clock_how="measured", cores=2)
     (l2,) = [m for m in rated["memory"] if (m["level"], m["access"]) == ("L2", "rw")]
     assert l2["gbytes_per_s"] == pytest.approx(472.3)
     assert "fill 32 + L1 -> L2 write-back 32 B/cycle on separate paths" in l2["derivation"]
@@ -340,11 +340,11 @@ def test_the_zen4_rw_l2_derivation_says_fill_and_write_back_are_separate():
 def test_an_older_runs_rated_values_get_l2_and_l3_from_the_table():
     old = {"per_core": True, "cores_per_rank": 2, "clock_ghz": 3.692, "clock_source": "measured",
            "microarchitecture": "Zen 4", "memory": [{"level": "L1", "access": "ro", "gbytes_per_s": 472.6}]}
-    new = cpu_rated.complete_rated(old)
+    new = cpu.complete_rated(old)
     l2 = {m["access"]: m for m in new["memory"] if m["level"] == "L2"}
     assert l2["ro"]["gbytes_per_s"] == pytest.approx(236.3) and "3.69 GHz (measured)" in l2["ro"]["derivation"]
-    assert cpu_rated.complete_rated(new) == new  # once only
-    assert cpu_rated.complete_rated({"memory": []}) == {"memory": []}  # not a CPU's
+    assert cpu.complete_rated(new) == new  # once only
+    assert cpu.complete_rated({"memory": []}) == {"memory": []}  # not a CPU's
 
 
 # Made-up dmidecode output (not copied from a machine): two DDR5 DIMMs, one empty slot.

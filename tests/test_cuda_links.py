@@ -27,7 +27,7 @@ from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_links as cl
 from ert.measure import transfers as stage
 from ert.rawio import transfer_gbytes_per_s, transfer_latency_us, transfer_record
-from ert.backends import links
+from ert.config import TransferOptions
 
 _OK, _REASON, _DETAIL = cuda_mod.probe()
 pynvml = pytest.importorskip("pynvml")  # the installed nvidia-ml-py: its names and constants are the reference
@@ -553,7 +553,7 @@ def gpu_links():
     backend = cuda_mod.create()
     records = []
     try:
-        sizes = links.link_sizes(min_bytes=4096, max_bytes=256 << 20, per_octave=1)
+        sizes = TransferOptions(min_bytes=4096).sizes(256 << 20)  # as the stage sizes them
         stage.measure_transfers(backend.link_transfers(max(sizes)), sizes, min_seconds=0.01, samples=3,
                                 noise_threshold=0.10, max_remeasure=2, emit=records.append)
         rated = backend.link_rated(lambda: stage.host_copy_reference(64 << 20))

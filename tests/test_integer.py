@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ert.ceilings_io import SCHEMA_VERSION
-from ert.hardware import cpu as cpu_rated
+from ert.hardware import cpu
 from ert.backends.check import replay_rw, replay_rw_int, replay_rw_int_stepwise
 from ert.ceilings_io import load_ceilings
 from ert.config import load
@@ -131,18 +131,18 @@ def test_assembly_is_vector_integer_multiply_and_add_on_zmm(tmp_path):
 
 
 def test_rated_integer_values_only_where_the_table_knows_them():
-    skx, _ = cpu_rated.lookup("skylake-avx512", "Intel(R) Xeon(R) Platinum 8180")
+    skx, _ = cpu.lookup("skylake-avx512", "Intel(R) Xeon(R) Platinum 8180")
     assert skx.iops_per_cycle("int32") == pytest.approx(16 * 2 / 1.5)
     assert skx.iops_per_cycle("int64") == pytest.approx(8.0)
-    silver, _ = cpu_rated.lookup("skylake-avx512", "Intel(R) Xeon(R) Silver 4114")
+    silver, _ = cpu.lookup("skylake-avx512", "Intel(R) Xeon(R) Silver 4114")
     assert silver.iops_per_cycle("int32") is None  # one 512-bit unit: left out, not guessed
-    zen5, _ = cpu_rated.lookup("znver5")
-    rated = cpu_rated.rated_ceilings(arch=zen5, why_none="", clock_ghz=4.0, clock_how="test", cores=2)
+    zen5, _ = cpu.lookup("znver5")
+    rated = cpu.rated_ceilings(arch=zen5, why_none="", clock_ghz=4.0, clock_how="test", cores=2)
     # The multiply-add roofs (schema 1.4 added add-only roofs, op "add", which Zen 5 does rate).
     ints = [c for c in rated["compute"] if c["precision"].startswith("int") and c.get("op", "madd") == "madd"]
     assert [c["precision"] for c in ints] == ["int32", "int64"]
     assert all(c["gflops_per_s"] is None and c["derivation"].startswith("no rated value:") for c in ints)
-    rated = cpu_rated.rated_ceilings(arch=skx, why_none="", clock_ghz=2.0, clock_how="test", cores=4)
+    rated = cpu.rated_ceilings(arch=skx, why_none="", clock_ghz=2.0, clock_how="test", cores=4)
     int32 = next(c for c in rated["compute"] if c["precision"] == "int32")
     assert int32["gflops_per_s"] == pytest.approx(4 * 2.0 * 16 * 2 / 1.5, abs=0.1)
     assert int32["unit"] == "GIOP/s" and "vpmulld" in int32["derivation"]

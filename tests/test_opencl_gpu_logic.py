@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ert.backends import cuda_host
+from ert.hardware import nvidia
 from ert.backends.opencl import contract_warning, usable_local_sizes
 from ert.backends.opencl_devices import fused_multiply_adds, gpu_cache_hints, preferred_order
 
@@ -40,10 +41,10 @@ def test_other_vendors_report_their_last_level_cache_and_memory_is_named_as_on_c
     caches, memory = gpu_cache_hints(vendor="Advanced Micro Devices, Inc.", global_mem_cache_bytes=8 << 20,
                                      host_unified=False)
     assert caches == [{"level": 2, "kind": "Unified", "size_bytes": 8 << 20, "shared_cpu_count": 1}]
-    assert memory == "DRAM" == cuda_host.memory_name(None)
+    assert memory == "DRAM" == nvidia.memory_name(None)
     assert gpu_cache_hints(vendor="Intel(R) Corporation", global_mem_cache_bytes=0, host_unified=True) == ([], "DRAM")
-    assert cuda_host.memory_name(384) == "DRAM" and cuda_host.memory_name(4096) == "HBM"
-    assert cuda_host.memory_name(4096, host_unified=True) == "DRAM"
+    assert nvidia.memory_name(384) == "DRAM" and nvidia.memory_name(4096) == "HBM"
+    assert nvidia.memory_name(4096, host_unified=True) == "DRAM"
 
 
 class _Device:

@@ -48,7 +48,6 @@ HOST_VARIANTS = ("pinned", "pageable")
 # (level, variant) measured: no pageable link-bidir (see the module's docstring).
 HOST_TRANSFERS = tuple((level, variant) for variant in HOST_VARIANTS for level in LINK_LEVELS
                        if not (variant == "pageable" and level == "link-bidir"))
-PEER_VARIANTS = {"p2p": True, "staged": False}
 # cudaMemcpyKind
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2
 EVENTS = "CUDA events on the copy stream(s): first start to last end"
@@ -438,7 +437,7 @@ def _note_timeouts(transfer, timeouts: int) -> None:
 
 
 class CupyTransfer:
-    """One host<->device (level, variant) on one GPU; see ``ert.backends.links.Transfer``."""
+    """One host<->device (level, variant) on one GPU; see ``ert.backends.Transfer``."""
 
     kind = "link"
 

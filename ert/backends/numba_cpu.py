@@ -172,7 +172,11 @@ def probe():
     return True, "", versions
 
 
-def create(*, threads: int, **_ignored) -> "NumbaCpuBackend":
+def create(*, threads: int, options=None, local_rank: int = 0, local_size: int = 1) -> "NumbaCpuBackend":
+    """The backend on ``threads`` of this rank's cores; it has no config block (``options`` is None) and the
+    ranks' cores are placed before it is created (``local_rank``, ``local_size`` unused)."""
+    if options is not None:
+        raise TypeError(f"numba-cpu takes no backend options, got {options!r}")
     return NumbaCpuBackend(threads=threads)
 
 
@@ -267,9 +271,9 @@ class NumbaCpuBackend:
     def rated(self) -> dict:
         """The rated ceilings of the cores this backend runs on, with their derivation."""
         from ert import hwinfo
-        from ert.hardware import cpu as cpu_rated
+        from ert.hardware import cpu
 
-        arch, why = cpu_rated.lookup(self._codegen["cpu_name"], hwinfo.cpu_model())
+        arch, why = cpu.lookup(self._codegen["cpu_name"], hwinfo.cpu_model())
         latency = arch.fma_latency if arch else 4
         try:
             clock = self.measure_clock(latency)
@@ -277,7 +281,7 @@ class NumbaCpuBackend:
             clock = {"vector_ghz": None, "how": f"not measured: {type(exc).__name__}: {exc}".splitlines()[0]}
             why = why or no_rated_text(f"the sustained clock could not be measured ({clock['how']})")
         cores = hwinfo.cores_in_use(self.threads)
-        rated = cpu_rated.rated_ceilings(arch=arch, why_none=why, clock_ghz=clock["vector_ghz"],
+        rated = cpu.rated_ceilings(arch=arch, why_none=why, clock_ghz=clock["vector_ghz"],
                                          clock_how=clock["how"], cores=cores)
         # One core alone may boost higher than all of them together: a 1-thread
         # sweep (--threads 1,N) is rated at the clock one busy core reaches.

@@ -168,7 +168,6 @@ ROCPROF_COLUMNS = ("HBMBw", "L2Bw", "L1Bw", "LDSBw",
                    "FP16Flops", "FP32Flops", "FP64Flops", "I8Ops", "I32Ops", "I64Ops",
                    "MFMAF4Flops", "MFMAF6Flops", "MFMAF8Flops", "MFMAF16Flops", "MFMABF16Flops",
                    "MFMAF32Flops", "MFMAF64Flops", "MFMAI8Ops")
-ROCPROF_MEASURED = ("HBMBw", "L2Bw", "L1Bw", "FP16Flops", "FP32Flops", "FP64Flops", "I32Ops", "I64Ops")
 ROCPROF_ABSENT = "nan"  # its reader float()s every value it plots; nan draws no line
 
 

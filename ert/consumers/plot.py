@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ert.consumers import roofs as roofs_mod
-from ert.ceilings_io import write_bytes_atomic
+from ert.files import write_bytes_atomic
 from ert.errors import ErtError
 
 FORMATS = ("png", "svg", "pdf")
