@@ -19,7 +19,7 @@ from ert.spec import KernelSpec
 KERNEL = Path(__file__).resolve().parents[1] / "kernels" / host.KERNEL_FILE
 ARCHS = ("sm_75", "sm_80", "sm_90", "sm_100")
 NVCC = shutil.which("nvcc")
-pytestmark = [pytest.mark.nvcc,
+pytestmark = [pytest.mark.nvcc, pytest.mark.slow,
               pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA 13) is not on PATH: cannot compile the CUDA kernels")]
 
 # PTX type suffix of each precision's arithmetic.

@@ -1,5 +1,6 @@
 """The OpenCL backend's GPU decisions that need no GPU: cache hints and memory name by vendor, device
-preference, the FP_CONTRACT OFF check on real PTX, and local sizes against the kernel's own limit."""
+preference, the FP_CONTRACT OFF check on real PTX, and local sizes against the kernel's own limit; and its
+host logic that needs no device at all (the --device selector text, the kernel source shipped)."""
 
 from __future__ import annotations
 
@@ -153,3 +154,19 @@ def test_build_failures_are_read_down_to_their_first_error_line():
     assert first_error_line("clBuildProgram failed\n\nBuild on <dev>:\n\nsomething broke\n") == "something broke"
     assert first_error_line("clBuildProgram failed: OUT_OF_HOST_MEMORY") == "clBuildProgram failed: OUT_OF_HOST_MEMORY"
     assert first_error_line("") == "no build log"
+
+
+def test_selector_text_for_the_command_line():
+    from ert.backends.opencl_devices import parse_selector
+
+    assert parse_selector("gpu") == {"device_type": "gpu"}
+    assert parse_selector("1") == {"device": 1}
+    assert parse_selector("pocl:EPYC") == {"platform": "pocl", "device": "EPYC"}
+    assert parse_selector("0:") == {"platform": 0, "device": None}
+
+
+def test_kernel_source_ships_in_the_package():
+    from ert.backends.opencl import kernel_source
+
+    text = kernel_source()
+    assert "#pragma OPENCL FP_CONTRACT OFF" in text and "__kernel void ert_rw" in text

@@ -118,7 +118,7 @@ def cmd_compare(args) -> int:
 
 
 def _export_tool(args, doc: dict) -> int:
-    """ncu-section, rocprof-compute, kerncraft, carm: files another roofline tool loads."""
+    """ncu-section, rocprof-compute, kerncraft, carm: files another roofline tool loads (kerncraft: its own module)."""
     from ert.files import write_text_atomic
     from ert.consumers import export_tools
     from ert.errors import read_user_text
@@ -155,7 +155,9 @@ def _export_tool(args, doc: dict) -> int:
             out = out / "roofline.csv"
         _write_or_print(text, out)
         return 0
-    _write_or_print(export_tools.to_kerncraft(doc), out)
+    from ert.consumers.kerncraft import to_kerncraft
+
+    _write_or_print(to_kerncraft(doc), out)
     return 0
 
 
