@@ -628,10 +628,10 @@ class CudaBackend:
         (cuda_links.HOST_TRANSFERS) and, on the node's first rank where it sees two or more GPUs, peer-d2d between every ordered pair (peer access on and off); buffers for
         up to ``max_bytes``, released by ``close``. ert.measure.transfers times them. Never run on a GPU yet.
         """
-        from ert.backends import cuda_links
+        from ert.backends import cuda_copies
 
         close_attr(self, "_links")
-        self._links = cuda_links.CupyLinks(index=self._dev.index, max_bytes=max_bytes, peers=self.local_rank == 0)
+        self._links = cuda_copies.CupyLinks(index=self._dev.index, max_bytes=max_bytes, peers=self.local_rank == 0)
         self._topology = self._links.topology
         return self._links.transfers()
 
