@@ -184,6 +184,7 @@ def _sweep_gbytes(backend, spec, units):
     return np.array(out)
 
 
+@pytest.mark.slow
 def test_no_saw_tooth_along_the_low_end_of_the_l2_plateau():
     """FP64 read+write from one to four full waves at growth 1.05, on a GPU whose rounds are latency bound.
 

@@ -1005,6 +1005,7 @@ def test_tensor_points_above_the_rated_peak_are_invalid(tmp_path):
         assert not out[0]["valid"] and what in warnings[0], warnings
 
 
+@pytest.mark.slow
 def test_ert_run_refuses_tensor_on_a_cpu_backend(tmp_path):
     from conftest import run_cmd
 

@@ -82,6 +82,7 @@ def test_rated_zen5_add_and_mixes_derived():
     assert by[("fp32", None, "int32+fp32")]["gflops_per_s"] == 2.0 * 16 * 0.5 * 4
 
 
+@pytest.mark.slow
 def test_numba_add_kernel_assembly_is_vector_adds_only():
     from ert.backends.numba_cpu import configure_numba_env
 
@@ -104,6 +105,7 @@ def test_numba_add_kernel_assembly_is_vector_adds_only():
     assert len(loop_adds) >= 8 and "vpmulld" not in asm  # 8 chains, no fold into a multiply
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ADD_SPECS[1:2] + MIX_SPECS, ids=lambda s: s.key)
 def test_numba_kernels_check_exactly_and_catch_damage(spec):
     from ert.backends.numba_cpu import NumbaCpuBackend
@@ -120,6 +122,7 @@ def test_numba_kernels_check_exactly_and_catch_damage(spec):
     b.close()
 
 
+@pytest.mark.slow
 def test_mix_and_add_run_end_to_end(tmp_path):
     cfg = tmp_path / "mix.yaml"
     cfg.write_text("backend: numba-cpu\nprecisions: [fp32, int32]\nflops_per_element: [1, 32]\nfma: both\n"

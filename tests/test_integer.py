@@ -57,6 +57,7 @@ def backend():
     b.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", [s for s in INT_SPECS if s.flops_per_element in (1, 8)], ids=lambda s: s.key)
 def test_kernels_match_the_exact_replay(backend, spec):
     assert backend.supports(spec) and not backend.supports(KernelSpec(spec.precision, 1, False, "ro"))
@@ -73,6 +74,7 @@ def test_kernels_match_the_exact_replay(backend, spec):
     assert not result.ok and "1 element(s) differ" in result.detail
 
 
+@pytest.mark.slow
 def test_kernels_wrap_modulo_two_to_the_bits(backend):
     # 16 multiply-adds by 1103515245 overflow any int32 at once: the values must be the wrapped ones.
     spec = KernelSpec("int32", 32, False)
@@ -111,6 +113,7 @@ def _features() -> str:
     return llvm.get_host_cpu_features().flatten()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64") or "+avx512dq" not in _features(),
                     reason="reads AVX-512 (DQ: vpmullq) mnemonics")
 def test_assembly_is_vector_integer_multiply_and_add_on_zmm(tmp_path):
@@ -174,6 +177,7 @@ def test_bad_integer_configs_fail_in_one_line(tmp_path, text, key, words):
         assert info.value.key == key
 
 
+@pytest.mark.slow
 def test_integer_config_validates():
     from importlib import resources
 
