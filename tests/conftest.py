@@ -15,7 +15,7 @@ import yaml
 # Numba is configured exactly as ert-run configures it, before anything imports
 # it, so in-process kernels compile for (and load from the cache of) the same
 # CPU features as the commands the tests run.
-from ert.backends.numba_cpu import configure_numba_env
+from ert.backends.numba_codegen import configure_numba_env
 
 configure_numba_env()
 

@@ -84,7 +84,7 @@ def test_rated_zen5_add_and_mixes_derived():
 
 @pytest.mark.slow
 def test_numba_add_kernel_assembly_is_vector_adds_only():
-    from ert.backends.numba_cpu import configure_numba_env
+    from ert.backends.numba_codegen import configure_numba_env
 
     configure_numba_env(1)
     from numba import njit

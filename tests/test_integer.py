@@ -90,7 +90,7 @@ def test_kernels_wrap_modulo_two_to_the_bits(backend):
 ASM = textwrap.dedent("""
     import json, warnings
     from numba import types
-    from ert.backends.numba_cpu import configure_numba_env
+    from ert.backends.numba_codegen import configure_numba_env
     configure_numba_env(2)
     from ert.kernels import numba_cpu as k
     i64 = types.int64

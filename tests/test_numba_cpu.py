@@ -1,5 +1,5 @@
-"""The numba-cpu backend's host logic that compiles nothing (ert/backends/numba_cpu.py): its aligned buffers
-and the Numba settings it leaves to the user; the kernels themselves are tests/test_numba_kernels.py (slow)."""
+"""The numba-cpu backend's host logic that compiles nothing (ert/backends/numba_cpu.py, numba_codegen.py): its
+aligned buffers and the Numba settings it leaves to the user; the kernels themselves are tests/test_numba_kernels.py (slow)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import os
 import numpy as np
 import pytest
 
-from ert.backends import numba_cpu as backend_mod
+from ert.backends import numba_codegen
 from ert.backends.numba_cpu import ALIGN_BYTES, _aligned_empty
 
 
 def test_configure_numba_env_keeps_a_user_setting(monkeypatch):
     monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2")
-    assert backend_mod.configure_numba_env() == {}
+    assert numba_codegen.configure_numba_env() == {}
     assert os.environ["NUMBA_CPU_FEATURES"] == "+avx2"
 
 

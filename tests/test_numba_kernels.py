@@ -202,7 +202,7 @@ ASM_SCRIPT = textwrap.dedent("""
     import json, re, sys, warnings
     import numpy as np
     from numba import types
-    from ert.backends.numba_cpu import Geometry, chain_candidates, configure_numba_env, effective_codegen, vector_isa
+    from ert.backends.numba_codegen import Geometry, chain_candidates, configure_numba_env, effective_codegen, vector_isa
     configure_numba_env(2)
     from ert.kernels import numba_cpu as k
     vector_bytes, registers = vector_isa(effective_codegen()["cpu_features"])

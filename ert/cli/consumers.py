@@ -61,7 +61,9 @@ def cmd_plot(args) -> int:
             from ert.analysis.ceilings import build
 
             doc = build(raw)
-        plot.plot_sweep(raw, doc, args.output)
+        from ert.consumers.plot_sweep import plot_sweep
+
+        plot_sweep(raw, doc, args.output)
     else:
         from ert.consumers.appdata import load_app
         from ert.ceilings_io import load_ceilings
