@@ -36,7 +36,7 @@
 set -uo pipefail
 
 usage() {
-    sed -n '2,4p;6,6p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
     echo "options: --dry-run (print the steps only), --bring DIR (copy summary.txt and the tarball there)"
 }
 
@@ -71,7 +71,7 @@ CONFIGS=(tiny-gpu integer-gpu gpu-tensor links-network)
 STEPS=(env run-tiny-gpu run-integer-gpu run-gpu-tensor run-links-network ncu pytest-gpu pytest-nvcc)
 declare -A CAP=([env]=90 [run-tiny-gpu]=90 [run-integer-gpu]=90 [run-gpu-tensor]=150 [run-links-network]=60
                 [ncu]=75 [pytest-gpu]=200 [pytest-nvcc]=120)
-# The metrics `ert profile` reads (ert/consumers/appdata.py): time, bytes at L1, L2 and DRAM, FLOPs per
+# The metrics `ert profile` reads (ert/consumers/ncu_csv.py): time, bytes at L1, L2 and DRAM, FLOPs per
 # precision. The optional ones (tensor pipes, integer instructions) are captured apart, only those this
 # ncu lists for the GPU, so a name it does not know cannot spoil the main capture.
 NCU_METRICS=gpu__time_duration.sum,l1tex__t_bytes.sum,lts__t_bytes.sum,dram__bytes.sum

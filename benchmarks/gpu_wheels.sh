@@ -13,6 +13,11 @@
 # Override the Python version or the list with ERT_WHEELS_PYTHON=3.11 or ERT_WHEELS_PACKAGES="a==1 b==2".
 set -euo pipefail
 
+case ${1:-} in
+    -h|--help) echo "usage: bash benchmarks/gpu_wheels.sh [DIR]   (downloads the wheels a GPU machine lacks into DIR," \
+                    "default .whl; see the comment at its top)"; exit 0 ;;
+    -*) echo "gpu_wheels.sh: unknown option $1 (--help)" >&2; exit 2 ;;
+esac
 DIR=${1:-.whl}
 PY=${PYTHON:-python3}
 PYVER=${ERT_WHEELS_PYTHON:-3.12}

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Host<->device link levels measured through a backend's ``transfer_levels`` hook: plateaus and a memcpy ratio.
+"""Host<->device link levels measured as ert-run measures them (the backend's ``link_transfers``, timed by
+ert.measure.transfers): plateaus and a memcpy ratio.
 
 For each (level, variant) it prints the rate at every size, the plateau (the
 median of the rates at the largest ``--plateau`` sizes), the latency at the
@@ -10,7 +11,8 @@ Every record's data check must pass, else the exit status is 1.  With
 ``--rounds N`` the sweep is repeated and medians are taken over rounds.
 This prints numbers; it is not a test.
 
-Usage:  python benchmarks/links.py [--backend opencl|cuda] [--max-bytes N] [--rounds N] [--json FILE]
+Usage:  python benchmarks/links.py [--backend opencl|cuda] [--min-bytes N] [--max-bytes N] [--rounds N] [--json FILE]
+Smallest setting (the smoke test's): --min-bytes 4096 --max-bytes 65536 --min-seconds 0.001 --repeats 1 --plateau 1
 """
 
 from __future__ import annotations
@@ -34,26 +36,31 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write every record and the summary here")
     args = parser.parse_args(argv)
 
-    from ert.backends import REGISTRY, links
+    from ert.backends import REGISTRY
+    from ert.config import TransferOptions, from_dict
+    from ert.measure import transfers as stage
     from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
-    from ert.config import from_dict
 
-    sizes = links.link_sizes(min_bytes=args.min_bytes, max_bytes=args.max_bytes)
+    # The sizes ert-run would sweep (config key transfer), here one per octave.
+    sizes = TransferOptions(min_bytes=args.min_bytes, max_bytes=args.max_bytes, growth=2).sizes(args.max_bytes)
     plateau_sizes = sizes[-args.plateau:]
-    config = from_dict({"opencl": {"cpu_reference": False}}) if args.backend == "opencl" else from_dict({})
-    backend = REGISTRY.create(args.backend, config=config)
+    config = from_dict({"backend": args.backend, "opencl": {"cpu_reference": False}})
+    backend = REGISTRY.create(args.backend, options=config.backend_options())
     describe = backend.describe()
     print(f"backend {args.backend}: {describe.get('device')}; sizes {sizes[0]}..{sizes[-1]} bytes, "
           f"{args.repeats} samples of >= {args.min_seconds * 1e3:g} ms, {args.rounds} round(s)")
     all_records, rounds = [], []
     try:
+        transfers = backend.link_transfers(max(sizes))
         for _ in range(args.rounds):
-            reference = {n: links.host_copy_reference(n)["gbytes_per_s"] for n in plateau_sizes}
+            reference = {n: stage.host_copy_reference(n)["gbytes_per_s"] for n in plateau_sizes}
             records: list[dict] = []
-            backend.transfer_levels(sizes, min_seconds=args.min_seconds, repeats=args.repeats, emit=records.append)
+            stage.measure_transfers(transfers, sizes, min_seconds=args.min_seconds, samples=args.repeats,
+                                    noise_threshold=config.timing.noise_threshold,
+                                    max_remeasure=config.timing.max_remeasure, emit=records.append)
             rounds.append((reference, records))
             all_records += records
-        rated = backend.link_rated()
+        rated = backend.link_rated(lambda: stage.host_copy_reference(min(args.max_bytes, 256 << 20)))
     finally:
         backend.close()
 

@@ -53,7 +53,8 @@ class Side:
         from ert.measure.comm import SerialComm
 
         self.name = name
-        self.backend = REGISTRY.create(name, threads=threads, config=config, local_rank=0, local_size=1)
+        self.backend = REGISTRY.create(name, threads=threads, options=config.backend_options(name), local_rank=0,
+                                       local_size=1)
         self.comm = SerialComm()
 
     def measure(self, point: Point, timing) -> dict:

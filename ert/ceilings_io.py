@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any, Iterable
 
 from ert.errors import ErtError, parse_user_json, read_user_text
-from ert.files import CEILINGS_NAME, write_bytes_atomic, write_json_atomic, write_text_atomic  # noqa: F401
+from ert.files import write_json_atomic
 
 SCHEMA_VERSION = "1.10"  # the one definition; ert.analysis.ceilings writes this version
 
@@ -227,13 +227,9 @@ def load_ceilings(path: os.PathLike | str) -> dict:
 
 
 __all__ = [
-    "CEILINGS_NAME",
     "SCHEMA_VERSION",
     "schema",
     "validate",
     "write_ceilings",
     "load_ceilings",
-    "write_json_atomic",
-    "write_text_atomic",
-    "write_bytes_atomic",
 ]

@@ -15,7 +15,7 @@ import yaml
 # Numba is configured exactly as ert-run configures it, before anything imports
 # it, so in-process kernels compile for (and load from the cache of) the same
 # CPU features as the commands the tests run.
-from ert.backends.numba_cpu import configure_numba_env
+from ert.backends.numba_codegen import configure_numba_env
 
 configure_numba_env()
 
@@ -144,19 +144,15 @@ def tiny_copy(tiny_run, tmp_path) -> Path:
 
 
 # ----------------------------------------------------------------------------- the `slow` marker
-# `slow` = runs real processes: ert-run sweeps, mpiexec, compilers (nvcc, Numba's assembly for other
-# targets), packaging, the external tools the exports are tested with. `pytest -m "not slow"` keeps the
-# logic tests (under 2 minutes on 2 cores); the default suite (CI) runs everything.
-SLOW_MODULES = {
-    "test_packaging", "test_mpi", "test_transfers_mpi", "test_run", "test_scaling", "test_export_tools",
-    "test_opencl", "test_opencl_links", "test_cuda_kernels", "test_cuda_int", "test_cuda_tensor",
-    "test_numba_kernels", "test_compare", "test_integer", "test_int_mixes", "test_plot", "test_cpu_rated",
-}
-SLOW_TESTS = {"test_no_saw_tooth_along_the_low_end_of_the_l2_plateau"}
+# `slow` = runs real processes: ert-run sweeps, mpiexec, compilers (nvcc, Numba's JIT and its assembly for other
+# targets), packaging, the external tools the exports are tested with. It marks tests, not files: a test says
+# `@pytest.mark.slow`, a file whose every test does says `pytestmark = pytest.mark.slow`, and the tests marked
+# `nvcc`, `gpu`, `mpi` or `cluster` are slow by what those markers mean (below). `pytest -m "not slow"` runs
+# every logic test (under 2 minutes on 2 cores); the default suite (CI) runs everything.
+SLOW_MARKERS = ("nvcc", "gpu", "mpi", "cluster")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
-        if module in SLOW_MODULES or item.originalname in SLOW_TESTS:
+        if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)

@@ -10,7 +10,8 @@ import pathlib
 import pytest
 
 from ert import ceilings_io
-from ert.ceilings_io import SCHEMA_VERSION, load_ceilings, schema, validate, write_ceilings, write_json_atomic
+from ert.ceilings_io import SCHEMA_VERSION, load_ceilings, schema, validate, write_ceilings
+from ert.files import write_json_atomic
 from ert.errors import ErtError
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from conftest import REPO, TINY, run_cmd
 
+pytestmark = pytest.mark.slow  # every test here runs ert-run, pip or a tool as a process
+
 DATA = REPO / "tests" / "data"
 
 

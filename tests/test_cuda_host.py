@@ -19,6 +19,7 @@ import pytest
 
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_host as host
+from ert.hardware import nvidia
 from ert.backends.check import NUMPY_DTYPE, replay_rw
 from ert.measure.comm import SerialComm
 from ert.config import RunConfig, Timing, from_dict
@@ -47,7 +48,7 @@ H100 = {"name": "NVIDIA H100 80GB HBM3", "major": 9, "minor": 0, "multiProcessor
 
 
 def _rated(info, precision, fma=True):
-    return next(c for c in host.rated_peaks(info)["compute"] if c["precision"] == precision and c["fma"] == fma)
+    return next(c for c in nvidia.rated_peaks(info)["compute"] if c["precision"] == precision and c["fma"] == fma)
 
 
 # ----------------------------------------------------------------------------- device facts
@@ -63,7 +64,7 @@ def test_properties_give_the_published_rated_peaks():
             assert _rated(info, precision, fma=False)["gflops_per_s"] == pytest.approx(got * 1e3 / 2, abs=0.1)
     # HBM: 900, 1555 and 3352 GB/s.
     for info, gbs in ((v100, 898.0), (a100, 1555.2), (h100, 3352.3)):
-        memory = host.rated_peaks(info)["memory"][0]
+        memory = nvidia.rated_peaks(info)["memory"][0]
         assert memory["level"] == "HBM" and memory["gbytes_per_s"] == pytest.approx(gbs, abs=0.1)
         assert "bus" in memory["derivation"]
     assert "80 SMs x 1530 MHz x 64 FP64 FLOP/cycle/SM" in _rated(v100, "fp64")["derivation"]
@@ -77,7 +78,7 @@ def test_clock_sources_cuda13_attributes_and_nvml():
     assert from_nvml.sources["memoryClockRate"] == "NVML maximum clock"
     unknown = host.device_info(A100)
     assert unknown.sm_clock_khz == 0 and _rated(unknown, "fp64")["gflops_per_s"] is None
-    assert host.rated_peaks(unknown)["memory"][0]["gbytes_per_s"] is None
+    assert nvidia.rated_peaks(unknown)["memory"][0]["gbytes_per_s"] is None
 
 
 def test_caches_memory_name_and_unknown_architectures():
@@ -183,6 +184,7 @@ def _sweep_gbytes(backend, spec, units):
     return np.array(out)
 
 
+@pytest.mark.slow
 def test_no_saw_tooth_along_the_low_end_of_the_l2_plateau():
     """FP64 read+write from one to four full waves at growth 1.05, on a GPU whose rounds are latency bound.
 
@@ -314,7 +316,7 @@ class EmulatedGpu:
         return np.zeros(count, dtype=np.float64)
 
     def occupancy(self, function, threads):
-        by_registers = host.REGISTERS_PER_SM // (self.registers * threads)
+        by_registers = nvidia.REGISTERS_PER_SM // (self.registers * threads)
         return min(self.info.resident_blocks_per_sm, self.info.max_threads_per_sm // threads, by_registers)
 
     def spin(self, function, *, seconds):

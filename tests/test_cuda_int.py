@@ -17,6 +17,7 @@ import pytest
 
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_host as host
+from ert.hardware import nvidia
 from ert.backends.cuda_tensor import sass_tools
 from ert.backends.check import A_INT, C_INT, replay_rw_int, replay_rw_int_stepwise
 from ert.config import RunConfig
@@ -187,20 +188,20 @@ def test_sass_matches_the_instructions_the_rated_values_count(tmp_path, arch):
             pairs = [p for p in re.findall(r"\bIMAD (R\d+), (R\d+), ([^,;]+), ([^,;]+) ;", sass) if p[3] != "RZ"]
             top = max((sum(1 for p in pairs if p[2:] == q[2:]) for q in pairs), default=0)
             assert _copies(top, k), (arch, top)
-            ops = host.INT_OPS_PER_INSTRUCTION[("int32", "madd")]
+            ops = nvidia.INT_OPS_PER_INSTRUCTION[("int32", "madd")]
             assert ops == 2  # one IMAD is a multiply and an add
         elif spec.key == "int32-add-rw-f64":
             packed = re.findall(r"\bIADD3 R\d+, (?:PT, PT, )?(R\d+), R\d+, \1 ;", sass)
             assert _copies(len(packed), k // 2), (arch, len(packed))
-            assert host.INT_OPS_PER_INSTRUCTION[("int32", "add")] == 2
+            assert nvidia.INT_OPS_PER_INSTRUCTION[("int32", "add")] == 2
         elif spec.key == "int64-add-rw-f64":
             lo = re.findall(r"\bIADD3 R\d+, P\d, P\d, (R\d+), R\d+, \1 ;", sass)
             hi = re.findall(r"\bIADD3\.X R\d+, (?:PT, PT, )?(R\d+), R\d+, \1, P\d, P\d ;", sass)
             assert _copies(len(lo), k // 2) and _copies(len(hi), k // 2), (arch, len(lo), len(hi))
-            assert host.INT_OPS_PER_INSTRUCTION[("int64", "add")] == 1  # 2 adds in 2 instructions
+            assert nvidia.INT_OPS_PER_INSTRUCTION[("int64", "add")] == 1  # 2 adds in 2 instructions
         else:
             assert "IMAD.WIDE.U32" in sass  # the emulated 64-bit multiply
-            assert ("int64", "madd") not in host.INT_OPS_PER_INSTRUCTION
+            assert ("int64", "madd") not in nvidia.INT_OPS_PER_INSTRUCTION
 
 
 # ----------------------------------------------------------------------------- host logic
@@ -319,7 +320,7 @@ def test_supports_and_compile_defines():
 
 
 def _int_rated(info, precision, op="madd"):
-    return next(c for c in host.rated_peaks(info)["compute"]
+    return next(c for c in nvidia.rated_peaks(info)["compute"]
                 if c["precision"] == precision and c.get("op", "madd") == op)
 
 
@@ -352,7 +353,7 @@ def test_rated_integer_values_and_their_derivation():
     # Every integer roof has exactly one rated entry, keyed as the analysis keys ceilings.
     from ert.analysis.rated import compute_key
 
-    keys = [compute_key(c) for c in host.rated_peaks(h100)["compute"]]
+    keys = [compute_key(c) for c in nvidia.rated_peaks(h100)["compute"]]
     assert len(keys) == len(set(keys))
     for spec in INT_KINDS[1:3] + INT_KINDS[4:]:
         assert compute_key(spec.to_dict()) in keys

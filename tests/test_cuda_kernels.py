@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from ert.backends import cuda_host as host
+from ert.hardware import nvidia
 from ert.spec import KernelSpec
 
 KERNEL = Path(__file__).resolve().parents[1] / "kernels" / host.KERNEL_FILE
 ARCHS = ("sm_75", "sm_80", "sm_90", "sm_100")
 NVCC = shutil.which("nvcc")
-pytestmark = [pytest.mark.nvcc,
+pytestmark = [pytest.mark.nvcc, pytest.mark.slow,
               pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA 13) is not on PATH: cannot compile the CUDA kernels")]
 
 # PTX type suffix of each precision's arithmetic.
@@ -168,7 +169,7 @@ def test_every_kernel_leaves_registers_for_a_full_sm(arch, threads_per_sm):
     used = _ptxas_registers(arch, threads_per_sm)
     assert len(used) == 4 * len(all_specs())  # the kernel, ert_init, ert_check, ert_spin of every variant
     for name, (registers, spill) in used.items():
-        assert registers * threads_per_sm <= host.REGISTERS_PER_SM, (name, registers)
+        assert registers * threads_per_sm <= nvidia.REGISTERS_PER_SM, (name, registers)
         assert spill == 0, (name, spill)
 
 

@@ -1,4 +1,4 @@
-"""CUDA link and peer levels (ert/backends/cuda_links.py, ert/analysis/transfers.py): host logic here, GPU tests marked.
+"""CUDA link and peer levels (ert/backends/cuda_links.py, cuda_copies.py, ert/analysis/transfers.py): host logic here, GPU tests marked.
 
 The host logic runs on emulated topologies (there are not two GPUs here):
 which ordered pairs and peer-access states are measured, NVLink counts from
@@ -24,15 +24,16 @@ import pytest
 from ert.hardware import links as hw_links
 from ert.analysis import transfers
 from ert.backends import cuda as cuda_mod
+from ert.backends import cuda_copies as cc
 from ert.backends import cuda_links as cl
 from ert.measure import transfers as stage
 from ert.rawio import transfer_gbytes_per_s, transfer_latency_us, transfer_record
-from ert.backends import links
+from ert.config import TransferOptions
 
 _OK, _REASON, _DETAIL = cuda_mod.probe()
 pynvml = pytest.importorskip("pynvml")  # the installed nvidia-ml-py: its names and constants are the reference
 ERT = Path(cl.__file__).resolve().parents[1]
-GATE_FILE = Path(__file__).resolve().parents[1] / "kernels" / cl.GATE_KERNEL_FILE  # this checkout's, as ert.kernels
+GATE_FILE = Path(__file__).resolve().parents[1] / "kernels" / cc.GATE_KERNEL_FILE  # this checkout's, as ert.kernels
 
 
 def needs_gpu(test):
@@ -345,14 +346,14 @@ class _Gate:
         self.log.append(("release",))
 
     def opened(self):
-        return cl.GATE_TIMED_OUT if self.closed in self.timeouts else cl.GATE_RELEASED
+        return cc.GATE_TIMED_OUT if self.closed in self.timeouts else cc.GATE_RELEASED
 
 
 def test_gate_batches():
-    assert cl.gate_batches(1) == [1] and cl.gate_batches(600, 256) == [256, 256, 88]
-    assert cl.gate_batches(512, 256) == [256, 256] and sum(cl.gate_batches(4096)) == 4096
+    assert cc.gate_batches(1) == [1] and cc.gate_batches(600, 256) == [256, 256, 88]
+    assert cc.gate_batches(512, 256) == [256, 256] and sum(cc.gate_batches(4096)) == 4096
     with pytest.raises(ValueError):
-        cl.gate_batches(0)
+        cc.gate_batches(0)
 
 
 def _owner(fake, gate):
@@ -375,7 +376,7 @@ def _owner(fake, gate):
 def test_a_pinned_bidirectional_sample_is_gated_batch_by_batch_and_times_only_the_copies():
     fake = _Cuda(ms_per_span=2.0)
     gate = _Gate(fake.log, timeouts={2})
-    transfer = cl.CupyTransfer(_owner(fake, gate), level="link-bidir", variant="pinned")
+    transfer = cc.CupyTransfer(_owner(fake, gate), level="link-bidir", variant="pinned")
     transfer.prepare(64)
     fake.log.clear()
     seconds = transfer.time(300)  # batches of 256 and 44
@@ -389,8 +390,8 @@ def test_a_pinned_bidirectional_sample_is_gated_batch_by_batch_and_times_only_th
         assert start[0] == "record" and start[2] == "s1"
         assert log[gate_at + 2] == ("wait", "s2", start[1])
         copies = log[gate_at + 3:gate_at + 3 + 2 * n]
-        assert copies.count(("copy", cl.HOST_TO_DEVICE, "s1")) == n
-        assert copies.count(("copy", cl.DEVICE_TO_HOST, "s2")) == n
+        assert copies.count(("copy", cc.HOST_TO_DEVICE, "s1")) == n
+        assert copies.count(("copy", cc.DEVICE_TO_HOST, "s2")) == n
         rest = log[gate_at + 3 + 2 * n:gate_at + 3 + 2 * n + 5]
         done = rest[0]
         assert done[0] == "record" and done[2] == "s2" and rest[1] == ("wait", "s1", done[1])
@@ -409,14 +410,14 @@ def test_pageable_copies_are_not_gated_and_there_is_no_pageable_bidir():
     gate = _Gate(fake.log)
     owner = _owner(fake, gate)
     with pytest.raises(ValueError, match="no pageable link-bidir"):
-        cl.CupyTransfer(owner, level="link-bidir", variant="pageable")
-    transfer = cl.CupyTransfer(owner, level="link-d2h", variant="pageable")
+        cc.CupyTransfer(owner, level="link-bidir", variant="pageable")
+    transfer = cc.CupyTransfer(owner, level="link-d2h", variant="pageable")
     transfer.prepare(64)
     fake.log.clear()
     assert transfer.time(10) == pytest.approx(2.0e-3)
     log = [e for e in fake.log if e[0] != "device"]
     assert log[0][0] == "record" and log[-2][0] == "record" and log[-1][0] == "sync"
-    assert log[1:-2] == [("copy", cl.DEVICE_TO_HOST, "s1")] * 10 and ("release",) not in log
+    assert log[1:-2] == [("copy", cc.DEVICE_TO_HOST, "s1")] * 10 and ("release",) not in log
     assert "not gated" in transfer.method and "gate kernel" not in transfer.method
 
 
@@ -438,7 +439,7 @@ def test_peer_copies_gated_with_access_on_and_not_when_staged():
 
     owner.peer_buffers = {0: (Buf(), Buf(), fake.stream("g0")), 1: (Buf(), Buf(), fake.stream("g1"))}
     for on in (True, False):
-        transfer = cl.CupyPeerTransfer(owner, src=1, dst=0, peer_access=on)
+        transfer = cc.CupyPeerTransfer(owner, src=1, dst=0, peer_access=on)
         transfer.prepare(64)
         fake.log.clear()
         transfer.time(3)
@@ -448,7 +449,7 @@ def test_peer_copies_gated_with_access_on_and_not_when_staged():
 
 def test_the_gate_kernel_launch_and_its_words(monkeypatch):
     """CupyGate against stand-ins for cupy.cuda.PinnedMemory/PinnedMemoryPointer/RawKernel."""
-    monkeypatch.setattr(cl, "gate_source", GATE_FILE.read_text)
+    monkeypatch.setattr(cc, "gate_source", GATE_FILE.read_text)
     calls = []
     memory = bytearray(64)
 
@@ -473,12 +474,12 @@ def test_the_gate_kernel_launch_and_its_words(monkeypatch):
     runtime = SimpleNamespace(hostAllocMapped=2, hostAllocPortable=1)
     cp = SimpleNamespace(RawKernel=Kernel, cuda=SimpleNamespace(
         runtime=runtime, PinnedMemory=Pinned, PinnedMemoryPointer=lambda mem, offset: memory))
-    gate = cl.CupyGate(cp)
+    gate = cc.CupyGate(cp)
     assert calls == [("compile", "ert_gate", True)] and gate._memory.flags == 3
-    gate.words[1] = cl.GATE_TIMED_OUT
+    gate.words[1] = cc.GATE_TIMED_OUT
     gate.close_on(Stream())
     assert gate.opened() == 0 and gate.words[0] == 0  # both words cleared before the launch
-    assert calls[1:] == ["on stream", ("launch", (1,), (1,), (0x7000, 0x7004, int(cl.GATE_TIMEOUT_S * 1e9)))]
+    assert calls[1:] == ["on stream", ("launch", (1,), (1,), (0x7000, 0x7004, int(cc.GATE_TIMEOUT_S * 1e9)))]
     gate.release()
     assert gate.words[0] == 1 and memory[0] == 1
 
@@ -553,7 +554,7 @@ def gpu_links():
     backend = cuda_mod.create()
     records = []
     try:
-        sizes = links.link_sizes(min_bytes=4096, max_bytes=256 << 20, per_octave=1)
+        sizes = TransferOptions(min_bytes=4096).sizes(256 << 20)  # as the stage sizes them
         stage.measure_transfers(backend.link_transfers(max(sizes)), sizes, min_seconds=0.01, samples=3,
                                 noise_threshold=0.10, max_remeasure=2, emit=records.append)
         rated = backend.link_rated(lambda: stage.host_copy_reference(64 << 20))

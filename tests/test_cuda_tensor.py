@@ -23,6 +23,8 @@ import pytest
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_tensor as tc
 from ert.backends.cuda_host import DeviceInfo
+from ert.hardware import nvidia
+from ert.spec import SHAPES, WGMMA_SHAPES, MmaShape
 
 KERNEL = Path(__file__).resolve().parents[1] / "kernels" / tc.KERNEL_FILE
 NVCC = shutil.which("nvcc")
@@ -54,7 +56,7 @@ H100_TENSOR_CLOCK = _info((9, 0), 132, 1830)  # the clock NVIDIA's FP16/BF16/TF3
 
 
 # ----------------------------------------------------------------------------- host logic
-ALL_SHAPES = [*tc.SHAPES.values(), *tc.WGMMA_SHAPES.values()]
+ALL_SHAPES = [*SHAPES.values(), *WGMMA_SHAPES.values()]
 
 
 def _id(shape) -> str:
@@ -62,36 +64,36 @@ def _id(shape) -> str:
 
 
 def test_shapes_table():
-    assert {s: (v.m, v.n, v.k) for s, v in tc.SHAPES.items()} == {
+    assert {s: (v.m, v.n, v.k) for s, v in SHAPES.items()} == {
         "fp16": (16, 8, 16), "bf16": (16, 8, 16), "tf32": (16, 8, 8), "fp64": (8, 8, 4), "fp8": (16, 8, 32),
         "int8": (16, 8, 32)}
-    assert {s: v.flops_per_mma for s, v in tc.SHAPES.items()} == {
+    assert {s: v.flops_per_mma for s, v in SHAPES.items()} == {
         "fp16": 4096, "bf16": 4096, "tf32": 2048, "fp64": 512, "fp8": 8192, "int8": 8192}
-    for shape in tc.SHAPES.values():
+    for shape in SHAPES.values():
         assert shape.acc_per_thread == shape.m * shape.n // 32 and shape.threads_per_mma == 32
-    assert tc.SHAPES["fp16"].ptx == "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-    assert tc.SHAPES["fp64"].ptx == "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64"
-    assert tc.SHAPES["int8"].ptx == "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
+    assert SHAPES["fp16"].ptx == "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+    assert SHAPES["fp64"].ptx == "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64"
+    assert SHAPES["int8"].ptx == "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
     assert [s.name for s in tc.shapes_for((8, 0))] == ["fp16", "bf16", "tf32", "fp64", "int8"]
     # INT8 (IMMA) is native on every architecture from sm_80 (the SASS test counts it on each).
     assert all("int8" in [s.name for s in tc.shapes_for(cc)] for cc in ((8, 0), (8, 6), (9, 0), (10, 0), (12, 1)))
-    assert [s.name for s in tc.SHAPES.values() if s.integer] == ["int8"]
-    assert tc.SHAPES["int8"].acc_dtype == np.int32 and tc.SHAPES["fp16"].acc_dtype == np.float32
+    assert [s.name for s in SHAPES.values() if s.integer] == ["int8"]
+    assert SHAPES["int8"].acc_dtype == np.int32 and SHAPES["fp16"].acc_dtype == np.float32
     # FP8 mma.sync only where it is native (QMMA): Ada and sm_12x; ptxas emulates it on sm_90 to sm_11x.
     for cc, fp8 in (((8, 6), False), ((8, 9), True), ((9, 0), False), ((10, 0), False), ((10, 3), False),
                     ((11, 0), False), ((12, 0), True), ((12, 1), True)):
         assert ("fp8" in [s.name for s in tc.shapes_for(cc)]) == fp8, cc
     assert tc.shapes_for((7, 5)) == []
     # Hopper's wgmma, N = 256: 128 f32 accumulators per thread of a 128-thread warpgroup.
-    assert {s: (v.m, v.n, v.k, v.flops_per_mma) for s, v in tc.WGMMA_SHAPES.items()} == {
+    assert {s: (v.m, v.n, v.k, v.flops_per_mma) for s, v in WGMMA_SHAPES.items()} == {
         "fp16": (64, 256, 16, 524288), "bf16": (64, 256, 16, 524288), "tf32": (64, 256, 8, 262144),
         "fp8": (64, 256, 32, 1048576), "int8": (64, 256, 32, 1048576)}
-    for shape in tc.WGMMA_SHAPES.values():
+    for shape in WGMMA_SHAPES.values():
         assert shape.acc_per_thread == shape.m * shape.n // 128 == 128 and shape.threads_per_mma == 128
         assert shape.supported((9, 0)) and not any(shape.supported(cc) for cc in ((8, 9), (10, 0), (12, 0)))
-    assert tc.WGMMA_SHAPES["fp8"].ptx == "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"
-    assert tc.WGMMA_SHAPES["int8"].ptx == "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"
-    assert (tc.WGMMA_SHAPES["int8"].sass, tc.SHAPES["int8"].sass) == ("IGMMA", "IMMA")
+    assert WGMMA_SHAPES["fp8"].ptx == "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"
+    assert WGMMA_SHAPES["int8"].ptx == "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"
+    assert (WGMMA_SHAPES["int8"].sass, SHAPES["int8"].sass) == ("IGMMA", "IMMA")
 
 
 @pytest.mark.parametrize("cc, want", [
@@ -107,34 +109,34 @@ def test_shapes_table():
 def test_variants_per_architecture(cc, want):
     """FP8 only where native (mma.sync on sm_89/sm_12x, wgmma on sm_90); on sm_90 wgmma first: it is the roof."""
     for name, instructions in want.items():
-        assert [s.instruction for s in tc.tensor_variants(cc, name)] == instructions, (cc, name)
-        why = tc.no_tensor_why(cc, name)
+        assert [s.instruction for s in nvidia.tensor_variants(cc, name)] == instructions, (cc, name)
+        why = nvidia.no_tensor_why(cc, name)
         assert (why == "") == bool(instructions), why
     if cc == (10, 0):
-        why = tc.no_tensor_why(cc, "fp8")
+        why = nvidia.no_tensor_why(cc, "fp8")
         assert why.startswith("no FP8 tensor roof:") and "emulates it" in why and "tcgen05" in why
     if cc == (8, 6):
-        assert "fp8 mma.sync needs sm_89; this GPU is sm_86" in tc.no_tensor_why(cc, "fp8")
+        assert "fp8 mma.sync needs sm_89; this GPU is sm_86" in nvidia.no_tensor_why(cc, "fp8")
     if cc == (7, 5):
-        assert tc.no_tensor_why(cc, "int8") == "no INT8 tensor roof: int8 mma.sync needs sm_80; this GPU is sm_75"
+        assert nvidia.no_tensor_why(cc, "int8") == "no INT8 tensor roof: int8 mma.sync needs sm_80; this GPU is sm_75"
 
 
 def test_mma_sync_labels():
-    assert tc.mma_sync_note((9, 0), "fp16") == "mma.sync, below Hopper's wgmma rate"
-    assert tc.mma_sync_note((9, 0), "int8") == "mma.sync, below Hopper's wgmma rate"  # IGMMA is the roof
-    assert tc.mma_sync_note((9, 0), "fp64") == ""  # no wgmma form: DMMA is Hopper's FP64 tensor path
-    assert tc.mma_sync_note((8, 0), "fp16") == tc.mma_sync_note((12, 0), "fp16") == ""
-    assert "tcgen05" in tc.mma_sync_note((10, 0), "bf16") and "tcgen05" in tc.mma_sync_note((10, 0), "int8")
-    assert tc.mma_sync_note((8, 0), "int8") == tc.mma_sync_note((8, 6), "int8") == ""
+    assert nvidia.mma_sync_note((9, 0), "fp16") == "mma.sync, below Hopper's wgmma rate"
+    assert nvidia.mma_sync_note((9, 0), "int8") == "mma.sync, below Hopper's wgmma rate"  # IGMMA is the roof
+    assert nvidia.mma_sync_note((9, 0), "fp64") == ""  # no wgmma form: DMMA is Hopper's FP64 tensor path
+    assert nvidia.mma_sync_note((8, 0), "fp16") == nvidia.mma_sync_note((12, 0), "fp16") == ""
+    assert "tcgen05" in nvidia.mma_sync_note((10, 0), "bf16") and "tcgen05" in nvidia.mma_sync_note((10, 0), "int8")
+    assert nvidia.mma_sync_note((8, 0), "int8") == nvidia.mma_sync_note((8, 6), "int8") == ""
 
 
 def test_flop_accounting():
-    fp16 = tc.SHAPES["fp16"]
+    fp16 = SHAPES["fp16"]
     # 2 blocks x 256 threads = 16 warps, 64 MMAs x 10 trials each, 4096 FLOPs per MMA.
     assert tc.flops_per_launch(fp16, blocks=2, threads_per_block=256, trials=10) == 16 * 64 * 10 * 4096
-    assert tc.flops_per_launch(tc.SHAPES["fp64"], blocks=1, threads_per_block=32, trials=1, iters=8) == 8 * 512
+    assert tc.flops_per_launch(SHAPES["fp64"], blocks=1, threads_per_block=32, trials=1, iters=8) == 8 * 512
     # wgmma: 2 blocks x 256 threads = 4 warpgroups, 64 wgmmas x 10 trials, 2 x 64 x 256 x 16 FLOPs each.
-    wg = tc.WGMMA_SHAPES["fp16"]
+    wg = WGMMA_SHAPES["fp16"]
     assert tc.flops_per_launch(wg, blocks=2, threads_per_block=256, trials=10) == 4 * 64 * 10 * 524288
     assert tc.mmas_per_trial(blocks=2, threads_per_block=256, shape=wg) == 4 * 64
     with pytest.raises(ValueError):
@@ -142,12 +144,12 @@ def test_flop_accounting():
     with pytest.raises(ValueError, match="multiple of 128"):
         tc.flops_per_launch(wg, blocks=1, threads_per_block=64, trials=1)
     assert tc.compile_defines(fp16) == ("-DERT_MMA_TYPE=1", "-DERT_MMA_ITERS=64", "-DERT_MMA_SETS=8")
-    assert tc.compile_defines(tc.WGMMA_SHAPES["fp8"]) == ("-DERT_WGMMA_TYPE=4", "-DERT_WGMMA_ITERS=64")
-    assert tc.compile_defines(tc.WGMMA_SHAPES["int8"]) == ("-DERT_WGMMA_TYPE=5", "-DERT_WGMMA_ITERS=64")
-    assert tc.compile_defines(tc.SHAPES["int8"]) == ("-DERT_MMA_TYPE=6", "-DERT_MMA_ITERS=64", "-DERT_MMA_SETS=8")
+    assert tc.compile_defines(WGMMA_SHAPES["fp8"]) == ("-DERT_WGMMA_TYPE=4", "-DERT_WGMMA_ITERS=64")
+    assert tc.compile_defines(WGMMA_SHAPES["int8"]) == ("-DERT_WGMMA_TYPE=5", "-DERT_WGMMA_ITERS=64")
+    assert tc.compile_defines(SHAPES["int8"]) == ("-DERT_MMA_TYPE=6", "-DERT_MMA_ITERS=64", "-DERT_MMA_SETS=8")
     # INT8 counts integer operations the same way: 2 x 16 x 8 x 32 per IMMA, 2 x 64 x 256 x 32 per IGMMA.
-    assert tc.flops_per_launch(tc.SHAPES["int8"], blocks=1, threads_per_block=64, trials=3) == 2 * 64 * 3 * 8192
-    assert tc.flops_per_launch(tc.WGMMA_SHAPES["int8"], blocks=1, threads_per_block=128, trials=3) == \
+    assert tc.flops_per_launch(SHAPES["int8"], blocks=1, threads_per_block=64, trials=3) == 2 * 64 * 3 * 8192
+    assert tc.flops_per_launch(WGMMA_SHAPES["int8"], blocks=1, threads_per_block=128, trials=3) == \
         64 * 3 * 1048576
     assert tc.target_arch(wg, (9, 0)) == "sm_90a" and tc.target_arch(fp16, (9, 0)) == "sm_90"
     with pytest.raises(ValueError):
@@ -157,26 +159,26 @@ def test_flop_accounting():
 
 
 def test_operand_bits():
-    words = {name: tuple(tc.operand_word(s, v) for v in tc.operand_values(s)) for name, s in tc.SHAPES.items()}
+    words = {name: tuple(tc.operand_word(s, v) for v in tc.operand_values(s)) for name, s in SHAPES.items()}
     assert words == {"fp16": (0x3C003C00, 0x38003800), "bf16": (0x3F803F80, 0x3F003F00),
                      "tf32": (0x3F800000, 0x3F000000), "fp64": (0x3FF0000000000000, 0x3FE0000000000000),
                      "fp8": (0x38383838, 0x30303030), "int8": (0x01010101, 0x01010101)}
-    assert tc.operand_values(tc.SHAPES["fp16"]) == (tc.A_VALUE, tc.B_VALUE) == (1.0, 0.5)
-    int8 = tc.SHAPES["int8"]
+    assert tc.operand_values(SHAPES["fp16"]) == (tc.A_VALUE, tc.B_VALUE) == (1.0, 0.5)
+    int8 = SHAPES["int8"]
     # The kernel negates B byte by byte (__vneg4) on odd trials: -1 is 0xFF in every byte.
     assert tc.element_bits(int8, -1) == 0xFF and tc.operand_word(int8, -1) == 0xFFFFFFFF
-    assert tc.operand_word(int8, -128) == 0x80808080 and tc.operand_word(tc.WGMMA_SHAPES["int8"], 3) == 0x03030303
+    assert tc.operand_word(int8, -128) == 0x80808080 and tc.operand_word(WGMMA_SHAPES["int8"], 3) == 0x03030303
     for bad in (0.5, 128, -129):
         with pytest.raises(ValueError, match="s8"):
             tc.element_bits(int8, bad)
-    assert tc.element_bits(tc.SHAPES["fp8"], -0.5) == 0xB0  # the sign the kernel flips on odd trials
+    assert tc.element_bits(SHAPES["fp8"], -0.5) == 0xB0  # the sign the kernel flips on odd trials
     with pytest.raises(ValueError):
-        tc.element_bits(tc.SHAPES["fp8"], 0.3)
+        tc.element_bits(SHAPES["fp8"], 0.3)
     with pytest.raises(ValueError):
-        tc.element_bits(tc.SHAPES["bf16"], 1.0 + 2 ** -10)
+        tc.element_bits(SHAPES["bf16"], 1.0 + 2 ** -10)
 
 
-def _emulate(shape: tc.MmaShape, *, trials: int, iters: int, sets: int) -> np.ndarray:
+def _emulate(shape: MmaShape, *, trials: int, iters: int, sets: int) -> np.ndarray:
     """One warp's accumulators by doing every MMA as a matrix product in the accumulator type (one lane's view:
     every element of D is alike, so lane l's register r of set s holds the element its start value says).
     For wgmma the warp is one of its warpgroup's four; each holds the same (register + lane) values."""
@@ -220,7 +222,7 @@ def test_replay_matches_an_emulation_bit_exactly(shape):
 def test_int8_replay_is_exact_and_guarded_against_s32_overflow():
     """INT8: s32 accumulators, +-32 per IMMA / IGMMA; a skipped MMA shows after an odd trial count, and operand
     values that would overflow s32 within a trial are refused rather than replayed wrongly."""
-    for shape in (tc.SHAPES["int8"], tc.WGMMA_SHAPES["int8"]):
+    for shape in (SHAPES["int8"], WGMMA_SHAPES["int8"]):
         threads = shape.threads_per_mma
         odd = tc.replay(shape, threads=threads, trials=3)
         assert odd.dtype == np.int32
@@ -231,14 +233,14 @@ def test_int8_replay_is_exact_and_guarded_against_s32_overflow():
         with pytest.raises(ValueError, match="overflow"):
             tc.replay(shape, threads=threads, trials=1, a=127, b=127, iters=64 * 1024)
     # Emulated: each IMMA's s32 product K x 127 x 127 stays exact, and a large chain too, where it fits.
-    big = tc.replay(tc.SHAPES["int8"], threads=32, trials=1, a=127, b=127)
+    big = tc.replay(SHAPES["int8"], threads=32, trials=1, a=127, b=127)
     assert big[0, 0, 0] == 8 * 32 * 127 * 127
 
 
 def test_rated_a100_h100_match_nvidia_dense_figures():
     """NVIDIA's dense tensor TFLOP/s (A100 and H100 whitepapers/datasheets), within 1 %."""
     def rated(info):
-        return {r["precision"]: r["gflops_per_s"] / 1000 for r in tc.rated_tensor_peaks(info)}
+        return {r["precision"]: r["gflops_per_s"] / 1000 for r in nvidia.rated_tensor_peaks(info)}
     a100 = rated(A100)
     for precision, tflops in {"fp16": 312, "bf16": 312, "tf32": 156, "fp64": 19.5, "int8": 624}.items():
         assert a100[precision] == pytest.approx(tflops, rel=0.01), precision
@@ -250,7 +252,7 @@ def test_rated_a100_h100_match_nvidia_dense_figures():
     for precision, tflops in {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp8": 1978.9, "int8": 1978.9}.items():
         assert h100_tensor[precision] == pytest.approx(tflops, rel=0.01), precision
     assert h100["fp16"] == pytest.approx(989.4 * 1980 / 1830, rel=0.001)
-    rows = {r["precision"]: r for r in tc.rated_tensor_peaks(H100)}
+    rows = {r["precision"]: r for r in nvidia.rated_tensor_peaks(H100)}
     assert all("SMs x" in r["derivation"] for r in rows.values())
     # The roof's instruction: wgmma wherever Hopper has one, DMMA's mma.sync for FP64.
     assert {p: (r["instruction"], r["shape"]) for p, r in rows.items()} == {
@@ -266,22 +268,22 @@ def test_rated_a100_h100_match_nvidia_dense_figures():
 
 def test_rated_int8_on_ga10x_from_the_a40_datasheet():
     """sm_86 records INT8 only (A40: 299.3 dense TOPS, 84 SMs at 1740 MHz); its FP types stay unrated."""
-    rows = {r["precision"]: r for r in tc.rated_tensor_peaks(_info((8, 6), 84, 1740))}
+    rows = {r["precision"]: r for r in nvidia.rated_tensor_peaks(_info((8, 6), 84, 1740))}
     assert rows["int8"]["gflops_per_s"] / 1000 == pytest.approx(299.3, rel=0.001)
     assert "A40 datasheet" in rows["int8"]["derivation"] and rows["int8"]["instruction"] == "mma.sync"
     assert all(r["gflops_per_s"] is None and "no per-SM tensor rate recorded for sm_86" in r["derivation"]
                for p, r in rows.items() if p != "int8")
-    ada = {r["precision"]: r for r in tc.rated_tensor_peaks(_info((8, 9), 142, 2520))}
+    ada = {r["precision"]: r for r in nvidia.rated_tensor_peaks(_info((8, 9), 142, 2520))}
     assert ada["int8"]["gflops_per_s"] is None and "L40S" in ada["int8"]["derivation"]
     assert ada["int8"]["unit"] == "GIOP/s" and ada["int8"]["giops_per_s"] is None
 
 
 def test_unrated_architectures_say_why():
     for cc, words in (((8, 9), "Ada"), ((10, 0), "B200"), ((8, 6), "no per-SM tensor rate")):
-        rows = [r for r in tc.rated_tensor_peaks(_info(cc, 100, 1500)) if cc != (8, 6) or r["precision"] != "int8"]
+        rows = [r for r in nvidia.rated_tensor_peaks(_info(cc, 100, 1500)) if cc != (8, 6) or r["precision"] != "int8"]
         assert rows and all(r["gflops_per_s"] is None and words in r["derivation"] for r in rows), rows
-    assert "fp8" not in [r["precision"] for r in tc.rated_tensor_peaks(_info((10, 0), 148, 1965))]
-    no_clock = tc.rated_tensor_peaks(_info((8, 0), 108, 0))
+    assert "fp8" not in [r["precision"] for r in nvidia.rated_tensor_peaks(_info((10, 0), 148, 1965))]
+    no_clock = nvidia.rated_tensor_peaks(_info((8, 0), 108, 0))
     assert all(r["gflops_per_s"] is None and r["derivation"] == "no rated value: SM clock unknown" for r in no_clock)
 
 
@@ -302,7 +304,7 @@ def test_cubin_one_byte_short_is_completed():
 
 def test_sass_verdict_without_the_tools_says_so(monkeypatch):
     monkeypatch.setattr(tc, "sass_tools", lambda: (None, None))
-    verdict = tc.sass_verdict(tc.SHAPES["fp16"], b"\x7fELF")
+    verdict = tc.sass_verdict(SHAPES["fp16"], b"\x7fELF")
     assert verdict["ok"] is None and verdict["detail"].startswith("SASS not checked: cuobjdump and nvdisasm not found")
 
 
@@ -326,11 +328,11 @@ def _cc(arch: str) -> tuple[int, int]:
     return int(digits[:-1]), int(digits[-1])
 
 
-def _variants(arch: str, iter_sets=ITER_SETS) -> list[tuple[tc.MmaShape, int, int]]:
+def _variants(arch: str, iter_sets=ITER_SETS) -> list[tuple[MmaShape, int, int]]:
     cc = _cc(arch)
     if arch.endswith("a"):
-        return [(shape, iters, 1) for shape in tc.WGMMA_SHAPES.values() for iters in {i for i, _ in iter_sets}]
-    shapes = tc.shapes_for(cc) if arch != "sm_89" else [tc.SHAPES["fp8"], tc.SHAPES["int8"]]
+        return [(shape, iters, 1) for shape in WGMMA_SHAPES.values() for iters in {i for i, _ in iter_sets}]
+    shapes = tc.shapes_for(cc) if arch != "sm_89" else [SHAPES["fp8"], SHAPES["int8"]]
     return [(shape, iters, sets) for shape in shapes for iters, sets in iter_sets]
 
 
@@ -465,7 +467,7 @@ def test_emulated_fp8_is_refused_by_the_sass_check(tmp_path, arch):
     product folded); the kernel refuses to compile it, and forced through, the SASS check refuses it."""
     rc, _, err = _nvcc(("-ptx", f"-arch={arch}", "-DERT_MMA_TYPE=5"), KERNEL, tmp_path / "x.ptx")
     assert rc != 0 and "emulated by ptxas" in err
-    shape = tc.SHAPES["fp8"]
+    shape = SHAPES["fp8"]
     rc, _, err = _nvcc(("-cubin", f"-arch={arch}", "-DERT_MMA_TYPE=5", "-DERT_TEST_EMULATED_FP8"), KERNEL,
                        tmp_path / "x.cubin")
     assert rc == 0, err
@@ -477,7 +479,7 @@ def test_emulated_fp8_is_refused_by_the_sass_check(tmp_path, arch):
 @needs_sass
 def test_sass_verdict_reads_a_cubin_one_byte_short(tmp_path):
     """What the backend does on the GPU: the NVRTC image (one byte short through CuPy) completed, then counted."""
-    shape = tc.WGMMA_SHAPES["bf16"]
+    shape = WGMMA_SHAPES["bf16"]
     source = tmp_path / "k.cu"
     source.write_text(_batch([(shape, 64, 1)]).replace("#define ERT_NAME_SUFFIX _v0", "#define ERT_NAME_SUFFIX"))
     rc, _, err = _nvcc(("-cubin", "-arch=sm_90a"), source, tmp_path / "k.cubin")
@@ -542,7 +544,7 @@ def test_compiles_with_no_defines(tmp_path):
     assert len(re.findall(r"\bmma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32\b", text)) == tc.DEFAULT_ITERS
     rc, text, err = _nvcc(("-ptx", "-arch=sm_90a"), KERNEL.parent / tc.WGMMA_KERNEL_FILE, tmp_path / "w.ptx")
     assert rc == 0, err
-    assert text.count(tc.WGMMA_SHAPES["fp16"].ptx + " ") == tc.DEFAULT_ITERS
+    assert text.count(WGMMA_SHAPES["fp16"].ptx + " ") == tc.DEFAULT_ITERS
 
 
 def _nvrtc_reason() -> str:
@@ -557,11 +559,11 @@ def _nvrtc_reason() -> str:
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(bool(_nvrtc_reason()) or CUOBJDUMP is None, reason=_nvrtc_reason() or "needs cuobjdump")
-@pytest.mark.parametrize("shape, cc", [*((s, (9, 0)) for s in tc.WGMMA_SHAPES.values()),
-                                       (tc.SHAPES["fp16"], (8, 0)), (tc.SHAPES["fp64"], (9, 0)),
-                                       (tc.SHAPES["fp8"], (8, 9)), (tc.SHAPES["fp8"], (12, 0)),
-                                       (tc.SHAPES["int8"], (8, 0)), (tc.SHAPES["int8"], (10, 0))],
-                         ids=lambda x: _id(x) if isinstance(x, tc.MmaShape) else f"sm_{x[0]}{x[1]}")
+@pytest.mark.parametrize("shape, cc", [*((s, (9, 0)) for s in WGMMA_SHAPES.values()),
+                                       (SHAPES["fp16"], (8, 0)), (SHAPES["fp64"], (9, 0)),
+                                       (SHAPES["fp8"], (8, 9)), (SHAPES["fp8"], (12, 0)),
+                                       (SHAPES["int8"], (8, 0)), (SHAPES["int8"], (10, 0))],
+                         ids=lambda x: _id(x) if isinstance(x, MmaShape) else f"sm_{x[0]}{x[1]}")
 def test_nvrtc_builds_what_the_backend_loads(shape, cc):
     """CupyDevice.tensor_function's build without its GPU: NVRTC with the backend's options for the target
     (sm_90a for wgmma), the image completed, its SASS counted."""
@@ -583,10 +585,10 @@ def _gpu_shape(name: str, instruction: str):
 
     device = cuda_mod.CupyDevice(0)
     cc = device.info.compute_capability
-    offered = {s.instruction: s for s in tc.tensor_variants(cc, name)}
+    offered = {s.instruction: s for s in nvidia.tensor_variants(cc, name)}
     if instruction not in offered:
         pytest.skip(f"{name} {instruction} is not measured on {device.info.arch}: "
-                    f"{tc.no_tensor_why(cc, name) or 'another instruction is'}")
+                    f"{nvidia.no_tensor_why(cc, name) or 'another instruction is'}")
     return cupy, device, offered[instruction]
 
 
@@ -625,10 +627,10 @@ def test_gpu_kernel_leaves_the_replayed_values(name, instruction):
 def test_gpu_reaches_the_rated_tensor_peak(name, instruction):
     cupy, device, shape = _gpu_shape(name, instruction)
     info = device.info
-    rated = {r["precision"]: r for r in tc.rated_tensor_peaks(info)}[name]
+    rated = {r["precision"]: r for r in nvidia.rated_tensor_peaks(info)}[name]
     if rated["gflops_per_s"] is None:
         pytest.skip(f"no rated figure: {rated['derivation']}")
-    note = tc.mma_sync_note(info.compute_capability, name) if instruction == "mma.sync" else ""
+    note = nvidia.mma_sync_note(info.compute_capability, name) if instruction == "mma.sync" else ""
     launch = tc.tensor_launches(info, shape)[0]
     blocks, threads = launch["blocks"], launch["threads"]
     trials = 2000 if instruction == "mma.sync" else 200
@@ -721,9 +723,9 @@ class EmulatedTensorGpu:
         self.launch(function, blocks=blocks, threads=threads, args=args)
         shape = function[1]
         # An unrated architecture (Ada) times at Hopper's per-SM rates: only the values are checked there.
-        rates = tc.TENSOR_FLOPS_PER_CYCLE_PER_SM
+        rates = nvidia.TENSOR_FLOPS_PER_CYCLE_PER_SM
         per_sm = rates.get(self.info.compute_capability, rates[(9, 0)])[shape.name]
-        below = shape.instruction == "mma.sync" and tc.mma_sync_note(self.info.compute_capability, shape.name)
+        below = shape.instruction == "mma.sync" and nvidia.mma_sync_note(self.info.compute_capability, shape.name)
         rate = (self.mma_sync_fraction if below else self.fraction) * self.info.sm_count * self.clock * 1e6 * per_sm
         return 2e-6 + tc.flops_per_launch(shape, blocks=blocks, threads_per_block=threads, trials=int(args[1])) / rate
 
@@ -768,9 +770,9 @@ def test_tensor_spec_and_record_shape():
     assert spec.key == "fp16-tensor-mma-f4096" and spec.bytes_per_element == 0
     assert spec.to_dict()["pipe"] == "tensor" and KernelSpec.from_dict(spec.to_dict()) == spec
     assert "instruction" not in spec.to_dict()  # mma.sync records as before issue 23
-    wg = tc.spec_of(tc.WGMMA_SHAPES["fp8"])
+    wg = tc.spec_of(WGMMA_SHAPES["fp8"])
     assert wg.key == "fp8-tensor-wgmma-f1048576" and wg.to_dict()["instruction"] == "wgmma"
-    assert KernelSpec.from_dict(wg.to_dict()) == wg and tc.shape_of(wg) is tc.WGMMA_SHAPES["fp8"]
+    assert KernelSpec.from_dict(wg.to_dict()) == wg and tc.shape_of(wg) is WGMMA_SHAPES["fp8"]
     assert "pipe" not in KernelSpec("fp16", 2, True).to_dict()  # vector records unchanged
     for bad in (dict(precision="int32"), dict(fma=False), dict(flops_per_element=3000), dict(instruction="tcgen05")):
         with pytest.raises(ValueError):
@@ -823,8 +825,8 @@ def test_precision_policy_keeps_fp8_only_where_native_and_refuses_a_backend_with
         and "tcgen05" in warning and "\n" not in warning
     backend = _tensor_backend(SMALL_H100, config=cfg)
     assert not backend.supports(KernelSpec("fp8", 8192, True, pipe="tensor"))  # emulated mma.sync: never measured
-    assert backend.supports(tc.spec_of(tc.WGMMA_SHAPES["fp8"]))
-    assert not _tensor_backend(SMALL_A100).supports(tc.spec_of(tc.WGMMA_SHAPES["fp16"]))
+    assert backend.supports(tc.spec_of(WGMMA_SHAPES["fp8"]))
+    assert not _tensor_backend(SMALL_A100).supports(tc.spec_of(WGMMA_SHAPES["fp16"]))
 
     class NoTensor:
         name = "numba-cpu"
@@ -836,7 +838,7 @@ def test_precision_policy_keeps_fp8_only_where_native_and_refuses_a_backend_with
         supported_precisions(from_dict({"tensor": ["fp16"]}), NoTensor())
 
 
-@pytest.mark.parametrize("shape", [*tc.WGMMA_SHAPES.values(), *tc.SHAPES.values()], ids=_id)
+@pytest.mark.parametrize("shape", [*WGMMA_SHAPES.values(), *SHAPES.values()], ids=_id)
 def test_backend_checks_every_accumulator(shape):
     props = SMALL_H100 if shape.supported((9, 0)) else {**SMALL_H100, "major": 8, "minor": 9}
     backend = _tensor_backend(props)
@@ -917,7 +919,7 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     assert all(c["unit"] == "GFLOP/s" and "giops_per_s" not in c for (p, _), c in tensor.items() if p != "int8")
     for (name, instruction), c in tensor.items():
         # 4 SMs x 1755 MHz x the per-SM rate; the emulated GPU runs at 90 % (50 % for sm_90's mma.sync).
-        per_sm = tc.TENSOR_FLOPS_PER_CYCLE_PER_SM[(9, 0)][name]
+        per_sm = nvidia.TENSOR_FLOPS_PER_CYCLE_PER_SM[(9, 0)][name]
         assert c["rated"]["gflops_per_s"] == pytest.approx(4 * 1755e6 * per_sm / 1e9, abs=0.1)
         below = instruction == "mma.sync" and name != "fp64"
         assert (0.45 < c["rated"]["ratio"] <= 0.5) if below else (0.85 < c["rated"]["ratio"] <= 0.9), (name, c)
@@ -992,8 +994,8 @@ def test_tensor_points_above_the_rated_peak_are_invalid(tmp_path):
     peak = rated["tensor"]["fp16"]["gflops_per_s"]  # 4 x 1980 MHz x 4096 = 32440 GFLOP/s
     assert peak == pytest.approx(32440.3, abs=0.1)
     for spec, what in ((KernelSpec("fp16", 4096, True, pipe="tensor"), "fp16 tensor GFLOP/s"),
-                       (tc.spec_of(tc.WGMMA_SHAPES["fp16"]), "fp16 tensor (wgmma) GFLOP/s"),
-                       (tc.spec_of(tc.WGMMA_SHAPES["int8"]), "int8 tensor (wgmma) GIOP/s")):
+                       (tc.spec_of(WGMMA_SHAPES["fp16"]), "fp16 tensor (wgmma) GFLOP/s"),
+                       (tc.spec_of(WGMMA_SHAPES["int8"]), "int8 tensor (wgmma) GIOP/s")):
         peak = rated["tensor"][spec.precision]["gflops_per_s"]
         mmas = 8192
         seconds = mmas * spec.flops_per_element * 10 / (1.2 * peak * 1e9)
@@ -1003,6 +1005,7 @@ def test_tensor_points_above_the_rated_peak_are_invalid(tmp_path):
         assert not out[0]["valid"] and what in warnings[0], warnings
 
 
+@pytest.mark.slow
 def test_ert_run_refuses_tensor_on_a_cpu_backend(tmp_path):
     from conftest import run_cmd
 

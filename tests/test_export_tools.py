@@ -25,6 +25,8 @@ import pytest
 
 from conftest import command, run_cmd
 
+pytestmark = pytest.mark.slow  # every test runs `ert analyze`/`ert export` and most the tool itself
+
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[1]
 # A real bare `ert-run` (AMD EPYC Zen 4 KVM guest, 2 threads, 2026-11-25): every level, both precisions and

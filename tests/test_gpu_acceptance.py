@@ -136,21 +136,21 @@ def test_the_pytest_steps_use_declared_markers_and_keep_their_reports(dry):
 
 
 def test_ncu_captures_the_metrics_ert_profile_reads_and_profile_reads_the_exports(dry):
-    from ert.consumers import appdata
+    from ert.consumers import appdata, ncu_csv
 
     out, stdout = dry
     cmds = commands(stdout)
     captures = [argv for argv, _ in cmds if argv[0] == "ncu" and "--metrics" in argv]
     assert captures
     main = set(captures[0][captures[0].index("--metrics") + 1].split(","))
-    wanted = {appdata.TIME_METRIC} | {appdata.LEVEL_METRICS[level][0][0] for level in ("L1", "L2", "DRAM")}
+    wanted = {ncu_csv.TIME_METRIC} | {ncu_csv.LEVEL_METRICS[level][0][0] for level in ("L1", "L2", "DRAM")}
     wanted |= {f"sm__sass_thread_inst_executed_op_{p}{op}_pred_on.sum" for _, p in appdata.PRECISION_LETTERS
                for op in ("add", "mul", "fma")}
     assert wanted <= main, wanted - main
     # The optional capture asks for the tensor and integer metrics ert profile knows.
     extra = set(captures[1][captures[1].index("--metrics") + 1].split(",")) - main
-    assert appdata.INTEGER_METRIC in extra and appdata.TENSOR_TOTAL_METRIC in extra
-    assert {name for _, names, _ in appdata.TENSOR_METRICS for name in names} <= extra
+    assert ncu_csv.INTEGER_METRIC in extra and ncu_csv.TENSOR_TOTAL_METRIC in extra
+    assert {name for _, names, _ in ncu_csv.TENSOR_METRICS for name in names} <= extra
     # Each capture runs the driver; ert profile reads the two CSV layouts that the exports write.
     for argv in captures:
         assert argv[-1] == "benchmarks/gpu_ncu_driver.py" and argv[-2] == sys.executable

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ert.ceilings_io import SCHEMA_VERSION
-from ert.hardware import cpu as cpu_rated
+from ert.hardware import cpu
 from ert.backends.check import mix_expected_bits, replay_mix, replay_rw_int, replay_rw_int_stepwise
 from ert.ceilings_io import load_ceilings
 from ert.config import from_dict
@@ -68,22 +68,23 @@ def test_config_int_ops_and_mixes_plan():
 
 
 def test_rated_zen5_add_and_mixes_derived():
-    rated = cpu_rated.rated_ceilings(arch=cpu_rated.TABLE["znver5"], why_none="", clock_ghz=4.0, clock_how="t",
+    rated = cpu.rated_ceilings(arch=cpu.TABLE["znver5"], why_none="", clock_ghz=4.0, clock_how="t",
                                      cores=2)
     by = {(e["precision"], e.get("op"), e.get("mix")): e for e in rated["compute"]}
     assert by[("int32", "add", None)]["gflops_per_s"] == 2 * 4.0 * 16 * 4
     assert by[("fp64", None, "fma+add")]["gflops_per_s"] == 2 * 4.0 * 8 * 2 * 3  # 1.5 x the FMA peak
     assert by[("fp32", None, "int32+fp32")]["gflops_per_s"] is None
     assert by[("fp32", None, "int32+fp32")]["derivation"].startswith("no rated value:")
-    skx = cpu_rated.rated_ceilings(arch=cpu_rated.TABLE["skylake-avx512"], why_none="", clock_ghz=2.0,
+    skx = cpu.rated_ceilings(arch=cpu.TABLE["skylake-avx512"], why_none="", clock_ghz=2.0,
                                    clock_how="t", cores=1)
     by = {(e["precision"], e.get("op"), e.get("mix")): e for e in skx["compute"]}
     assert by[("fp64", None, "fma+add")]["gflops_per_s"] == 2.0 * 8 * 2 / 2 * 3  # adds share the FMA ports
     assert by[("fp32", None, "int32+fp32")]["gflops_per_s"] == 2.0 * 16 * 0.5 * 4
 
 
+@pytest.mark.slow
 def test_numba_add_kernel_assembly_is_vector_adds_only():
-    from ert.backends.numba_cpu import configure_numba_env
+    from ert.backends.numba_codegen import configure_numba_env
 
     configure_numba_env(1)
     from numba import njit
@@ -104,6 +105,7 @@ def test_numba_add_kernel_assembly_is_vector_adds_only():
     assert len(loop_adds) >= 8 and "vpmulld" not in asm  # 8 chains, no fold into a multiply
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ADD_SPECS[1:2] + MIX_SPECS, ids=lambda s: s.key)
 def test_numba_kernels_check_exactly_and_catch_damage(spec):
     from ert.backends.numba_cpu import NumbaCpuBackend
@@ -120,6 +122,7 @@ def test_numba_kernels_check_exactly_and_catch_damage(spec):
     b.close()
 
 
+@pytest.mark.slow
 def test_mix_and_add_run_end_to_end(tmp_path):
     cfg = tmp_path / "mix.yaml"
     cfg.write_text("backend: numba-cpu\nprecisions: [fp32, int32]\nflops_per_element: [1, 32]\nfma: both\n"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ert.ceilings_io import SCHEMA_VERSION
-from ert.hardware import cpu as cpu_rated
+from ert.hardware import cpu
 from ert.backends.check import replay_rw, replay_rw_int, replay_rw_int_stepwise
 from ert.ceilings_io import load_ceilings
 from ert.config import load
@@ -57,6 +57,7 @@ def backend():
     b.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", [s for s in INT_SPECS if s.flops_per_element in (1, 8)], ids=lambda s: s.key)
 def test_kernels_match_the_exact_replay(backend, spec):
     assert backend.supports(spec) and not backend.supports(KernelSpec(spec.precision, 1, False, "ro"))
@@ -73,6 +74,7 @@ def test_kernels_match_the_exact_replay(backend, spec):
     assert not result.ok and "1 element(s) differ" in result.detail
 
 
+@pytest.mark.slow
 def test_kernels_wrap_modulo_two_to_the_bits(backend):
     # 16 multiply-adds by 1103515245 overflow any int32 at once: the values must be the wrapped ones.
     spec = KernelSpec("int32", 32, False)
@@ -88,7 +90,7 @@ def test_kernels_wrap_modulo_two_to_the_bits(backend):
 ASM = textwrap.dedent("""
     import json, warnings
     from numba import types
-    from ert.backends.numba_cpu import configure_numba_env
+    from ert.backends.numba_codegen import configure_numba_env
     configure_numba_env(2)
     from ert.kernels import numba_cpu as k
     i64 = types.int64
@@ -111,6 +113,7 @@ def _features() -> str:
     return llvm.get_host_cpu_features().flatten()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64") or "+avx512dq" not in _features(),
                     reason="reads AVX-512 (DQ: vpmullq) mnemonics")
 def test_assembly_is_vector_integer_multiply_and_add_on_zmm(tmp_path):
@@ -131,18 +134,18 @@ def test_assembly_is_vector_integer_multiply_and_add_on_zmm(tmp_path):
 
 
 def test_rated_integer_values_only_where_the_table_knows_them():
-    skx, _ = cpu_rated.lookup("skylake-avx512", "Intel(R) Xeon(R) Platinum 8180")
+    skx, _ = cpu.lookup("skylake-avx512", "Intel(R) Xeon(R) Platinum 8180")
     assert skx.iops_per_cycle("int32") == pytest.approx(16 * 2 / 1.5)
     assert skx.iops_per_cycle("int64") == pytest.approx(8.0)
-    silver, _ = cpu_rated.lookup("skylake-avx512", "Intel(R) Xeon(R) Silver 4114")
+    silver, _ = cpu.lookup("skylake-avx512", "Intel(R) Xeon(R) Silver 4114")
     assert silver.iops_per_cycle("int32") is None  # one 512-bit unit: left out, not guessed
-    zen5, _ = cpu_rated.lookup("znver5")
-    rated = cpu_rated.rated_ceilings(arch=zen5, why_none="", clock_ghz=4.0, clock_how="test", cores=2)
+    zen5, _ = cpu.lookup("znver5")
+    rated = cpu.rated_ceilings(arch=zen5, why_none="", clock_ghz=4.0, clock_how="test", cores=2)
     # The multiply-add roofs (schema 1.4 added add-only roofs, op "add", which Zen 5 does rate).
     ints = [c for c in rated["compute"] if c["precision"].startswith("int") and c.get("op", "madd") == "madd"]
     assert [c["precision"] for c in ints] == ["int32", "int64"]
     assert all(c["gflops_per_s"] is None and c["derivation"].startswith("no rated value:") for c in ints)
-    rated = cpu_rated.rated_ceilings(arch=skx, why_none="", clock_ghz=2.0, clock_how="test", cores=4)
+    rated = cpu.rated_ceilings(arch=skx, why_none="", clock_ghz=2.0, clock_how="test", cores=4)
     int32 = next(c for c in rated["compute"] if c["precision"] == "int32")
     assert int32["gflops_per_s"] == pytest.approx(4 * 2.0 * 16 * 2 / 1.5, abs=0.1)
     assert int32["unit"] == "GIOP/s" and "vpmulld" in int32["derivation"]
@@ -174,6 +177,7 @@ def test_bad_integer_configs_fail_in_one_line(tmp_path, text, key, words):
         assert info.value.key == key
 
 
+@pytest.mark.slow
 def test_integer_config_validates():
     from importlib import resources
 

@@ -1,4 +1,4 @@
-"""Transfer levels' shared host logic (ert/backends/links.py): sizes, records, checks, rated PCIe/C2C/NVLink, sysfs."""
+"""Transfer levels' shared host logic (ert/backends/links.py): the pattern and its check, records, checks, rated PCIe/C2C/NVLink, sysfs."""
 
 from __future__ import annotations
 
@@ -11,18 +11,6 @@ from ert.hardware import links as hw_links
 from ert.backends import links
 from ert.measure import transfers as stage
 from ert.rawio import transfer_gbytes_per_s, transfer_latency_us, transfer_record
-
-
-def test_sizes_are_geometric_page_multiples_and_increasing():
-    sizes = links.link_sizes(min_bytes=4096, max_bytes=1 << 20, per_octave=2)
-    assert sizes[0] == 4096 and sizes[-1] == 1 << 20
-    assert sizes == sorted(set(sizes)) and all(s % 4096 == 0 for s in sizes)
-    # Half octaves below 16 KiB round onto the same page: kept once.
-    assert sizes[:4] == [4096, 8192, 16384, 20480] and len(sizes) == 15
-    assert len(links.link_sizes(min_bytes=65536, max_bytes=1 << 20, per_octave=2)) == 9
-    assert links.link_sizes(min_bytes=64, max_bytes=256) == [64, 128, 256]
-    with pytest.raises(ValueError):
-        links.link_sizes(min_bytes=4096, max_bytes=1024)
 
 
 def test_record_follows_the_contract_and_its_rate_and_latency():

@@ -1,4 +1,5 @@
-"""The Numba CPU kernels and their host-replay check, run for real."""
+"""The Numba CPU kernels and their host-replay check, run for real (slow: every test compiles kernels or reads
+the assembly Numba made); the backend's host logic that compiles nothing is tests/test_numba_cpu.py."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ import numpy as np
 import pytest
 
 from ert.backends import check
-from ert.backends import numba_cpu as backend_mod
-from ert.backends.numba_cpu import A, ALIGN_BYTES, C, NumbaCpuBackend, _aligned_empty
+from ert.backends.numba_cpu import A, ALIGN_BYTES, C, NumbaCpuBackend
 from ert.backends.check import fma_exact, replay_rw
 from ert.kernels import numba_cpu as kernels
 from ert.spec import KernelSpec
+
+pytestmark = pytest.mark.slow
 
 THREADS = 2
 
@@ -200,7 +202,7 @@ ASM_SCRIPT = textwrap.dedent("""
     import json, re, sys, warnings
     import numpy as np
     from numba import types
-    from ert.backends.numba_cpu import Geometry, chain_candidates, configure_numba_env, effective_codegen, vector_isa
+    from ert.backends.numba_codegen import Geometry, chain_candidates, configure_numba_env, effective_codegen, vector_isa
     configure_numba_env(2)
     from ert.kernels import numba_cpu as k
     vector_bytes, registers = vector_isa(effective_codegen()["cpu_features"])
@@ -450,12 +452,6 @@ def test_host_l1_loops(asm, precision):
     assert ro["stores"] == 0 and ro["loads"] == ro["ops"] and ro["chains"] >= 8, ro
 
 
-def test_configure_numba_env_keeps_a_user_setting(monkeypatch):
-    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2")
-    assert backend_mod.configure_numba_env() == {}
-    assert os.environ["NUMBA_CPU_FEATURES"] == "+avx2"
-
-
 # --------------------------------------------------------------------------- the host side of the kernels
 
 
@@ -467,15 +463,6 @@ def test_initial_values_are_what_init_blocks_writes():
 
 
 # --------------------------------------------------------------------------- alignment
-
-
-@pytest.mark.parametrize("n", [1, 7, 64, 1000, 4099])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_aligned_empty(n, dtype):
-    arrays = [_aligned_empty(n, dtype) for _ in range(8)]
-    for arr in arrays:
-        assert arr.ctypes.data % ALIGN_BYTES == 0
-        assert arr.size == n and arr.dtype == dtype
 
 
 def test_the_backends_buffer_is_aligned_for_its_widest_vector(backend):

@@ -25,7 +25,7 @@ from ert.config import from_dict
 from ert.errors import ErtError
 from ert.spec import KernelSpec
 
-pytestmark = pytest.mark.skipif(not pyopencl_importable(), reason="pyopencl is not importable here")
+pytestmark = [pytest.mark.skipif(not pyopencl_importable(), reason="pyopencl is not importable here"), pytest.mark.slow]
 needs_device = pytest.mark.opencl_device
 
 
@@ -200,15 +200,6 @@ def test_selection_by_name_index_and_type():
             select_device(OpenCLOptions(device_type=kind))
 
 
-def test_selector_text_for_the_command_line():
-    from ert.backends.opencl_devices import parse_selector
-
-    assert parse_selector("gpu") == {"device_type": "gpu"}
-    assert parse_selector("1") == {"device": 1}
-    assert parse_selector("pocl:EPYC") == {"platform": "pocl", "device": "EPYC"}
-    assert parse_selector("0:") == {"platform": 0, "device": None}
-
-
 # ----------------------------------------------------------------------------- geometry, build, timing
 @needs_device
 def test_launches_follow_the_config_and_fit_the_working_set():
@@ -273,13 +264,6 @@ def test_programs_are_cached_and_never_built_in_a_timed_region(cl_backend):
     assert len(ocl._PROGRAMS) == 1
     cl_backend.prepare(KernelSpec("fp32", 32, False), elements_per_thread=cl_backend.granule_elements(spec) * 8)
     assert len(ocl._PROGRAMS) == 2
-
-
-def test_kernel_source_ships_in_the_package():
-    from ert.backends.opencl import kernel_source
-
-    text = kernel_source()
-    assert "#pragma OPENCL FP_CONTRACT OFF" in text and "__kernel void ert_rw" in text
 
 
 _ASM_SCRIPT = textwrap.dedent("""

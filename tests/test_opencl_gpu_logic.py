@@ -1,5 +1,6 @@
 """The OpenCL backend's GPU decisions that need no GPU: cache hints and memory name by vendor, device
-preference, the FP_CONTRACT OFF check on real PTX, and local sizes against the kernel's own limit."""
+preference, the FP_CONTRACT OFF check on real PTX, and local sizes against the kernel's own limit; and its
+host logic that needs no device at all (the --device selector text, the kernel source shipped)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ert.backends import cuda_host
+from ert.hardware import nvidia
 from ert.backends.opencl import contract_warning, usable_local_sizes
 from ert.backends.opencl_devices import fused_multiply_adds, gpu_cache_hints, preferred_order
 
@@ -40,10 +42,10 @@ def test_other_vendors_report_their_last_level_cache_and_memory_is_named_as_on_c
     caches, memory = gpu_cache_hints(vendor="Advanced Micro Devices, Inc.", global_mem_cache_bytes=8 << 20,
                                      host_unified=False)
     assert caches == [{"level": 2, "kind": "Unified", "size_bytes": 8 << 20, "shared_cpu_count": 1}]
-    assert memory == "DRAM" == cuda_host.memory_name(None)
+    assert memory == "DRAM" == nvidia.memory_name(None)
     assert gpu_cache_hints(vendor="Intel(R) Corporation", global_mem_cache_bytes=0, host_unified=True) == ([], "DRAM")
-    assert cuda_host.memory_name(384) == "DRAM" and cuda_host.memory_name(4096) == "HBM"
-    assert cuda_host.memory_name(4096, host_unified=True) == "DRAM"
+    assert nvidia.memory_name(384) == "DRAM" and nvidia.memory_name(4096) == "HBM"
+    assert nvidia.memory_name(4096, host_unified=True) == "DRAM"
 
 
 class _Device:
@@ -152,3 +154,19 @@ def test_build_failures_are_read_down_to_their_first_error_line():
     assert first_error_line("clBuildProgram failed\n\nBuild on <dev>:\n\nsomething broke\n") == "something broke"
     assert first_error_line("clBuildProgram failed: OUT_OF_HOST_MEMORY") == "clBuildProgram failed: OUT_OF_HOST_MEMORY"
     assert first_error_line("") == "no build log"
+
+
+def test_selector_text_for_the_command_line():
+    from ert.backends.opencl_devices import parse_selector
+
+    assert parse_selector("gpu") == {"device_type": "gpu"}
+    assert parse_selector("1") == {"device": 1}
+    assert parse_selector("pocl:EPYC") == {"platform": "pocl", "device": "EPYC"}
+    assert parse_selector("0:") == {"platform": 0, "device": None}
+
+
+def test_kernel_source_ships_in_the_package():
+    from ert.backends.opencl import kernel_source
+
+    text = kernel_source()
+    assert "#pragma OPENCL FP_CONTRACT OFF" in text and "__kernel void ert_rw" in text

@@ -17,7 +17,7 @@ from ert.measure import transfers as stage
 from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
 
 pytestmark = [pytest.mark.skipif(not pyopencl_importable(), reason="pyopencl is not importable here"),
-              pytest.mark.opencl_device]
+              pytest.mark.opencl_device, pytest.mark.slow]
 SIZES = [4096, 65536, 1 << 20]
 
 

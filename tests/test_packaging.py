@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here runs ert-run, pip or a tool as a process
+
 REPO = Path(__file__).resolve().parents[1]
 
 

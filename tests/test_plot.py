@@ -7,6 +7,8 @@ import pytest
 from conftest import REPO, run_cmd, stderr_lines
 from ert.consumers.plot import _fmt_rate
 
+pytestmark = pytest.mark.slow  # every test here runs ert-run, pip or a tool as a process
+
 DATA = REPO / "tests" / "data"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -141,3 +141,22 @@ def test_a_device_backend_with_only_cpu_devices_yields_to_the_cpu_backend(tmp_pa
     finally:
         sys.modules.pop("ert_fake_ocl", None)
         sys.modules.pop("ert_fake_cpu", None)
+
+
+def test_every_backend_is_created_with_the_same_keywords_and_a_wrong_one_fails():
+    """REGISTRY.create's contract: threads, options, local_rank, local_size and nothing else; a misspelt or
+    retired keyword (benchmarks/opencl_vs_numba.py once passed config=) is a TypeError, never dropped."""
+    import importlib
+    import inspect
+
+    for name in REGISTRY.names():
+        create = importlib.import_module(REGISTRY.entry(name).module).create
+        params = inspect.signature(create).parameters
+        assert set(params) == {"threads", "options", "local_rank", "local_size"}, name
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values()), name
+    from ert.backends import numba_cpu
+
+    with pytest.raises(TypeError, match="config"):
+        numba_cpu.create(threads=1, config={"opencl": {}})
+    with pytest.raises(TypeError, match="no backend options"):
+        numba_cpu.create(threads=1, options={"cpu_reference": False})

@@ -13,7 +13,6 @@ from ert.warning_codes import CODES
 from ert.ceilings_io import SCHEMA_VERSION
 from ert.measure.adaptive import AdaptivePlanner
 from ert.ceilings_io import load_ceilings, validate
-from ert.cli.run import _thread_counts
 from ert.config import load
 from ert.measure.driver import _cache_resident_bytes, cache_windows
 from ert.consumers.report import format_ceilings
@@ -147,11 +146,6 @@ def test_the_plan_of_each_count_has_the_same_per_thread_sets(scaling_run):
 def test_bad_flags_are_one_line_errors(tmp_path, flag, value, problem):
     proc = run_cmd("ert-run", "--out", tmp_path / "r", flag, value)
     assert proc.returncode == 2 and problem in proc.stderr and "Traceback" not in proc.stderr
-
-
-def test_thread_counts_parse():
-    assert _thread_counts("2") == 2
-    assert _thread_counts("2,1") == [1, 2]
 
 
 def test_adaptive_run_resumes_after_kill_9_and_finishes_its_plan(tmp_path):

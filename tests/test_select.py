@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ert.cli import select
+from ert.cli.run import _thread_counts
 from ert.config import from_dict
 from ert.errors import ErtError
 
@@ -64,3 +65,8 @@ def test_resolve_names_where_an_unknown_backend_came_from():
 def test_thread_scaling_is_refused_on_a_device_backend():
     with pytest.raises(ErtError, match="thread scaling measures CPU threads; backend 'opencl'"):
         select.resolve(cfg("opencl", threads=4, thread_counts=[2, 4]), source="x.yaml", backend_flag=False)
+
+
+def test_thread_counts_parse():
+    assert _thread_counts("2") == 2
+    assert _thread_counts("2,1") == [1, 2]

@@ -309,7 +309,7 @@ def test_consumers_keep_transfer_levels_apart_from_memory_roofs(tmp_path):
 
 
 def test_plot_and_profile_use_the_link_roofs(tmp_path):
-    from ert.consumers.appdata import read_ncu_csv
+    from ert.consumers.ncu_csv import read_ncu_csv
     from ert.consumers.plot import _fmt_rate, plot_roofline
     from ert.consumers.profile import profile_kernel
 

@@ -17,7 +17,7 @@ import yaml
 
 from conftest import command
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 NET = {
     "backend": "numba-cpu",

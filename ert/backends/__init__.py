@@ -225,7 +225,8 @@ class Registry:
         raise ErtError("no backend is available (" + "; ".join(reasons) + ")", key="backend")
 
     def create(self, name: str, **options) -> Backend:
-        """The backend object.  Options every backend's create() accepts (and may ignore):
+        """The backend object.  The keywords every backend's create() accepts (and may ignore), and no
+        others (a misspelt one is a TypeError, never silently dropped):
         ``threads`` (host threads per rank), ``options`` (its own block of the config, e.g.
         ``RunConfig.opencl``: a backend gets the values it needs, never the whole config),
         ``local_rank`` and ``local_size`` (this rank's index and the rank count on its node).

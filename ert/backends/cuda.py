@@ -1,9 +1,9 @@
 """CUDA backend: runs kernels/ert_cuda.cu through CuPy on the GPU that this rank's index on its node selects.
 
 Everything that needs a GPU is in ``CupyDevice`` and is kept to CuPy calls;
-every decision (device choice, launch geometry, trial bookkeeping, checks,
-rated peaks) is host logic in ``ert.backends.cuda_host`` or ``CudaBackend``,
-which the tests exercise without a GPU.
+every decision (device choice, launch geometry, trial bookkeeping, checks)
+is host logic in ``ert.backends.cuda_host`` or ``CudaBackend``, which the tests
+exercise without a GPU; the rated peaks are ``ert.hardware.nvidia``'s.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from ert.backends import cuda_tensor
 from ert.backends import close_attr, grow_buffer
 from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, relative_errors, replay_rw, ro_errors, ro_tolerance,
                                 rw_tolerance, verdict)
-from ert.spec import KernelSpec, is_integer
+from ert.hardware import nvidia
+from ert.spec import SHAPES, KernelSpec, MmaShape, is_integer
 
 NAME = "cuda"
 # CuPy compile options beside the -D defines; __has_include needs C++17.
@@ -124,7 +125,7 @@ def probe():
     return True, "", detail
 
 
-def create(*, options=None, local_rank: int = 0, local_size: int = 1, **_ignored) -> "CudaBackend":
+def create(*, threads: int = 1, options=None, local_rank: int = 0, local_size: int = 1) -> "CudaBackend":
     """The backend on the GPU this rank selects; ``threads`` is ignored (one host thread per rank)."""
     return CudaBackend(options=options, local_rank=local_rank, local_size=local_size)
 
@@ -229,7 +230,7 @@ class CupyDevice:
         return {"kernel": module.get_function(host.kernel_name(spec)), "init": module.get_function("ert_init"),
                 "check": module.get_function("ert_check"), "spin": module.get_function("ert_spin")}
 
-    def tensor_function(self, shape: cuda_tensor.MmaShape) -> tuple[object, dict]:
+    def tensor_function(self, shape: MmaShape) -> tuple[object, dict]:
         """(the kernel of one MMA shape, its SASS verdict): ert_mma of kernels/ert_cuda_tensor.cu or ert_wgmma of
         kernels/ert_cuda_wgmma.cu, compiled by NVRTC for this GPU (sm_90a for wgmma) to a cubin whose tensor
         instructions are counted (cuda_tensor.sass_verdict) before it is loaded."""
@@ -399,7 +400,7 @@ class CudaBackend:
             "gpu": info.to_dict(),
             "caches": host.caches(info),
             "memory_name": info.memory_name,
-            "rated": {**host.rated_peaks(info), "tensor": cuda_tensor.rated_tensor_peaks(info)},
+            "rated": {**nvidia.rated_peaks(info), "tensor": nvidia.rated_tensor_peaks(info)},
             "launch_geometry": geometry,
             "timing": f"CUDA events around one launch that runs all its trials; compile, initialisation, a "
                       f"{WARMUP_SECONDS * 1e3:.0f} ms busy launch (clocks up) and a 1-trial warm-up launch "
@@ -435,9 +436,9 @@ class CudaBackend:
     def unsupported_reason(self, precision: str) -> str:
         if precision.endswith(" tensor"):
             name = precision.split()[0]
-            if name not in cuda_tensor.SHAPES:
+            if name not in SHAPES:
                 return f"{NAME}: {precision}: no known MMA shape"
-            return f"{NAME}: {cuda_tensor.no_tensor_why(self._dev.info.compute_capability, name)}"
+            return f"{NAME}: {nvidia.no_tensor_why(self._dev.info.compute_capability, name)}"
         return f"{NAME} runs {', '.join(host.HOST_DTYPE)} only, not {precision}"
 
     # -- tensor cores ---------------------------------------------------------
@@ -445,7 +446,7 @@ class CudaBackend:
         """The tensor kernels this GPU measures for the config's type ``spec.precision``, the roof first:
         wgmma on sm_90 (fp16, bf16, tf32, fp8, int8), then native mma.sync (none where only emulated)."""
         cc = self._dev.info.compute_capability
-        return [cuda_tensor.spec_of(shape) for shape in cuda_tensor.tensor_variants(cc, spec.precision)]
+        return [cuda_tensor.spec_of(shape) for shape in nvidia.tensor_variants(cc, spec.precision)]
 
     def tensor_plan(self, spec: KernelSpec) -> tuple[int, int, list[dict]]:
         """(MMAs per trial, bytes of the accumulators stored, launch geometries) of one tensor kernel.
@@ -473,7 +474,7 @@ class CudaBackend:
         self._spec, self._shape, self._kernel, self._sass = spec, shape, kernel, sass
         self._blocks, self._threads = blocks, threads
         resident = self._dev.occupancy(kernel, threads)
-        note = cuda_tensor.mma_sync_note(self._dev.info.compute_capability, shape.name) \
+        note = nvidia.mma_sync_note(self._dev.info.compute_capability, shape.name) \
             if shape.instruction == "mma.sync" else ""
         self._point = {"occupancy": host.occupancy(blocks=blocks, threads=threads, resident_blocks_per_sm=resident,
                                                    sm_count=self._dev.info.sm_count),
@@ -627,10 +628,10 @@ class CudaBackend:
         (cuda_links.HOST_TRANSFERS) and, on the node's first rank where it sees two or more GPUs, peer-d2d between every ordered pair (peer access on and off); buffers for
         up to ``max_bytes``, released by ``close``. ert.measure.transfers times them. Never run on a GPU yet.
         """
-        from ert.backends import cuda_links
+        from ert.backends import cuda_copies
 
         close_attr(self, "_links")
-        self._links = cuda_links.CupyLinks(index=self._dev.index, max_bytes=max_bytes, peers=self.local_rank == 0)
+        self._links = cuda_copies.CupyLinks(index=self._dev.index, max_bytes=max_bytes, peers=self.local_rank == 0)
         self._topology = self._links.topology
         return self._links.transfers()
 

@@ -1,4 +1,7 @@
-"""Host logic of the CUDA backend, testable without a GPU: device facts, rated peaks, launch geometry, load-only expectations."""
+"""Host logic of the CUDA backend, testable without a GPU: device facts, compile options, launch geometry, load-only expectations.
+
+The GPU's tables (SMs, memory, rated peaks) are hardware facts and live in ``ert.hardware.nvidia``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ert.errors import ErtError
-from ert.backends.check import INT_DTYPE, NUMPY_DTYPE, initial_values  # noqa: F401  (what ert_init writes)
+from ert.backends.check import INT_DTYPE, NUMPY_DTYPE, initial_values
+from ert.hardware.nvidia import L1_PER_SM_BYTES, MAX_BLOCKS_PER_SM, REGISTERS_PER_SM, memory_name
 from ert.spec import KernelSpec, is_integer
 
 KERNEL_FILE = "ert_cuda.cu"
@@ -26,21 +30,6 @@ HOST_DTYPE = {**NUMPY_DTYPE, **INT_DTYPE}
 # architecture's resident-block limit), i.e. one full wave on every GPU.
 DEFAULT_THREADS_PER_BLOCK = (64, 128, 256, 512, 1024)
 MAX_THREADS_PER_BLOCK = 1024
-# The GPU's facts (SM, memory and rated-peak tables) live in ert.hardware.nvidia; named here for the backend.
-from ert.hardware.nvidia import (  # noqa: F401
-    MAX_BLOCKS_PER_SM,
-    REGISTERS_PER_SM,
-    L1_PER_SM_BYTES,
-    FLOPS_PER_CYCLE_PER_SM,
-    INT32_PER_CYCLE_PER_SM,
-    INT_OPS_PER_INSTRUCTION,
-    INT_INSTRUCTION,
-    INT_SOURCE,
-    HBM_MIN_BUS_BITS,
-    memory_name,
-    rated_peaks,
-    rated_integer,
-)
 
 
 def compile_defines(spec: KernelSpec) -> tuple[str, ...]:

@@ -1,11 +1,12 @@
 """Host logic of the tensor-core kernels, testable without a GPU.
 
 kernels/ert_cuda_tensor.cu (warp-level mma.sync, sm_80+) and
-kernels/ert_cuda_wgmma.cu (warpgroup-level wgmma, sm_90a): the variants each
-architecture measures, FLOP accounting, the replay of what a kernel leaves in
-every accumulator, the output check, launch geometries, the SASS check (the
-tensor instructions ptxas really emitted, counted against what the FLOPs
-assume) and rated dense tensor peaks.  ert-run measures them through the cuda
+kernels/ert_cuda_wgmma.cu (warpgroup-level wgmma, sm_90a): FLOP accounting,
+the replay of what a kernel leaves in every accumulator, the output check,
+launch geometries and the SASS check (the tensor instructions ptxas really
+emitted, counted against what the FLOPs assume).  The shapes are in
+``ert.spec``; which variants an architecture measures and its rated dense
+tensor peaks are in ``ert.hardware.nvidia``.  ert-run measures them through the cuda
 backend (config key ``tensor``, ceilings with ``pipe: "tensor"``); never run
 on a GPU yet.
 """
@@ -26,7 +27,7 @@ import numpy as np
 
 from ert.backends.check import CheckResult
 from ert.backends.cuda_host import DeviceInfo
-from ert.spec import KernelSpec, tensor_shape
+from ert.spec import SHAPES, KernelSpec, MmaShape, tensor_shape
 
 KERNEL_FILE = "ert_cuda_tensor.cu"
 KERNEL_NAME = "ert_mma"
@@ -51,12 +52,6 @@ INT_B_VALUE = 1
 def operand_values(shape: MmaShape) -> tuple[float, float]:
     """(a, b) every element of A and of B holds (B negated on odd trials): 1 and 1/2, integers 1 and 1."""
     return (INT_A_VALUE, INT_B_VALUE) if shape.integer else (A_VALUE, B_VALUE)
-
-
-# The shapes and their FLOPs are hardware facts the plan needs too: they live in ert.spec.
-from ert.spec import SHAPES, WGMMA_SHAPES, MmaShape  # noqa: E402,F401 - re-exported for the backend and its tests
-# Which shapes an architecture measures, and why not where it measures none, live beside its rates.
-from ert.hardware.nvidia import mma_sync_note, no_tensor_why, tensor_variants  # noqa: E402,F401
 
 
 def shapes_for(compute_capability: tuple[int, int]) -> list[MmaShape]:
@@ -211,21 +206,6 @@ def replay(shape: MmaShape, *, threads: int, trials: int, iters: int = DEFAULT_I
     if not np.array_equal(out.astype(np.float64), values):
         raise ValueError("the replayed values are not exact in the accumulator type")
     return out
-
-
-# Rated dense tensor peaks live in ert.hardware.nvidia; named here for the backend.
-from ert.hardware.nvidia import (  # noqa: E402,F401
-    MMA_SYNC_FULL_RATE,
-    TCGEN05_WHY,
-    TENSOR_FLOPS_PER_CYCLE_PER_SM,
-    UNRATED_WHY,
-    rated_tensor_peaks,
-)
-
-
-def default_launch(info: DeviceInfo, *, threads_per_block: int = 256, blocks_per_sm: int = 4) -> tuple[int, int]:
-    """(blocks, threads per block): 4 blocks of 8 warps per SM, 8 accumulator chains per warp."""
-    return info.sm_count * blocks_per_sm, threads_per_block
 
 
 # Threads per SM of every mma.sync launch: 32 warps (8 per SM sub-partition's

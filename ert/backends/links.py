@@ -1,48 +1,23 @@
-"""Host<->device and device<->device transfer levels: sizes, the data pattern and its check, rated link rates.
+"""The data every link and peer transfer moves, and its check: one pattern, compared in full.
 
 Shared by the device backends' ``link_transfers`` (``ert.backends.opencl_links``,
 ``ert.backends.cuda_links``).  A backend supplies one ``ert.backends.Transfer``
 per (level, variant), which moves the bytes and times them on its device;
-``ert.measure.transfers`` does the rest (calibration, samples, checks,
-records) in one place for every runtime.
+``ert.measure.transfers`` does the rest (sizes from ``config.TransferOptions.sizes``,
+calibration, samples, checks, records) in one place for every runtime, and
+``ert.rawio.transfer_gbytes_per_s`` / ``transfer_latency_us`` compute the rates.
+The rated link rates (PCIe, C2C, NVLink) are hardware facts: ``ert.hardware.links``.
 
 Words (as in raw.jsonl's "transfer" records): a **transfer** is one copy of
 ``bytes``; a **sample** times ``repeats`` transfers back to back (``repeats``
-calibrated by doubling until a sample lasts ``min_seconds``); a size is timed
-in ``samples`` samples (the config's ``timing.repeats``).  **moved_bytes** is
-what one repetition moves in total (both directions of a bidirectional one).
-Rates and latencies are computed by ``ert.rawio.transfer_gbytes_per_s`` / ``transfer_latency_us``;
-the backends only time.
+calibrated by doubling until a sample lasts ``transfer.min_seconds``); a size is
+timed in ``transfer.samples`` samples.  **moved_bytes** is what one repetition
+moves in total (both directions of a bidirectional one).
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-LEVELS = ("link-h2d", "link-d2h", "link-bidir", "peer-d2d")
-
-
-# ----------------------------------------------------------------------------- sizes
-def link_sizes(*, min_bytes: int = 4096, max_bytes: int = 256 << 20, per_octave: int = 1) -> list[int]:
-    """Transfer sizes from ``min_bytes`` (latency-bound) to ``max_bytes`` (the plateau), geometric.
-
-    Every size is a multiple of 4096 bytes (a page: pinned and mapped buffers
-    are page-granular) except where ``min_bytes`` itself is smaller; sorted, no repeats.
-    """
-    if min_bytes < 8 or max_bytes < min_bytes or per_octave < 1:
-        raise ValueError(f"bad link size range {min_bytes}..{max_bytes} ({per_octave} per octave)")
-    out, k = [], 0
-    while True:
-        value = min_bytes * 2 ** (k / per_octave)
-        if value > max_bytes * (1 + 1e-9):
-            break
-        size = int(round(value))
-        if size >= 4096:
-            size = size // 4096 * 4096
-        if not out or size > out[-1]:
-            out.append(size)
-        k += 1
-    return out
 
 
 # ----------------------------------------------------------------------------- data and its check

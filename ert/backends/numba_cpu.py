@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import os
-import platform
-import sys
 import time
 
 from ert.backends import grow_buffer
+from ert.backends.numba_codegen import Geometry, asm_vector_bits, configure_numba_env, effective_codegen, vector_isa
 from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, fma_exact, initial_int_values, initial_values,
                                 mix_expected_bits, replay_rw, ro_errors, ro_tolerance, rw_tolerance, verdict)
 from ert.spec import KernelSpec, is_integer
@@ -19,143 +17,6 @@ ALIGN_BYTES = 64
 # Timed runs per thread per clock chain; each thread's fastest counts (see measure_clock).
 CLOCK_SAMPLES = 50
 DTYPES = {"fp64": "float64", "fp32": "float32", "int32": "int32", "int64": "int64"}  # the precisions this backend runs
-
-def _host_features() -> str:
-    """LLVM's feature string for this host ("" for a host it cannot read)."""
-    try:
-        import llvmlite.binding as llvm
-
-        return llvm.get_host_cpu_features().flatten()
-    except Exception:  # an unknown host: let Numba choose
-        return ""
-
-
-def _with_512_bit_vectors(features: str) -> str | None:
-    """The host features with 512-bit vectors preferred, where the CPU has AVX-512; None elsewhere."""
-    return features + ",-prefer-256-bit" if "+avx512f" in features else None
-
-
-def configure_numba_env(threads: int | None = None) -> dict:
-    """Set Numba's environment before it compiles anything; return what was decided.
-
-    * NUMBA_CPU_FEATURES: the host's features plus ``-prefer-256-bit`` where the
-      CPU has AVX-512, or LLVM emits 256-bit vectors on Intel and loses half the
-      peak.  A value the user set is left alone.
-    * NUMBA_NUM_THREADS: at least the requested thread count (Numba caps
-      set_num_threads at its pool size, which defaults to the core count).
-
-    Numba reads these when it is imported.  Nothing in ert imports numba before
-    this runs (``probe()`` only looks the package up); should something else
-    have imported it already, its configuration is reloaded here, which is
-    enough while nothing has been compiled yet.  ``effective_codegen()`` says
-    what was really used, and the backend records that.
-    """
-    decided = {}
-    if "NUMBA_CPU_FEATURES" not in os.environ:
-        features = _with_512_bit_vectors(_host_features())
-        if features:
-            os.environ["NUMBA_CPU_FEATURES"] = features
-            decided["cpu_features"] = "host,-prefer-256-bit"
-    # Pin each thread to its own core (Numba's OpenMP layer honours these), so a
-    # thread's block stays in its core's private caches between calls.  Values
-    # the user or a job script set are left alone.
-    if "OMP_PROC_BIND" not in os.environ and "OMP_PLACES" not in os.environ:
-        os.environ["OMP_PROC_BIND"] = "close"
-        os.environ["OMP_PLACES"] = "cores"
-        decided["pinning"] = "OMP_PROC_BIND=close OMP_PLACES=cores"
-    if threads is not None:
-        pool = int(os.environ.get("NUMBA_NUM_THREADS", "0") or 0)
-        if pool < threads:
-            os.environ["NUMBA_NUM_THREADS"] = str(max(threads, os.cpu_count() or 1))
-    if "numba" in sys.modules:
-        from numba.core import config
-
-        if config.CPU_FEATURES != os.environ.get("NUMBA_CPU_FEATURES"):
-            config.reload_config()
-    return decided
-
-
-def effective_codegen() -> dict:
-    """The CPU name and features Numba's code generator really uses (after it exists)."""
-    from numba.core.registry import cpu_target
-
-    codegen = cpu_target.target_context.codegen()
-    return {"cpu_name": codegen._get_host_cpu_name(), "cpu_features": codegen._tm_features}
-
-
-def vector_isa(features: str, machine: str | None = None) -> tuple[int, int]:
-    """(vector bytes, vector registers) the code generator targets, from its feature string."""
-    machine = machine or platform.machine()
-    flags = set(features.split(","))
-    if "+avx512f" in flags:
-        return (32 if "+prefer-256-bit" in flags else 64), 32
-    if "+avx" in flags or "+avx2" in flags:
-        return 32, 16
-    if machine in ("aarch64", "arm64"):
-        return 16, 32
-    return 16, 16
-
-
-def chain_candidates(vector_registers: int) -> tuple[int, ...]:
-    """Independent FMA chains per thread to sweep: enough for units x latency, with headroom, spill-free.
-
-    Two registers hold the multiplier and the addend.  8 chains cover two FMA
-    units of latency 4 (Skylake-SP to Granite Rapids, Zen 3 to Zen 5); 16 (12
-    with 16 registers) give the headroom a no-FMA pair (multiply then add,
-    latency 5 to 7) and cores with four FMA pipes (Neoverse V1/V2) need.
-    """
-    return (8, 16) if vector_registers >= 32 else (8, 12)
-
-
-class Geometry:
-    """How the kernels cut a thread's block for one ISA: sub-block widths, the granule, the chains swept.
-
-    Pure arithmetic on (vector bytes, vector registers), so the plan can be
-    made (``ert validate``) without importing numba.
-    """
-
-    ADD_UNROLL = 8  # the add kernel has no dependence: 8 registers per iteration hide the loop
-
-    def __init__(self, vector_bytes: int, vector_registers: int):
-        self.vector_bytes, self.vector_registers = vector_bytes, vector_registers
-        self.chains = chain_candidates(vector_registers)
-        # Load-only accumulators: the largest power of two up to the compute
-        # chains' largest candidate (two loads per cycle x add latency 4 needs 8;
-        # 16 leave headroom), so the accumulator is one power-of-two vector (see
-        # kernels.numba_cpu._pieces): 16 with 32 vector registers, 8 with 16.
-        self.ro_accumulators = 1 << (max(self.chains).bit_length() - 1)
-
-    @classmethod
-    def of_host(cls) -> "Geometry":
-        """The geometry configure_numba_env() gives this host (llvmlite only, no numba import)."""
-        host = _host_features()
-        features = os.environ.get("NUMBA_CPU_FEATURES") or _with_512_bit_vectors(host) or host
-        return cls(*vector_isa(features))
-
-    def widths(self, spec: KernelSpec) -> dict[int, int]:
-        """Chains (vector registers per sub-block) to the sub-block's elements, for this kernel."""
-        lanes = self.vector_bytes // spec.itemsize
-        if spec.access == "ro":
-            chains = (self.ro_accumulators,)
-        elif spec.flops_per_element == 1:
-            chains = (self.ADD_UNROLL,)
-        else:
-            chains = self.chains
-        return {c: c * lanes for c in chains}
-
-    def granule_elements(self, spec: KernelSpec) -> int:
-        """Every chain count's sub-block divides a thread's block; bandwidth kernels get two at least.
-
-        With a single sub-block per thread, LLVM may keep it in registers
-        across trials (its loads and stores become loop-invariant), which
-        would remove the very traffic a bandwidth kernel measures.
-        """
-        granule = math.lcm(*self.widths(spec).values())
-        return granule * 2 if spec.flops_per_element == 1 else granule
-
-    def launches(self, spec: KernelSpec, elements_per_thread: int) -> list[dict]:
-        """The chain counts this kernel is measured with at one working set (recorded per point)."""
-        return [{"chains": c} for c in self.widths(spec)]
 
 
 def probe():
@@ -172,7 +33,11 @@ def probe():
     return True, "", versions
 
 
-def create(*, threads: int, **_ignored) -> "NumbaCpuBackend":
+def create(*, threads: int, options=None, local_rank: int = 0, local_size: int = 1) -> "NumbaCpuBackend":
+    """The backend on ``threads`` of this rank's cores; it has no config block (``options`` is None) and the
+    ranks' cores are placed before it is created (``local_rank``, ``local_size`` unused)."""
+    if options is not None:
+        raise TypeError(f"numba-cpu takes no backend options, got {options!r}")
     return NumbaCpuBackend(threads=threads)
 
 
@@ -267,9 +132,9 @@ class NumbaCpuBackend:
     def rated(self) -> dict:
         """The rated ceilings of the cores this backend runs on, with their derivation."""
         from ert import hwinfo
-        from ert.hardware import cpu as cpu_rated
+        from ert.hardware import cpu
 
-        arch, why = cpu_rated.lookup(self._codegen["cpu_name"], hwinfo.cpu_model())
+        arch, why = cpu.lookup(self._codegen["cpu_name"], hwinfo.cpu_model())
         latency = arch.fma_latency if arch else 4
         try:
             clock = self.measure_clock(latency)
@@ -277,7 +142,7 @@ class NumbaCpuBackend:
             clock = {"vector_ghz": None, "how": f"not measured: {type(exc).__name__}: {exc}".splitlines()[0]}
             why = why or no_rated_text(f"the sustained clock could not be measured ({clock['how']})")
         cores = hwinfo.cores_in_use(self.threads)
-        rated = cpu_rated.rated_ceilings(arch=arch, why_none=why, clock_ghz=clock["vector_ghz"],
+        rated = cpu.rated_ceilings(arch=arch, why_none=why, clock_ghz=clock["vector_ghz"],
                                          clock_how=clock["how"], cores=cores)
         # One core alone may boost higher than all of them together: a 1-thread
         # sweep (--threads 1,N) is rated at the clock one busy core reaches.
@@ -507,18 +372,3 @@ class NumbaCpuBackend:
     def close(self) -> None:
         self._buf = None
         self._view = None
-
-
-_REGISTER_BITS = (("zmm", 512), ("ymm", 256), ("xmm", 128))
-
-
-def asm_vector_bits(asm: str) -> int | None:
-    """Widest vector register an assembly listing computes with (x86 zmm/ymm/xmm, Arm q/v), None if none."""
-    import re
-
-    for reg, bits in _REGISTER_BITS:
-        if re.search(rf"\bv(add|fmadd|mul)\w*\s[^\n]*%{reg}\d", asm):
-            return bits
-    if re.search(r"\bfadd\s+v\d+\.(2d|4s)", asm):
-        return 128
-    return None

@@ -62,8 +62,9 @@ def contract_warning(precision: str, fused: int) -> str:
             f"multiply-add(s) despite #pragma OPENCL FP_CONTRACT OFF; read it as an FMA ceiling")
 
 
-def create(*, options=None, local_rank: int = 0, local_size: int = 1, **_ignored) -> "OpenCLBackend":
-    """``options``: the config's ``opencl`` block (ert.config.OpenCLOptions; defaults when None)."""
+def create(*, threads: int = 1, options=None, local_rank: int = 0, local_size: int = 1) -> "OpenCLBackend":
+    """``options``: the config's ``opencl`` block (ert.config.OpenCLOptions; defaults when None); ``threads`` is
+    ignored (one host thread per rank drives the device)."""
     return OpenCLBackend(options=options, local_rank=local_rank, local_size=local_size)
 
 

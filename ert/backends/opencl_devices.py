@@ -359,10 +359,10 @@ def gpu_cache_hints(*, vendor: str, global_mem_cache_bytes: int, host_unified: b
     write-through).  The L2 and the memory bus come from CUDA (``cuda_facts``:
     ``l2_bytes``, ``memory_bus_bits``) where CuPy can see the same card.  Other
     vendors report their last-level cache (AMD: the L2).  The memory level is
-    named as the cuda backend names it (``cuda_host.memory_name``): HBM on a
+    named as the cuda backend names it (``ert.hardware.nvidia.memory_name``): HBM on a
     bus of 1024 bits or more, DRAM otherwise or when unknown.
     """
-    from ert.backends.cuda_host import memory_name
+    from ert.hardware.nvidia import memory_name
 
     facts = cuda_facts or {}
     caches = []

@@ -64,7 +64,7 @@ class _Host:
 
 
 class OpenCLTransfer:
-    """One (level, variant) on one OpenCL device; see ``ert.backends.links.Transfer``."""
+    """One (level, variant) on one OpenCL device; see ``ert.backends.Transfer``."""
 
     kind = "link"
 

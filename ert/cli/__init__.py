@@ -37,7 +37,7 @@ def cmd_validate(args) -> int:
     # geometry (noted below), the CPU backend by this CPU's vector width and the
     # chain counts it sweeps, worked out without importing numba.
     if cfg.backend in ("numba-cpu", "auto"):
-        from ert.backends.numba_cpu import Geometry
+        from ert.backends.numba_codegen import Geometry
 
         geometry = Geometry.of_host()
         points = plan(cfg, workers=threads, granule_elements_of=geometry.granule_elements,
@@ -67,7 +67,7 @@ def _geometry_note(cfg) -> str:
         if o.global_sizes and o.local_sizes:
             return f", each at up to {len(o.global_sizes) * len(o.local_sizes)} global x local size geometries"
         return ", each at the global x local size geometries chosen from the device"
-    from ert.backends.numba_cpu import Geometry
+    from ert.backends.numba_codegen import Geometry
 
     chains = "/".join(map(str, Geometry.of_host().chains))
     return f" (numba-cpu: compute kernels each at {chains} FMA chains per thread)"

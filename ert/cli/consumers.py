@@ -61,7 +61,9 @@ def cmd_plot(args) -> int:
             from ert.analysis.ceilings import build
 
             doc = build(raw)
-        plot.plot_sweep(raw, doc, args.output)
+        from ert.consumers.plot_sweep import plot_sweep
+
+        plot_sweep(raw, doc, args.output)
     else:
         from ert.consumers.appdata import load_app
         from ert.ceilings_io import load_ceilings
@@ -160,7 +162,7 @@ def cmd_report(args) -> int:
 
 
 def _export_tool(args, doc: dict) -> int:
-    """ncu-section, rocprof-compute, kerncraft, carm: files another roofline tool loads."""
+    """ncu-section, rocprof-compute, kerncraft, carm: files another roofline tool loads (kerncraft: its own module)."""
     from ert.files import write_text_atomic
     from ert.consumers import export_tools
     from ert.errors import read_user_text
@@ -197,7 +199,9 @@ def _export_tool(args, doc: dict) -> int:
             out = out / "roofline.csv"
         _write_or_print(text, out)
         return 0
-    _write_or_print(export_tools.to_kerncraft(doc), out)
+    from ert.consumers.kerncraft import to_kerncraft
+
+    _write_or_print(to_kerncraft(doc), out)
     return 0
 
 

@@ -1,9 +1,10 @@
-"""Ceilings for the roofline tools users already have: Nsight Compute, rocprof-compute, kerncraft and CARM.
+"""Ceilings for the roofline tools users already have: Nsight Compute, rocprof-compute and CARM (kerncraft's
+machine file is ``ert.consumers.kerncraft``, which shares the helpers at the top of this module).
 
 Each format is written from that tool's documented input (its section schema,
-its reader's columns, its machine-file keys, its JSONL records), never copied
-from the tool. Every function takes a ceilings document and returns text (or
-files by name); the CLI writes them atomically.
+its reader's columns, its JSONL records), never copied from the tool. Every
+function takes a ceilings document and returns text (or files by name); the CLI
+writes them atomically.
 """
 
 from __future__ import annotations
@@ -29,23 +30,27 @@ def machine_id(doc: dict, label: str | None = None) -> str:
     return ident or "machine"
 
 
-def _run_cores(doc: dict) -> int:
+def run_cores(doc: dict) -> int:
+    """The cores the run measured on: threads per rank x ranks."""
     meta = doc.get("metadata", {})
     return max(1, int(meta.get("threads_per_rank") or 1) * int(meta.get("ranks") or 1))
 
 
-def _rated_info(doc: dict) -> dict:
+def rated_info(doc: dict) -> dict:
+    """The backend's rated block (metadata.backend_info.rated), or {}."""
     rated = doc.get("metadata", {}).get("backend_info", {}).get("rated")
     return rated if isinstance(rated, dict) else {}
 
 
-def _clock_ghz(doc: dict) -> float | None:
-    rated = _rated_info(doc)
+def clock_ghz(doc: dict) -> float | None:
+    """The clock the rated values were derived at, GHz, or None."""
+    rated = rated_info(doc)
     value = rated.get("clock_ghz") or (rated.get("clock") or {}).get("vector_ghz")
     return float(value) if value else None
 
 
-def _is_cpu_run(doc: dict) -> bool:
+def is_cpu_run(doc: dict) -> bool:
+    """Whether the run measured a CPU (numba-cpu, or an OpenCL CPU device)."""
     meta = doc.get("metadata", {})
     info = meta.get("backend_info", {})
     if meta.get("backend") == "numba-cpu":
@@ -168,7 +173,6 @@ ROCPROF_COLUMNS = ("HBMBw", "L2Bw", "L1Bw", "LDSBw",
                    "FP16Flops", "FP32Flops", "FP64Flops", "I8Ops", "I32Ops", "I64Ops",
                    "MFMAF4Flops", "MFMAF6Flops", "MFMAF8Flops", "MFMAF16Flops", "MFMABF16Flops",
                    "MFMAF32Flops", "MFMAF64Flops", "MFMAI8Ops")
-ROCPROF_MEASURED = ("HBMBw", "L2Bw", "L1Bw", "FP16Flops", "FP32Flops", "FP64Flops", "I32Ops", "I64Ops")
 ROCPROF_ABSENT = "nan"  # its reader float()s every value it plots; nan draws no line
 
 
@@ -225,7 +229,7 @@ def to_rocprof_csv(doc: dict, *, access: str = "rw", merge: str | None = None,
     """
     if not _is_amd_gpu(doc):
         meta = doc.get("metadata", {})
-        what = "a CPU" if _is_cpu_run(doc) else "not an AMD GPU"
+        what = "a CPU" if is_cpu_run(doc) else "not an AMD GPU"
         raise ErtError(f"rocprof-compute reads the roofs of an AMD GPU; this is a {meta.get('backend', '?')} run "
                        f"of {meta.get('device') or meta.get('cpu_model') or '?'} ({what})", key="--format")
     values = _rocprof_values(doc, access)
@@ -252,225 +256,6 @@ def to_rocprof_csv(doc: dict, *, access: str = "rw", merge: str | None = None,
     return out.getvalue()
 
 
-# ----------------------------------------------------------------------------- kerncraft machine file
-_OSACA = {"zen 2": "ZEN2", "zen 3": "ZEN3", "zen 4": "ZEN4", "zen2": "ZEN2", "zen3": "ZEN3", "zen4": "ZEN4",
-          "skylake-x": "SKX", "skylake server": "SKX", "cascade lake": "CSX", "ice lake server": "ICX",
-          "sapphire rapids": "SPR", "neoverse n1": "N1", "neoverse v2": "V2", "a64fx": "A64FX"}
-
-
-def _unit(value: float, unit: str) -> str:
-    """kerncraft's prefixed-unit scalar: digits, one space, unit (no exponent: its parser takes none)."""
-    return f"{value:.2f} {unit}"
-
-
-def _yaml_str(text: str) -> str:
-    return json.dumps(str(text))
-
-
-def _kerncraft_caches(doc: dict, cores: int) -> tuple[list[dict], list[str]]:
-    notes = []
-    caches = [c for c in doc.get("metadata", {}).get("caches_reported", [])
-              if c.get("kind", "Unified") in ("Data", "Unified")]
-    by_level: dict[int, dict] = {}
-    for c in caches:
-        by_level.setdefault(int(c["level"]), c)
-    out = []
-    for level in sorted(by_level):
-        c = by_level[level]
-        line = int(c.get("line_bytes") or 64)
-        ways = c.get("ways")
-        sets = c.get("sets")
-        if not ways or not sets:
-            ways = ways or 8
-            sets = max(1, int(c["size_bytes"]) // (line * ways))
-            notes.append(f"L{level}: the ceilings file has no cache geometry (ert before schema 1.8); "
-                         f"{ways} ways and {line}-byte lines assumed")
-        shared = max(1, min(int(c.get("shared_cpu_count") or 1), cores))
-        out.append({"level": f"L{level}", "size": int(c["size_bytes"]), "sets": int(sets), "ways": int(ways),
-                    "line": line, "shared": shared})
-    return out, notes
-
-
-def _series(doc: dict, access: str) -> list[tuple[int, dict[str, float]]]:
-    """(cores, {level: GB/s}) per thread count: the run's scaling series, else its one count."""
-    ranks = int(doc.get("metadata", {}).get("ranks") or 1)
-    out = []
-    scaling = doc.get("scaling")
-    counts = scaling.get("by_threads") if isinstance(scaling, dict) else None
-    entries = [(int(e["threads_per_rank"]) * int(e.get("ranks", ranks)), {"ceilings": e["ceilings"]})
-               for e in counts or []] or [(_run_cores(doc), doc)]
-    for cores, part in entries:
-        mem, _ = roofs_mod.memory_roofs({"ceilings": part["ceilings"]}, precision="fp64", access=access)
-        out.append((cores, {r.level: r for r in mem}))
-    return out
-
-
-def to_kerncraft(doc: dict) -> str:
-    """A kerncraft machine file (YAML) from a CPU run: caches, clock, FLOPs per cycle, measured bandwidths.
-
-    ert's read-only kernel is kerncraft's ``load`` and its read+write kernel
-    kerncraft's ``update``: the measurements of each cache level and of memory
-    (ert's DRAM is kerncraft's MEM) are the fp64 ceilings of each, per thread
-    count of the run (``--threads 1,...,N`` gives the series; one count is
-    written as that one count, so ``kerncraft -c`` must name it).
-    """
-    if not _is_cpu_run(doc):
-        meta = doc.get("metadata", {})
-        raise ErtError(f"kerncraft models CPUs; this is a {meta.get('backend', '?')} run of "
-                       f"{meta.get('device') or '?'}", key="--format")
-    meta = doc.get("metadata", {})
-    rated = _rated_info(doc)
-    clock = _clock_ghz(doc)
-    if not clock:
-        raise ErtError("has no clock (metadata.backend_info.rated.clock_ghz): kerncraft needs one", key="--format")
-    cores = _run_cores(doc)
-    caches, notes = _kerncraft_caches(doc, cores)
-    if not caches:
-        raise ErtError("has no caches in metadata.caches_reported: kerncraft's cache simulator needs them",
-                       key="metadata.caches_reported")
-    series = {acc: _series(doc, acc) for acc in ("ro", "rw")}
-    levels = [c["level"] for c in caches] + ["MEM"]
-
-    def find(by_level: dict, name: str):
-        if name == "MEM":
-            return next((r for lv, r in by_level.items() if not roofs_mod.is_cache_level(lv)), None)
-        return by_level.get(name)
-
-    counts = [n for n, _ in series["rw"]]
-    for acc in ("ro", "rw"):
-        for n, by_level in series[acc]:
-            missing = [lv for lv in levels if find(by_level, lv) is None]
-            if missing:
-                raise ErtError(f"the {roofs_mod.ACCESS_NAMES[acc]} fp64 ceilings at {n} core(s) have no "
-                               f"{', '.join(missing)} level: kerncraft needs every cache level and memory",
-                               key="ceilings.memory")
-
-    flops = {}
-    for entry in rated.get("compute", []):
-        prec = {"fp64": "DP", "fp32": "SP"}.get(entry.get("precision"))
-        fpc = entry.get("flops_per_cycle_per_core")
-        if prec and fpc and entry.get("unit", "GFLOP/s") == "GFLOP/s" \
-                and not entry.get("op") and not entry.get("mix"):
-            flops.setdefault(prec, {})["FMA" if entry.get("fma") else "noFMA"] = float(fpc)
-    for prec, name in (("DP", "fp64"), ("SP", "fp32")):
-        if "FMA" not in flops.get(prec, {}):
-            roof = roofs_mod.fma_roof(doc, name)
-            if roof is None:
-                raise ErtError(f"has no {name} compute ceiling for kerncraft's FLOPs per cycle", key="ceilings.compute")
-            flops.setdefault(prec, {})["FMA"] = roof.gflops_per_s / (clock * cores)
-            notes.append(f"{prec} FLOPs per cycle: ert's measured {name} peak over clock x cores "
-                         "(no rated table entry)")
-
-    uarch = str(rated.get("microarchitecture") or "")
-    osaca = _OSACA.get(uarch.lower(), "INFORMATION_REQUIRED")
-    isa = "aarch64" if "aarch64" in str(meta.get("platform", "")) or "arm" in str(meta.get("platform", "")) else "x86"
-    L = []
-    w = L.append
-    w(f"# kerncraft machine file written by ert {meta.get('tool_version', '?')} from {roofs_mod.machine_label(doc)}.")
-    w("# Measured by ert: the load (ert read-only) and update (ert read+write) bandwidths per level and core count.")
-    w("# From ert's rated table: clock and FLOPs per cycle. From sysfs: cache sizes, sets and ways.")
-    w("# Use: kerncraft -p RooflineFLOP -m THIS_FILE kernel.c -D N 1000000 -c CORES  (CORES one of: "
-      + ", ".join(str(n) for n in counts) + ")")
-    for note in notes:
-        w(f"# note: {note}")
-    w("kerncraft version: 0.8.18")
-    w(f"model type: {_yaml_str(uarch or meta.get('cpu_model') or 'unknown')}")
-    w(f"model name: {_yaml_str(meta.get('cpu_model') or meta.get('device') or 'unknown')}")
-    w("sockets: 1")
-    w(f"cores per socket: {cores}")
-    w("threads per core: 1")
-    w("NUMA domains per socket: 1")
-    w(f"cores per NUMA domain: {cores}")
-    w("transparent hugepage: null")
-    w(f"clock: {_unit(clock, 'GHz')}")
-    w("FLOPs per cycle:")
-    for prec in ("SP", "DP"):
-        f = flops[prec]
-        total = f["FMA"]
-        other = f.get("noFMA", total / 2)
-        w(f"  {prec}: {{total: {total:g}, FMA: {total / 2:g}, ADD: {other / 2:g}, MUL: {other / 2:g}}}")
-    w(f"isa: {isa}")
-    w("in-core model: !!omap")
-    w(f"  - OSACA: {osaca}")
-    w("compiler: !!omap")
-    w("  - gcc: -O3 -march=native -D_POSIX_C_SOURCE=200112L -fopenmp -lm")
-    w("  - clang: -O3 -march=native -D_POSIX_C_SOURCE=200112L -fopenmp -lm")
-    w(f"cacheline size: {_unit(caches[0]['line'], 'B')}")
-    for model in ("overlapping model", "non-overlapping model"):
-        w(f"{model}:")
-        w("  ports:")
-        w("    OSACA: INFORMATION_REQUIRED (only kerncraft's ECM models use ports; ert does not measure them)")
-        w("  performance counter metric: INFORMATION_REQUIRED")
-    rw_top = dict(series["rw"][-1][1])
-    w("memory hierarchy:")
-    for i, c in enumerate(caches):
-        nxt = caches[i + 1]["level"] if i + 1 < len(caches) else None
-        w(f"  - level: {c['level']}")
-        w("    performance counter metrics:")
-        w("      loads: INFORMATION_REQUIRED")
-        w("      stores: INFORMATION_REQUIRED")
-        w("      misses: INFORMATION_REQUIRED")
-        w("      evicts: INFORMATION_REQUIRED")
-        w("    cache per group:")
-        w(f"      sets: {c['sets']}")
-        w(f"      ways: {c['ways']}")
-        w(f"      cl_size: {c['line']}")
-        w("      replacement_policy: LRU")
-        w("      write_allocate: true")
-        w("      write_back: true")
-        w(f"      load_from: {nxt or 'null'}")
-        w(f"      store_to: {nxt or 'null'}")
-        w(f"    cores per group: {c['shared']}")
-        w(f"    threads per group: {c['shared']}")
-        w(f"    groups: {max(1, cores // c['shared'])}")
-        w(f"    size per group: {_unit(c['size'], 'B')}")
-        if i == 0:
-            w("    upstream throughput: [architecture code analyzer, [\"2D\", \"3D\"]]")
-        else:
-            roof = rw_top.get(c["level"])
-            per_core = roof.gbytes_per_s / (clock * cores) if roof else 0.0
-            w(f"    upstream throughput: [{_unit(per_core, 'B/cy')}, half-duplex]")
-        w("    transfers overlap: false")
-    w("  - level: MEM")
-    w(f"    cores per group: {cores}")
-    w(f"    threads per group: {cores}")
-    w("    upstream throughput: [full socket memory bandwidth, half-duplex]")
-    w("    penalty cycles per read stream: 0")
-    w("    transfers overlap: false")
-    w("    size per group: null")
-    w("benchmarks:")
-    w("  kernels:")
-    w("    load:")
-    w("      FLOPs per iteration: 0")
-    w("      read streams: {bytes: 8.00 B, streams: 1}")
-    w("      read+write streams: {bytes: 0.00 B, streams: 0}")
-    w("      write streams: {bytes: 0.00 B, streams: 0}")
-    w("    update:")
-    w("      FLOPs per iteration: 0")
-    w("      read streams: {bytes: 8.00 B, streams: 1}")
-    w("      read+write streams: {bytes: 8.00 B, streams: 1}")
-    w("      write streams: {bytes: 8.00 B, streams: 1}")
-    w("  measurements:")
-    for lv in levels:
-        w(f"    {lv}:")
-        w("      1:")
-        w(f"        cores: [{', '.join(str(n) for n in counts)}]")
-        w(f"        threads: [{', '.join(str(n) for n in counts)}]")
-        w("        threads per core: 1")
-        sizes = []
-        for n, by_level in series["rw"]:
-            low, high = find(by_level, lv).wss_bytes
-            sizes.append(math.sqrt(max(low, 1) * max(high, 1)))
-        w(f"        total size: [{', '.join(_unit(s, 'B') for s in sizes)}]")
-        w(f"        size per core: [{', '.join(_unit(s / n, 'B') for s, n in zip(sizes, counts))}]")
-        w(f"        size per thread: [{', '.join(_unit(s / n, 'B') for s, n in zip(sizes, counts))}]")
-        w("        results:")
-        for kernel, acc in (("load", "ro"), ("update", "rw")):
-            vals = [find(by_level, lv).gbytes_per_s for _, by_level in series[acc]]
-            w(f"          {kernel}: [{', '.join(_unit(v, 'GB/s') for v in vals)}]")
-    return "\n".join(L) + "\n"
-
-
 # ----------------------------------------------------------------------------- CARM benchmarks.jsonl
 NO_FMA_OPERATION = "ert_no_fma"  # ert's no-FMA roof (adds and multiplies, unfused): not CARM's "add"
 ERT_RECORD_PREFIX = "ert:"
@@ -493,8 +278,8 @@ def carm_records(doc: dict, *, label: str | None = None) -> list[dict]:
     meta = doc.get("metadata", {})
     machine = machine_id(doc, label)
     isa = _carm_isa(doc)
-    threads = _run_cores(doc)
-    clock = _clock_ghz(doc)
+    threads = run_cores(doc)
+    clock = clock_ghz(doc)
     common = {"isa": isa, "machine": machine, "num_threads": threads, "thread_affinity": [],
               "timestamp": str(meta.get("date", "")), "frequency_hz": (clock or 0.0) * 1e9,
               "frequency_overridden": False}

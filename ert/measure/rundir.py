@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ert.errors import ErtError
-from ert.files import CEILINGS_NAME  # noqa: F401 - one definition, named here with the run's other files
+from ert.files import CEILINGS_NAME
 from ert.rawio import RAW_NAME
 
 CONFIG_NAME = "config.yaml"

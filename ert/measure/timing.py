@@ -20,8 +20,10 @@ from ert.spec import timing_spread
 
 Timed = Callable[[int], float]
 
-# Largest repeat count: 2**22 kernel trials or transfers per timed region (far beyond any region that
-# lasts a few milliseconds on real hardware; a cap so that a clock that never advances cannot hang a run).
+# The default cap on the repeat count (a clock that never advances must not hang a run): 2**22 repeats, far
+# beyond any region of a few milliseconds on real hardware; the host-copy and network references and the OpenCL
+# CPU reference use it. Callers pass their own: the sweep's kernels ``driver.MAX_TRIALS`` (2**40 trials, as a
+# trial may be one element), links and peers ``transfers.LINK_MAX_REPEATS`` (4096 copies).
 MAX_COUNT = 1 << 22
 
 

@@ -1,4 +1,4 @@
-"""Tests of the sweep plan: working-set grids, kernel variants, points and their ids."""
+"""The sweep plan (ert/measure/plan.py): working-set grids, kernel variants, points and their ids."""
 
 from __future__ import annotations
 
