@@ -116,6 +116,26 @@ class LinkBackend(Protocol):
 
 
 @runtime_checkable
+class RatedBackend(Protocol):
+    """The rated capability of a CPU backend (numba-cpu): what the cores it runs on can physically do
+    (``ert.hardware.cpu``'s table x the clock it measures), with the derivation.  An OpenCL CPU device
+    is rated against it (``ert.measure.reference``)."""
+
+    def rated(self) -> dict: ...
+
+
+@runtime_checkable
+class CpuReferenceBackend(Protocol):
+    """A device that runs on the host's own cores (OpenCL's CPU device): its numbers are set beside
+    numba-cpu's FP64 FMA peak and rated against the host CPU.  ``use_cpu_reference(measure)`` hands in
+    ``measure(threads) -> dict`` ({"gflops_per_s", "rated", ...} or {"error": ...}), run by the measuring
+    side (``ert.measure.reference.cpu_reference``); the backend calls it at most once, only where it needs
+    it, as ``LinkBackend.link_rated(reference)`` does.  A backend never starts a measurement itself."""
+
+    def use_cpu_reference(self, measure: Callable[[int], dict]) -> None: ...
+
+
+@runtime_checkable
 class TensorBackend(Protocol):
     """The tensor-core capability (cuda): the kernels a config's tensor type becomes on this GPU (wgmma and
     mma.sync on sm_90), and MMAs per trial, accumulator bytes and launches of one tensor kernel."""

@@ -271,10 +271,15 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
 
 
 def _make_backend(cfg, threads: int, comm):
-    from ert.backends import REGISTRY
+    from ert.backends import REGISTRY, CpuReferenceBackend
+    from ert.measure.reference import cpu_reference
 
-    return REGISTRY.create(cfg.backend, threads=threads, options=cfg.backend_options(), local_rank=comm.local_rank,
-                           local_size=comm.local_size)
+    backend = REGISTRY.create(cfg.backend, threads=threads, options=cfg.backend_options(),
+                              local_rank=comm.local_rank, local_size=comm.local_size)
+    if isinstance(backend, CpuReferenceBackend):
+        # A device on the host's cores is set beside numba-cpu's peak: measured by the measuring side.
+        backend.use_cpu_reference(cpu_reference)
+    return backend
 
 
 def _open_backend(cfg, run_dir: Path, *, comm, resume: bool):
