@@ -76,24 +76,23 @@ def _level_names(text: str) -> list[str]:
     return names
 
 
-def _positive_seconds(text: str) -> float:
+def _in_range(text: str, *, what: str, unit: str, most: float) -> float:
+    """``text`` as a number above 0 and at most ``most``; else argparse's one-line error naming ``what``."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value <= 86400:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400 seconds: {text!r}")
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if not 0 < value <= most:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {most:g} {unit}: {text!r}")
     return value
+
+
+def _positive_seconds(text: str) -> float:
+    return _in_range(text, what="a number of seconds", unit="seconds", most=86400)
 
 
 def _gbytes_per_s(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a bandwidth in GB/s: {text!r}") from None
-    if not 0 < value <= 100000:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 100000 GB/s: {text!r}")
-    return value
+    return _in_range(text, what="a bandwidth in GB/s", unit="GB/s", most=100000)
 
 
 class QuietExit(Exception):

@@ -199,6 +199,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
     """
     threads = backend.threads
     planner = None
+    if config.sweep == "adaptive":  # before the frame: describe() may measure (a CPU's clock), not sweep time
+        planner = _planner(config, points, backend=backend, workers=threads * comm.size)
     measured = 0
     total = len(points)
 
@@ -216,11 +218,7 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
     records = {r["id"]: r for r in frame.data.points} if frame.data is not None else {}
     try:
         with frame:
-            if config.sweep == "adaptive":
-                caches = backend.describe().get("caches")
-                planner = AdaptivePlanner(points, growth=config.working_set.growth,
-                                          cache_resident_bytes=_cache_resident_bytes(caches, threads * comm.size),
-                                          cache_windows=cache_windows(caches, threads * comm.size))
+            if planner is not None:
                 todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
                 total = len(planner.planned)
             else:
@@ -248,6 +246,13 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
             progress.finish()
     return SweepResult(planned=total, measured_now=measured, interrupted=frame.interrupted,
                        wall_seconds=frame.wall_seconds)
+
+
+def _planner(config: RunConfig, points: list[Point], *, backend, workers: int) -> AdaptivePlanner:
+    caches = backend.describe().get("caches")
+    return AdaptivePlanner(points, growth=config.working_set.growth,
+                           cache_resident_bytes=_cache_resident_bytes(caches, workers),
+                           cache_windows=cache_windows(caches, workers))
 
 
 def _measure_point(point: Point, *, backend, comm, config: RunConfig, last_trials: dict, progress) -> dict:
