@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ert.measure import timing as timing_engine
 from ert.measure.adaptive import AdaptivePlanner
