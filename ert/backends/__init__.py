@@ -81,7 +81,8 @@ class Transfer(Protocol):
     transfers back to back and returns the seconds of the timed region (it
     blocks until they are done); ``check()`` compares what arrived with the
     source: (ok, text). The stage in ``ert.measure.transfers`` calibrates,
-    samples and records them: a backend only hands them over.
+    samples and records them (``measure_transfer``, which also serves the
+    network's levels, ``ert.measure.network``): a backend only hands them over.
     """
 
     level: str
