@@ -1,4 +1,10 @@
-"""raw.jsonl: one JSON object per line, appended and flushed as each point finishes."""
+"""raw.jsonl: its records (one builder per kind), the frame every measuring stage writes them in, and reading.
+
+One JSON object per line, appended and fsynced as each point finishes.  A new
+record kind gets a builder here (beside ``transfer_record``), its required keys
+in ``_REQUIRED``, a list in ``RawData`` filed by ``RawData.add``, and a section
+in ``ert/schemas/RAW.md``.
+"""
 
 from __future__ import annotations
 
