@@ -554,8 +554,8 @@ def gpu_links():
     records = []
     try:
         sizes = links.link_sizes(min_bytes=4096, max_bytes=256 << 20, per_octave=1)
-        how = stage.TransferTiming(min_seconds=0.01, samples=3, noise_threshold=0.10, max_remeasure=2)
-        stage.measure_transfers(backend.link_transfers(max(sizes)), sizes, how=how, emit=records.append)
+        stage.measure_transfers(backend.link_transfers(max(sizes)), sizes, min_seconds=0.01, samples=3,
+                                noise_threshold=0.10, max_remeasure=2, emit=records.append)
         rated = backend.link_rated(lambda: stage.host_copy_reference(64 << 20))
     finally:
         backend.close()

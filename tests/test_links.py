@@ -86,8 +86,8 @@ def test_measure_transfers_emits_in_size_order_skips_known_ids_and_flags_a_faile
     good, broken = _HostCopy(), _HostCopy(broken=True)
     broken.variant = "broken"
     out = []
-    how = stage.TransferTiming(min_seconds=1e-4, samples=3, noise_threshold=10.0, max_remeasure=1)
-    n = stage.measure_transfers([good, broken], [16384, 4096, 65536], how=how, emit=out.append,
+    n = stage.measure_transfers([good, broken], [16384, 4096, 65536], min_seconds=1e-4, samples=3,
+                                noise_threshold=10.0, max_remeasure=1, emit=out.append,
                                 skip={"link-h2d:copy:16384"})
     assert n == 5 and [r["bytes"] for r in out] == [4096, 4096, 16384, 65536, 65536]
     assert good.prepared == [4096, 65536]

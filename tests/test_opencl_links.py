@@ -30,14 +30,14 @@ def measured():
     records = []
     policy = {"min_seconds": 0.002, "noise_threshold": 0.25, "max_remeasure": 1}
     try:
-        count = stage.measure_transfers(backend.link_transfers(max(SIZES)), SIZES,
-                                        how=stage.TransferTiming(samples=3, **policy), emit=records.append)
+        count = stage.measure_transfers(backend.link_transfers(max(SIZES)), SIZES, samples=3,
+                                        emit=records.append, **policy)
         rated = backend.link_rated(lambda: stage.host_copy_reference(max(SIZES), min_seconds=0.002, samples=3))
         # Resume: every id already measured is skipped, the rest are measured.
         done = {r["id"] for r in records if r["bytes"] != SIZES[-1]}
         again = []
-        stage.measure_transfers(backend.link_transfers(max(SIZES)), SIZES,
-                                how=stage.TransferTiming(samples=2, **policy), emit=again.append, skip=done)
+        stage.measure_transfers(backend.link_transfers(max(SIZES)), SIZES, samples=2, emit=again.append,
+                                skip=done, **policy)
     finally:
         backend.close()
     return backend, count, records, rated, again

@@ -40,11 +40,6 @@ class TransferTiming:
     max_remeasure: int
     max_count: int = LINK_MAX_REPEATS
 
-    @classmethod
-    def of(cls, cfg, *, max_count: int = LINK_MAX_REPEATS) -> "TransferTiming":
-        return cls(min_seconds=cfg.transfer.min_seconds, samples=cfg.transfer.samples,
-                   noise_threshold=cfg.timing.noise_threshold, max_remeasure=cfg.timing.max_remeasure,
-                   max_count=max_count)
 
 
 def record_id(transfer, nbytes: int) -> str:
@@ -85,12 +80,15 @@ def measure_transfer(transfer, nbytes: int, *, how: TransferTiming, trips: int =
                            noise_threshold=how.noise_threshold, pair=pair, pairs=pairs, **extra)
 
 
-def measure_transfers(transfers: list, sizes: list[int], *, how: TransferTiming, emit, skip=frozenset()) -> int:
+def measure_transfers(transfers: list, sizes: list[int], *, min_seconds: float, samples: int,
+                      noise_threshold: float, max_remeasure: int, emit, skip=frozenset()) -> int:
     """Every transfer at every size, smallest size first; ``emit`` each record as it is measured.
 
     Ids in ``skip`` (already in raw.jsonl: a resumed run) are not measured
     again.  Returns the number of records emitted.
     """
+    how = TransferTiming(min_seconds=min_seconds, samples=samples, noise_threshold=noise_threshold,
+                         max_remeasure=max_remeasure)
     emitted = 0
     for nbytes in sorted({int(s) for s in sizes}):
         for transfer in transfers:
@@ -156,8 +154,9 @@ def _links(cfg, backend, comm, frame, say) -> None:
             say(f"links: {record['level']} {record.get('variant', '')} {record['bytes']} B -> "
                 f"{transfer_gbytes_per_s(record):.2f} GB/s" + ("" if record.get("valid") else " CHECK FAILED"))
 
-        measure_transfers(backend.link_transfers(max(sizes)), sizes, how=TransferTiming.of(cfg), emit=emit,
-                          skip=frozenset(frame.done))
+        measure_transfers(backend.link_transfers(max(sizes)), sizes, min_seconds=cfg.transfer.min_seconds,
+                          samples=cfg.transfer.samples, noise_threshold=cfg.timing.noise_threshold,
+                          max_remeasure=cfg.timing.max_remeasure, emit=emit, skip=frozenset(frame.done))
     gentle_barrier(comm)
 
 
@@ -165,7 +164,9 @@ def _network(cfg, comm, meta_network: dict, frame, say) -> None:
     """Every size of each network level, on its member ranks; rank 0 (in every level) writes."""
     sizes = cfg.transfer.sizes(cfg.transfer.network_max_bytes)
     # No cap below the engine's: a small message's round trip is far below a link copy's enqueue cost.
-    how = TransferTiming.of(cfg, max_count=timing.MAX_COUNT)
+    how = TransferTiming(min_seconds=cfg.transfer.min_seconds, samples=cfg.transfer.samples,
+                         noise_threshold=cfg.timing.noise_threshold, max_remeasure=cfg.timing.max_remeasure,
+                         max_count=timing.MAX_COUNT)
 
     def measure(job: network.NetworkTransfer) -> None:
         for size in sizes:
