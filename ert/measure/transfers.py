@@ -41,7 +41,6 @@ class TransferTiming:
     max_count: int = LINK_MAX_REPEATS
 
 
-
 def record_id(transfer, nbytes: int) -> str:
     """The id the record of ``transfer`` at ``nbytes`` gets (a resumed run skips ids already written)."""
     return transfer_id(transfer.level, transfer.variant, nbytes, transfer.extra.get("pair"),
@@ -72,11 +71,11 @@ def measure_transfer(transfer, nbytes: int, *, how: TransferTiming, trips: int =
     ok, text = transfer.check()
     extra = dict(transfer.extra)
     if details is not None:
-        extra.update(details(range(calibrating + got.calls[0], calibrating + got.calls[1]), count))
+        extra.update(details(range(calibrating + got.calls[0], calibrating + got.calls[1]), got.count))
     pair, pairs = extra.pop("pair", None), extra.pop("pairs", None)
     return transfer_record(level=transfer.level, kind=transfer.kind, variant=transfer.variant,
                            method=transfer.method, nbytes=nbytes, moved_bytes=nbytes * transfer.directions,
-                           repeats=count * trips, samples=got.seconds, valid=ok, check=text,
+                           repeats=got.count * trips, samples=got.seconds, valid=ok, check=text,
                            noise_threshold=how.noise_threshold, pair=pair, pairs=pairs, **extra)
 
 
