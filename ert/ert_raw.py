@@ -23,7 +23,7 @@ from pathlib import Path
 from ert.config import from_dict
 from ert.ert_results import _literal, gcc_o3_warning
 from ert.errors import ErtError
-from ert.rawio import RAW_VERSION, RawData
+from ert.rawio import RawData, header_record
 from ert.spec import KernelSpec
 
 _NUMBER = {"flops": re.compile(r"FLOPS\.?(\d+)", re.IGNORECASE), "mpi": re.compile(r"MPI\.?(\d+)"),
@@ -142,5 +142,4 @@ def read_ert_results(path: str | Path) -> RawData:
         import datetime as _dt
 
         metadata["date"] = _dt.datetime.fromtimestamp(stamp, tz=_dt.timezone.utc).replace(microsecond=0).isoformat()
-    header = {"type": "header", "raw_version": RAW_VERSION, "metadata": metadata, "planned_points": len(points)}
-    return RawData(path, header, points, [], [])
+    return RawData(path, header_record({"metadata": metadata, "planned_points": len(points)}), points)

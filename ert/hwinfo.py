@@ -1,4 +1,4 @@
-"""Hardware hints (cache sizes, CPU model, usable cpus) read cheaply from sysfs and procfs."""
+"""Hardware hints read cheaply from sysfs and procfs: cache sizes, CPU model, usable cpus, network interfaces."""
 
 from __future__ import annotations
 
@@ -206,3 +206,124 @@ def physical_cores(cpus: list[int], sysfs_root: str = SYSFS_CPU) -> list[list[in
             key = ("cpu", cpu)
         groups.setdefault(key, []).append(cpu)
     return sorted(groups.values(), key=lambda g: g[0])
+
+
+# ---------------------------------------------------------------------------- network interfaces
+def read_nics(net_root: str = "/sys/class/net", ib_root: str = "/sys/class/infiniband") -> list[dict]:
+    """NICs with a known link rate: Ethernet speed (Mb/s) and InfiniBand port rate (Gb/s), as GB/s."""
+    nics = []
+    net = Path(net_root)
+    if net.is_dir():
+        for dev in sorted(net.iterdir()):
+            if dev.name == "lo" or not (dev / "device").exists():
+                continue  # loopback, bridges, veth: no wire behind them
+            try:
+                mbit = int((dev / "speed").read_text().strip())
+            except (OSError, ValueError):
+                continue
+            if mbit > 0:
+                nics.append({"name": dev.name, "gbytes_per_s": mbit / 8000.0,
+                             "source": f"{dev}/speed {mbit} Mb/s / 8"})
+    ib = Path(ib_root)
+    if ib.is_dir():
+        for port in sorted(ib.glob("*/ports/*")):
+            try:
+                text = (port / "rate").read_text().strip()
+                gbit = float(text.split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            if gbit > 0:
+                nics.append({"name": f"{port.parent.parent.name}:{port.name}", "gbytes_per_s": gbit / 8.0,
+                             "source": f"{port}/rate '{text}' / 8"})
+    return nics
+
+
+def interfaces(net_root: str = "/sys/class/net") -> list[dict]:
+    """This host's network interfaces with an IPv4 address: name, address/prefix, virtual or not, kind, speed.
+
+    ``virtual`` is true for an interface with no device behind it (veth,
+    bridge, tun, a VM's or container's virtual NIC): its ``speed`` file, where
+    it has one, is a nominal figure (veth says 10000 Mb/s), not a line rate.
+    """
+    import ipaddress
+
+    out = []
+    net = Path(net_root)
+    for name, addr in ipv4_addresses(net_root):
+        dev = net / name
+        try:
+            real = os.path.realpath(dev)
+        except OSError:
+            real = str(dev)
+        virtual = "/devices/virtual/" in real or not (dev / "device").exists()
+        try:
+            speed = int((dev / "speed").read_text().strip())
+        except (OSError, ValueError):
+            speed = None
+        out.append({"name": name, "address": str(ipaddress.ip_interface(addr)), "virtual": virtual,
+                    "kind": _link_kind(name) if virtual else "device",
+                    "speed_mbit": speed if speed and speed > 0 else None})
+    return out
+
+
+def ipv4_addresses(net_root: str = "/sys/class/net") -> list[tuple[str, str]]:
+    """(interface, ``a.b.c.d/prefix``) of this host's interfaces with an IPv4 address, loopback left out."""
+    net = Path(net_root)
+    if not net.is_dir():
+        return []
+    found = ((dev.name, _ipv4(dev.name)) for dev in sorted(net.iterdir()) if dev.name != "lo")
+    return [(name, addr) for name, addr in found if addr]
+
+
+def _ipv4(name: str) -> str | None:
+    """``a.b.c.d/prefix`` of interface ``name`` (its primary IPv4 address), or None."""
+    import fcntl
+    import ipaddress
+    import socket
+    import struct
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            packed = struct.pack("256s", name.encode()[:15])
+            addr = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), 0x8915, packed)[20:24])   # SIOCGIFADDR
+            mask = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), 0x891B, packed)[20:24])   # SIOCGIFNETMASK
+    except OSError:
+        return None
+    return f"{addr}/{ipaddress.IPv4Network(f'0.0.0.0/{mask}').prefixlen}"
+
+
+def _link_kind(name: str) -> str:
+    """A virtual interface's kind (veth, bridge, tun, ...) from ``ip -d link``; "virtual" when it cannot tell."""
+    import json
+    import subprocess
+
+    try:
+        out = subprocess.run(["ip", "-j", "-d", "link", "show", name], capture_output=True, text=True, timeout=5)
+        return str(json.loads(out.stdout)[0].get("linkinfo", {}).get("info_kind") or "virtual")
+    except (OSError, ValueError, IndexError, KeyError, subprocess.SubprocessError, AttributeError):
+        return "virtual"
+
+
+def route_between(mine: list[dict], theirs: list[dict]) -> dict | None:
+    """The interface of ``mine`` whose subnet holds an address of ``theirs``: where the two hosts talk.
+
+    None when no subnet is shared (routed networks, InfiniBand without IPoIB):
+    the rated value then falls back to the host's NICs.
+    """
+    import ipaddress
+
+    for iface in mine:
+        network = ipaddress.ip_interface(iface["address"]).network
+        for other in theirs:
+            if ipaddress.ip_interface(other["address"]).ip in network:
+                return {**iface, "peer_address": other["address"]}
+    return None
+
+
+def iface_bytes(name: str, net_root: str = "/sys/class/net") -> int | None:
+    """Bytes interface ``name`` has sent plus received so far (its kernel counters), or None."""
+    try:
+        stats = Path(net_root) / name / "statistics"
+        return int((stats / "tx_bytes").read_text()) + int((stats / "rx_bytes").read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,4 +1,10 @@
-"""raw.jsonl: one JSON object per line, appended and flushed as each point finishes."""
+"""raw.jsonl: its records (one builder per kind), the frame every measuring stage writes them in, and reading.
+
+One JSON object per line, appended and fsynced as each point finishes.  A new
+record kind gets a builder here (beside ``transfer_record``), its required keys
+in ``_REQUIRED``, a list in ``RawData`` filed by ``RawData.add``, and a section
+in ``ert/schemas/RAW.md``.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,87 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ert.errors import ErtError
 from ert.spec import KernelSpec, rates, timing_spread
 
 RAW_NAME = "raw.jsonl"
 RAW_VERSION = "1.0"
+
+
+# ---------------------------------------------------------------------------- records (RAW.md describes every key)
+# One builder per record kind: a stage hands over what it measured, the builder gives the line's keys.
+def header_record(header: dict) -> dict:
+    """The first record of a new raw file: ``header`` ({"metadata", "planned_points", ...}) with its type and
+    version (assembled in ``ert.measure.metadata.run_header``)."""
+    return {"type": "header", "raw_version": RAW_VERSION, **header}
+
+
+def point_record(*, point_id: str, spec: dict, wss_bytes: int, elements_per_thread: int, launch: dict | None,
+                 ranks: int, threads_per_rank: int, trials: int, samples: list[float],
+                 rank_seconds: list[list[float]], spread: float, noisy: bool, remeasured: int, serialized: int,
+                 valid: bool, check: str, device: dict | None = None) -> dict:
+    """One sweep point: ``samples`` are the seconds of each timed region (the slowest rank's),
+    ``rank_seconds[i]`` every rank's seconds of region i; ``device`` what a device backend saw during it."""
+    record = {
+        "type": "point",
+        "id": point_id,
+        "spec": spec,
+        "wss_bytes": wss_bytes,
+        "elements_per_thread": elements_per_thread,
+        **({"launch": launch} if launch else {}),
+        "elements": elements_per_thread * threads_per_rank * ranks,
+        "ranks": ranks,
+        "threads_per_rank": threads_per_rank,
+        "trials": trials,
+        "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
+        "samples": samples,
+        # Imbalance shows here: the fastest and slowest region of any rank,
+        # and each rank's own fastest and slowest over the repeats.
+        "rank_seconds": {"min": min(min(r) for r in rank_seconds),
+                         "max": max(max(r) for r in rank_seconds),
+                         "per_rank": [{"min": min(col), "max": max(col)} for col in zip(*rank_seconds)]},
+        "spread": spread,
+        "noisy": noisy,
+        "remeasured": remeasured,
+        **({"serialized_regions": serialized} if serialized else {}),
+        "valid": valid,
+        "check": check,
+        "time": time.time(),
+    }
+    if device:
+        record["device"] = device  # rank 0's, as rank 0 writes
+    return record
+
+
+def sustain_record(*, target: str, point_id: str, spec: dict, wss_bytes: int, elements_per_thread: int,
+                   ranks: int, threads_per_rank: int, trials_per_region: int, region_seconds: list[float],
+                   region_start_seconds: list[float], hold_seconds: float, valid: bool, check: str) -> dict:
+    """One peak point held for seconds (sustained mode): every region's seconds and when it started."""
+    return {
+        "type": "sustain",
+        "target": target,
+        "point_id": point_id,
+        "spec": spec,
+        "wss_bytes": wss_bytes,
+        "elements_per_thread": elements_per_thread,
+        "elements": elements_per_thread * threads_per_rank * ranks,
+        "threads_per_rank": threads_per_rank,
+        "trials_per_region": trials_per_region,
+        "region_seconds": region_seconds,
+        "region_start_seconds": region_start_seconds,
+        "hold_seconds": hold_seconds,
+        "valid": valid,
+        "check": check,
+        "time": time.time(),
+    }
+
+
+def end_record(*, wall_seconds: float, stage: str | None = None, **fields) -> dict:
+    """A stage's end: its wall seconds (summed into the run's); the sweep's has no ``stage`` and says
+    ``interrupted`` and ``measured`` (and an adaptive plan's size), the transfer stage's says ``time``."""
+    return {"type": "end", **({"stage": stage} if stage else {}), "wall_seconds": wall_seconds, **fields}
 
 
 def transfer_id(level: str, variant: str, nbytes: int, pair=None, pairs=None) -> str:
@@ -157,41 +237,66 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
         yield number, raw.decode("utf-8", errors="replace"), is_last
 
 
+# Keys a record of each kind must have to be read (a hand-edited or foreign file fails on its line).
+_REQUIRED = {
+    "point": ("id", "spec", "wss_bytes", "elements", "trials", "seconds", "valid"),
+    "sustain": ("target", "point_id", "spec", "elements", "trials_per_region", "region_seconds", "hold_seconds",
+                "valid"),
+    "transfer": ("id", "level", "bytes", "moved_bytes", "repeats", "seconds", "valid"),
+}
+
+
 @dataclass
 class RawData:
     """What a raw file holds: its header, the latest record of each point, and the end records."""
 
-    path: Path
+    path: Path | None
     header: dict
     points: list[dict]
     ends: list[dict] = field(default_factory=list)
     sustained: list[dict] = field(default_factory=list)  # "sustain" records: peak points held for seconds
     transfers: list[dict] = field(default_factory=list)  # "transfer" records (links, peers, network), latest per id
+    _slot: dict = field(default_factory=dict, repr=False, compare=False)  # (type, id) -> index in its list
 
     def records(self) -> list[dict]:
         """Every record, header first, in the order a raw file holds them: what ``read_raw`` gives back."""
         return [self.header, *self.points, *self.sustained, *self.transfers, *self.ends]
 
+    def add(self, record: dict) -> None:
+        """File one record (not a header) as ``read_raw`` would: a point or transfer measured again (a resume
+        that raced a kill) keeps its last record, in the place of its first; other types accumulate."""
+        kind = record["type"]
+        if kind in ("point", "transfer"):
+            listed = self.points if kind == "point" else self.transfers
+            if not self._slot:  # first add: index what the lists hold
+                self._slot.update({("point", r["id"]): i for i, r in enumerate(self.points)})
+                self._slot.update({("transfer", r["id"]): i for i, r in enumerate(self.transfers)})
+            slot = self._slot.get((kind, record["id"]))
+            if slot is None:
+                self._slot[(kind, record["id"])] = len(listed)
+                listed.append(record)
+            else:
+                listed[slot] = record
+        elif kind == "sustain":
+            self.sustained.append(record)
+        elif kind == "end":
+            self.ends.append(record)
+        # Any other type is a newer ert's record: kept on disk, not read here.
+
 
 def write_raw(raw: RawData, path: str | Path) -> None:
-    """``raw`` as a new raw.jsonl at ``path``, written whole or not at all (ErtError if it exists)."""
-    import tempfile
+    """``raw`` as a new raw.jsonl at ``path``, written whole or not at all (ErtError if it exists); like every
+    file ert writes, through ``ert.files`` (fsynced, the mode a new file gets: 0644 under the usual umask)."""
+    from ert.files import write_text_atomic
 
     path = Path(path)
     if path.exists():
         raise ErtError("already exists; choose a new file", path=path)
-    text = "".join(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n" for rec in raw.records())
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
+        text = "".join(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n" for rec in raw.records())
+    except ValueError as exc:
+        raise ErtError(f"cannot write as JSON: {exc}", path=path) from None
+    write_text_atomic(text, path)
 
 
 def read_raw(path: str | Path) -> RawData:
@@ -209,11 +314,7 @@ def read_raw(path: str | Path) -> RawData:
         raise ErtError("no such file", path=path) from None
     except OSError as exc:
         raise ErtError(f"cannot read: {exc.strerror or exc}", path=path) from None
-    header = None
-    points = []
-    ends = []
-    sustained = []
-    transfers: dict[str, dict] = {}
+    raw = None
     for number, text, is_last in lines:
         try:
             rec = json.loads(text)
@@ -223,34 +324,105 @@ def read_raw(path: str | Path) -> RawData:
             raise ErtError(f"corrupt line: {exc.msg}", path=path, key=f"line {number}") from None
         if not isinstance(rec, dict) or "type" not in rec:
             raise ErtError("not a raw record (a JSON object with a 'type')", path=path, key=f"line {number}")
+        for key in _REQUIRED.get(rec["type"], ()):
+            if key not in rec:
+                raise ErtError(f"{rec['type']} record lacks '{key}'", path=path, key=f"line {number}")
         if rec["type"] == "header":
-            if header is None:
-                header = rec
-        elif rec["type"] == "point":
-            for key in ("id", "spec", "wss_bytes", "elements", "trials", "seconds", "valid"):
-                if key not in rec:
-                    raise ErtError(f"point record lacks '{key}'", path=path, key=f"line {number}")
-            points.append(rec)
-        elif rec["type"] == "end":
-            ends.append(rec)
-        elif rec["type"] == "sustain":
-            for key in ("target", "point_id", "spec", "elements", "trials_per_region", "region_seconds",
-                        "hold_seconds", "valid"):
-                if key not in rec:
-                    raise ErtError(f"sustain record lacks '{key}'", path=path, key=f"line {number}")
-            sustained.append(rec)
-        elif rec["type"] == "transfer":
-            for key in ("id", "level", "bytes", "moved_bytes", "repeats", "seconds", "valid"):
-                if key not in rec:
-                    raise ErtError(f"transfer record lacks '{key}'", path=path, key=f"line {number}")
-            transfers[rec["id"]] = rec  # a size measured again (a resume) keeps its last record
-    if header is None:
+            if raw is None:
+                raw = RawData(path, rec, [])
+        elif raw is not None:
+            raw.add(rec)
+    if raw is None:
         raise ErtError("no header record: not an ert raw file", path=path)
+    header = raw.header
     if str(header.get("raw_version", "")).split(".")[0] != RAW_VERSION.split(".")[0]:
         raise ErtError(f"unsupported raw_version {header.get('raw_version')!r} (this ert reads {RAW_VERSION})",
                        path=path, key="line 1")
-    # A point measured twice (a resume that raced a kill) keeps its last record.
-    latest = {}
-    for rec in points:
-        latest[rec["id"]] = rec
-    return RawData(path, header, list(latest.values()), ends, sustained, list(transfers.values()))
+    return raw
+
+
+# ---------------------------------------------------------------------------- the stage frame
+class RawLog:
+    """raw.jsonl of the run being measured, shared by its stages, read at most once.
+
+    ``data`` is what the file holds on the rank that writes (rank 0): what the
+    CLI read for ``--resume``, or a new run's header (written at once).  One
+    writer appends every record as it is measured and files it in ``data``,
+    so a later stage (the hold, the transfers) sees the sweep's records
+    without reading the file again.  Other ranks hold no data and write nothing.
+    """
+
+    def __init__(self, path: str | Path, data: RawData | None, *, writes: bool, new: bool = False):
+        self.path = Path(path)
+        self.data = data
+        self._writer = RawWriter(self.path) if writes else None
+        if self._writer and new:
+            self._writer.append(data.header)
+
+    @classmethod
+    def open(cls, run_dir: Path, *, header: dict | None, writes: bool, data: RawData | None = None) -> "RawLog":
+        """A new run's log from its ``header`` (its record written now), or a resumed run's ``data``."""
+        if header is not None:
+            data = RawData(Path(run_dir) / RAW_NAME, header_record(header), []) if writes else None
+        return cls(Path(run_dir) / RAW_NAME, data if writes else None, writes=writes, new=header is not None)
+
+    @property
+    def writes(self) -> bool:
+        return self._writer is not None
+
+    def append(self, record: dict) -> None:
+        if self._writer:
+            self._writer.append(record)
+            self.data.add(record)
+
+    def stage(self, name: str | None, *, done: Callable[[RawData], set], share=None,
+              ending: Callable[[bool], dict | None] | None = None) -> "StageFrame":
+        return StageFrame(self, name=name, done=done, share=share, ending=ending)
+
+    def close(self) -> None:
+        if self._writer:
+            self._writer.close()
+            self._writer = None
+
+
+class StageFrame:
+    """One measuring stage over the run's log (``with log.stage(...) as frame:``).
+
+    ``frame.done``: the ids the stage need not measure again (``done(data)``
+    on the writing rank, handed to every rank by ``share``, e.g. comm.bcast).
+    ``frame.append`` writes a record (rank 0).  Ctrl-C inside the block ends
+    it quietly with ``frame.interrupted`` set; then ``ending(interrupted)``
+    gives the fields of the stage's end record (``end_record``, with its
+    ``name`` as ``stage`` and its wall seconds), or None for no end record.
+    Any other error propagates and writes no end.
+    """
+
+    def __init__(self, log: RawLog, *, name: str | None, done: Callable[[RawData], set], share=None,
+                 ending: Callable[[bool], dict | None] | None = None):
+        self.log, self.name, self.ending = log, name, ending
+        mine = done(log.data) if log.data is not None else None
+        self.done: set = share(mine) if share else (mine or set())
+        self.interrupted = False
+        self.wall_seconds = 0.0
+        self._start = 0.0
+
+    @property
+    def data(self) -> RawData | None:
+        return self.log.data
+
+    def append(self, record: dict) -> None:
+        self.log.append(record)
+
+    def __enter__(self) -> "StageFrame":
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, kind, value, traceback) -> bool:
+        self.wall_seconds = time.perf_counter() - self._start
+        if kind is not None and not issubclass(kind, KeyboardInterrupt):
+            return False
+        self.interrupted = kind is not None
+        fields = self.ending(self.interrupted) if self.ending else None
+        if fields is not None:
+            self.log.append(end_record(wall_seconds=round(self.wall_seconds, 3), stage=self.name, **fields))
+        return True

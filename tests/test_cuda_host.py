@@ -593,7 +593,7 @@ def test_install_names_the_cuda_headers():
 def test_a_busy_launch_raises_the_clocks_before_timing_and_clocks_are_recorded(tmp_path):
     from ert.measure.comm import SerialComm
     from ert.measure.driver import run_sweep
-    from ert.rawio import read_raw
+    from ert.rawio import RawLog, read_raw
     from ert.measure.plan import plan
 
     dev = EmulatedGpu(V100, clock_mhz=1530)
@@ -602,8 +602,9 @@ def test_a_busy_launch_raises_the_clocks_before_timing_and_clocks_are_recorded(t
                      "working_set": {"min_bytes": 1 << 16, "max_bytes": 1 << 17, "growth": 2.0},
                      "timing": {"min_seconds": 1e-4, "repeats": 2, "max_remeasure": 0}, "threads": 1})
     points = plan(cfg, workers=1, granule_elements_of=backend.granule_elements, launches_of=backend.launches)
-    run_sweep(config=cfg, points=points[:3], run_dir=tmp_path, backend=backend, comm=SerialComm(), header={
-        "metadata": {}, "planned_points": 3})
+    log = RawLog.open(tmp_path, header={"metadata": {}, "planned_points": 3}, writes=True)
+    run_sweep(config=cfg, points=points[:3], log=log, backend=backend, comm=SerialComm())
+    log.close()
     # Each point: warm-up launch (1 trial), then the busy launch, then the timed ones.
     kinds = [launch["kind"] if launch["kind"] == "spin" else launch["trials"] == 1 for launch in dev.launched]
     spins = [i for i, k in enumerate(kinds) if k == "spin"]

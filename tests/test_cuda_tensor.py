@@ -874,20 +874,21 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     mma.sync at 50 % (below Hopper's wgmma rate, labelled so), FP64 mma.sync (DMMA, the roof) at 90 %."""
     from ert import ceilings_io
     from ert.analysis.ceilings import build
-    from ert.measure import rundir
     from ert.measure.comm import SerialComm
     from ert.measure.driver import run_sweep
-    from ert.rawio import read_raw
+    from ert.measure.metadata import run_header
+    from ert.rawio import RawLog, read_raw
 
     cfg = from_dict({"backend": "cuda", "precisions": ["fp32"], "flops_per_element": [1], "threads": 1,
                      "working_set": {"min_bytes": 1 << 16, "max_bytes": 1 << 16},
                      "tensor": ["fp16", "bf16", "tf32", "fp64", "fp8", "int8"], "timing": TENSOR_TIMING})
     backend = _tensor_backend(config=cfg)
     points = [p for p in _plan(cfg, backend) if p.spec.tensor]
-    header = rundir.header(cfg, backend_info=backend.describe(), comm=SerialComm(), placement=None,
-                           rank_warnings=[], planned_points=len(points))
-    result = run_sweep(config=cfg, points=points, run_dir=tmp_path, backend=backend, comm=SerialComm(),
-                       header=header)
+    header = run_header(cfg, backend=backend, comm=SerialComm(), placement=None, rank_warnings=[],
+                        planned_points=len(points))
+    log = RawLog.open(tmp_path, header=header, writes=True)
+    result = run_sweep(config=cfg, points=points, log=log, backend=backend, comm=SerialComm())
+    log.close()
     # wgmma: fp16, bf16, tf32, fp8, int8 x 2 geometries; mma.sync: fp16, bf16, tf32, fp64, int8 x 3 (no fp8:
     # emulated).
     assert result.measured_now == 5 * 2 + 5 * 3

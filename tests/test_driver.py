@@ -14,9 +14,10 @@ import pytest
 
 from ert.measure.comm import SerialComm
 from ert.config import Timing
-from ert.measure.driver import MAX_TRIALS, calibrate, measure, point_record
+from ert.measure.driver import MAX_TRIALS, calibrate, measure
 from ert.spec import KernelSpec
 from ert.measure.plan import Point
+from ert.rawio import point_record
 
 
 class ScriptedBackend:
@@ -102,8 +103,11 @@ def test_the_quietest_attempt_is_kept():
 def test_point_record_orders_the_seconds():
     b = ScriptedBackend(per_trial=1e-3, extra=lambda call: 1e-4 * (call % 3))
     m = measure(b, COMM, timing=Timing(min_seconds=0.005, repeats=5, noise_threshold=0.5, max_remeasure=0))
-    spec = KernelSpec("fp64", 1, False)
-    rec = point_record(Point(spec, 16384, 1024), m, check_ok=True, check_detail="ok", ranks=1, threads=2)
+    point = Point(KernelSpec("fp64", 1, False), 16384, 1024)
+    rec = point_record(point_id=point.id, spec=point.spec.to_dict(), wss_bytes=point.wss_bytes,
+                       elements_per_thread=point.elements_per_thread, launch=None, ranks=1, threads_per_rank=2,
+                       trials=m.trials, samples=m.samples, rank_seconds=m.rank_seconds, spread=m.spread,
+                       noisy=m.noisy, remeasured=m.remeasured, serialized=m.serialized, valid=True, check="ok")
     samples = m.samples
     assert min(samples) < max(samples)  # the scripted regions differ, so the order is tested
     assert rec["seconds"] == {"min": min(samples), "median": statistics.median(samples), "max": max(samples)}

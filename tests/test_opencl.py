@@ -469,3 +469,26 @@ def test_auto_backend_falls_back_to_numba_cpu_when_no_opencl_device_builds(tmp_p
     elif not cuda.available:
         # A usable OpenCL GPU wins; a usable CPU device alone gives way to numba-cpu.
         assert chosen == ("opencl" if status.detail.get("accelerators") else "numba-cpu")
+
+
+@needs_device
+def test_the_cpu_reference_is_handed_in_by_the_measuring_side_and_measured_once():
+    """A backend never starts a measurement: without a hook it has no reference; with one, it calls it once."""
+    from ert.backends import CpuReferenceBackend, RatedBackend
+    from ert.backends.numba_cpu import NumbaCpuBackend
+
+    assert callable(NumbaCpuBackend.rated) and not isinstance(object(), RatedBackend)
+    backend = _backend(cpu_reference=True)
+    try:
+        assert isinstance(backend, CpuReferenceBackend) and not isinstance(backend, RatedBackend)
+        if backend.kind != "cpu":
+            pytest.skip("the device is not a CPU")
+        assert "cpu_reference" not in backend.describe()
+        calls = []
+        backend.use_cpu_reference(lambda threads: calls.append(threads) or {"gflops_per_s": 12.5, "threads": threads})
+        info = backend.describe()
+        warning = next(w for w in backend.warnings if w.startswith("OpenCL device is a CPU"))
+        assert len(calls) == 1 and calls[0] >= 1
+        assert info["cpu_reference"] == {"gflops_per_s": 12.5, "threads": calls[0]} and "12.5 GFLOP/s" in warning
+    finally:
+        backend.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -117,6 +118,22 @@ def test_analyze_reproduces_the_ceilings(tiny_run):
     saved = json.loads((tiny_run / "ceilings.json").read_text())
     assert again["ceilings"] == saved["ceilings"]
     assert again == saved  # the whole document: analysis depends on raw.jsonl alone
+
+
+def test_analyze_of_a_run_and_of_its_save_raw_copy_gives_the_same_ceilings(tiny_run, tmp_path):
+    saved = tmp_path / "saved.jsonl"
+    umask = os.umask(0o022)  # the usual umask (ert analyze inherits it): a new file is 0644
+    try:
+        first = run_cmd("ert", "analyze", tiny_run, "--json", "--save-raw", saved)
+    finally:
+        os.umask(umask)
+    assert first.returncode == 0, first.stderr
+    assert saved.stat().st_mode & 0o777 == 0o644  # like every file ert writes (it was 0600)
+    second = run_cmd("ert", "analyze", saved, "--json")
+    assert second.returncode == 0, second.stderr
+    run_doc, copy_doc = json.loads(first.stdout), json.loads(second.stdout)
+    assert copy_doc["ceilings"] == run_doc["ceilings"] == json.loads((tiny_run / "ceilings.json").read_text())["ceilings"]
+    assert copy_doc["warnings"] == run_doc["warnings"]
 
 
 def test_analyze_output_file(tiny_run, tmp_path):

@@ -8,6 +8,7 @@ from ert import hwinfo
 from ert.config import from_dict, load
 from ert.errors import ErtError
 from ert.measure import rundir
+from ert.measure.metadata import run_header
 
 
 class SerialComm:
@@ -95,10 +96,17 @@ def test_config_round_trip_and_load_config(tmp_path):
     assert rundir.load_config(tmp_path / "run") == cfg
 
 
+class _Described:
+    """A backend as the header sees it: its description only."""
+
+    def describe(self):
+        return {"name": "numba-cpu"}
+
+
 def test_header_of_a_serial_run(tmp_path):
-    cfg = from_dict({"backend": "numba-cpu", "threads": 2})
-    header = rundir.header(cfg, backend_info={"name": "numba-cpu"}, comm=SerialComm(), placement=None,
-                           rank_warnings=["one warning"], planned_points=17)
+    cfg = from_dict({"backend": "numba-cpu", "threads": 2, "sweep": "dense"})
+    header = run_header(cfg, backend=_Described(), comm=SerialComm(), placement=None,
+                        rank_warnings=["one warning"], planned_points=17)
     assert header["planned_points"] == 17
     m = header["metadata"]
     assert m["ranks"] == 1 and m["threads_per_rank"] == 2 and m["rank_warnings"] == ["one warning"]

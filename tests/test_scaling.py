@@ -16,7 +16,7 @@ from ert.ceilings_io import load_ceilings, validate
 from ert.config import load
 from ert.measure.driver import _cache_resident_bytes, cache_windows
 from ert.consumers.report import format_ceilings
-from ert.measure.modes import _plan_for
+from ert.measure.modes import plan_for
 
 from conftest import command, numba_plan, point_records, raw_records, run_cmd, write_config
 
@@ -133,7 +133,7 @@ def test_the_plan_of_each_count_has_the_same_per_thread_sets(scaling_run):
     class One:
         size = 1
 
-    per_thread = {t: {p.elements_per_thread for p in _plan_for(cfg, Granule, One, t)} for t in (1, 2)}
+    per_thread = {t: {p.elements_per_thread for p in plan_for(cfg, Granule, One, t)} for t in (1, 2)}
     # One thread starts at half the aggregate set, so both counts share the per-thread sets;
     # both reach max_bytes in aggregate, so one thread goes further per thread.
     # (The largest set is max_bytes itself, off the geometric grid.)

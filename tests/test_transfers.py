@@ -26,8 +26,11 @@ from ert.consumers.report import format_ceilings
 from ert.errors import ErtError
 from ert.measure import rundir
 from ert.measure.comm import SerialComm
-from ert.measure.transfers import node_id, plan_pairs, read_nics, run_transfers
-from ert.rawio import RAW_VERSION, RawWriter, read_raw
+from ert.hwinfo import read_nics
+from ert.measure.metadata import run_header
+from ert.measure.network import node_id, plan_pairs
+from ert.measure.transfers import run_transfers
+from ert.rawio import RawLog, end_record, read_raw
 
 
 def rec(level, variant, size, seconds, *, repeats=10, moved=None, valid=True, pair=None, kind=None, **extra):
@@ -195,29 +198,32 @@ class NumpyLinks:
 
 
 def _new_run(tmp_path, backend, **cfg_keys):
-    cfg = config_mod.from_dict({"backend": "numba-cpu", "threads": 1, "levels": ["links"],
+    cfg = config_mod.from_dict({"backend": "numba-cpu", "threads": 1, "levels": ["links"], "sweep": "dense",
                                 "transfer": {"min_bytes": 1024, "max_bytes": 1 << 20, "growth": 16,
                                              "min_seconds": 0.0005, "samples": 2}, **cfg_keys})
-    from ert.measure.transfers import header_metadata
-
-    comm = SerialComm()
-    header = rundir.header(cfg, backend_info={"device": "numpy"}, comm=comm, placement=None, rank_warnings=[],
-                           planned_points=0)
-    extra = header_metadata(cfg, backend, comm)
-    header["metadata"]["backend_info"]["link_rated"] = extra["link_rated"]
+    header = run_header(cfg, backend=backend, comm=SerialComm(), placement=None, rank_warnings=[], planned_points=0)
+    assert header["metadata"]["backend_info"]["link_rated"] == backend.link_rated()
     run_dir = tmp_path / "run"
     rundir.create(run_dir, cfg)
-    writer = RawWriter(run_dir / "raw.jsonl")
-    writer.append({"type": "header", "raw_version": RAW_VERSION, **header})
-    writer.append({"type": "end", "wall_seconds": 0.0, "interrupted": False, "measured": 0})
-    writer.close()
+    log = RawLog.open(run_dir, header=header, writes=True)
+    log.append(end_record(wall_seconds=0.0, interrupted=False, measured=0))
+    log.close()
     return cfg, run_dir
+
+
+def _run_transfers(cfg, run_dir, backend) -> bool:
+    """The stage on a run directory, as ert-run --resume runs it: the raw file read once, then one log."""
+    log = RawLog(run_dir / "raw.jsonl", read_raw(run_dir), writes=True)
+    try:
+        return run_transfers(cfg=cfg, log=log, backend=backend, comm=SerialComm())
+    finally:
+        log.close()
 
 
 def test_links_stage_records_every_size_and_a_resume_skips_them(tmp_path):
     backend = NumpyLinks()
     cfg, run_dir = _new_run(tmp_path, backend)
-    assert run_transfers(cfg=cfg, run_dir=run_dir, backend=backend, comm=SerialComm()) is False
+    assert _run_transfers(cfg, run_dir, backend) is False
     raw = read_raw(run_dir)
     assert sorted(r["id"] for r in raw.transfers) == sorted(
         f"{lv}:copy:{s}" for lv in ("link-h2d", "link-d2h") for s in (1024, 16384, 262144, 1048576))
@@ -237,7 +243,7 @@ def test_links_stage_records_every_size_and_a_resume_skips_them(tmp_path):
     assert '"stage":"transfers"' in lines[-1].replace(" ", "")
     (run_dir / "raw.jsonl").write_text("".join(lines[:-3]))
     again = NumpyLinks()
-    run_transfers(cfg=cfg, run_dir=run_dir, backend=again, comm=SerialComm())
+    _run_transfers(cfg, run_dir, again)
     resumed = read_raw(run_dir)
     assert len(resumed.transfers) == 8
     assert [r["id"] for r in resumed.transfers[-2:]] == ["link-h2d:copy:1048576", "link-d2h:copy:1048576"]
@@ -262,7 +268,7 @@ def test_a_backend_without_the_hook_and_one_rank_measure_nothing(tmp_path):
         pass
 
     cfg, run_dir = _new_run(tmp_path, NumpyLinks(), levels=["links", "network"])
-    assert run_transfers(cfg=cfg, run_dir=run_dir, backend=NoLinks(), comm=SerialComm()) is False
+    assert _run_transfers(cfg, run_dir, NoLinks()) is False
     assert read_raw(run_dir).transfers == []
 
 
@@ -368,7 +374,7 @@ def test_a_network_only_run_on_one_rank_says_nothing_was_measured(tmp_path):
 # ----------------------------------------------------------------------------- the link between hosts
 from ert.analysis.rated import occupied_cores  # noqa: E402
 from ert.analysis.transfers import MIN_INTERFACE_SHARE, interface_share  # noqa: E402
-from ert.measure.transfers import iface_bytes, interfaces, route_between  # noqa: E402
+from ert.hwinfo import iface_bytes, interfaces, route_between  # noqa: E402
 
 VETH_ROUTE = {"name": "eth0", "address": "10.77.0.11/24", "virtual": True, "kind": "veth", "speed_mbit": 10000,
               "peer_address": "10.77.0.12/24", "from": "node1", "to": "node2"}

@@ -81,7 +81,8 @@ class Transfer(Protocol):
     transfers back to back and returns the seconds of the timed region (it
     blocks until they are done); ``check()`` compares what arrived with the
     source: (ok, text). The stage in ``ert.measure.transfers`` calibrates,
-    samples and records them: a backend only hands them over.
+    samples and records them (``measure_transfer``, which also serves the
+    network's levels, ``ert.measure.network``): a backend only hands them over.
     """
 
     level: str
@@ -113,6 +114,26 @@ class LinkBackend(Protocol):
     def link_transfers(self, max_bytes: int) -> list[Transfer]: ...
 
     def link_rated(self, reference: Callable[[], dict] | None = None) -> dict[str, dict]: ...
+
+
+@runtime_checkable
+class RatedBackend(Protocol):
+    """The rated capability of a CPU backend (numba-cpu): what the cores it runs on can physically do
+    (``ert.hardware.cpu``'s table x the clock it measures), with the derivation.  An OpenCL CPU device
+    is rated against it (``ert.measure.reference``)."""
+
+    def rated(self) -> dict: ...
+
+
+@runtime_checkable
+class CpuReferenceBackend(Protocol):
+    """A device that runs on the host's own cores (OpenCL's CPU device): its numbers are set beside
+    numba-cpu's FP64 FMA peak and rated against the host CPU.  ``use_cpu_reference(measure)`` hands in
+    ``measure(threads) -> dict`` ({"gflops_per_s", "rated", ...} or {"error": ...}), run by the measuring
+    side (``ert.measure.reference.cpu_reference``); the backend calls it at most once, only where it needs
+    it, as ``LinkBackend.link_rated(reference)`` does.  A backend never starts a measurement itself."""
+
+    def use_cpu_reference(self, measure: Callable[[int], dict]) -> None: ...
 
 
 @runtime_checkable

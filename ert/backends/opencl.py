@@ -9,7 +9,7 @@ from importlib import resources
 import numpy as np
 
 from ert.backends import close_attr, grow_buffer
-from ert.backends.opencl_devices import (EXTENSION_OF, build_program, cache_hints, cpu_reference, device_info,
+from ert.backends.opencl_devices import (EXTENSION_OF, build_program, cache_hints, device_info,
                                          fused_multiply_adds, is_pocl, precisions_of, probe, select_device,
                                          type_name)
 from ert.errors import ErtError
@@ -102,6 +102,7 @@ class OpenCLBackend:
         self._buf = self._sums = None
         self._spec: KernelSpec | None = None
         self._cpu_reference: dict | None = None
+        self._measure_reference = None  # handed in by the measuring side (use_cpu_reference)
         # One reference per node (rank 0 of it): ranks measuring at once would slow each other.
         self._want_reference = self.options.cpu_reference and local_rank == 0
         self._links = None  # the link sweep (ert.backends.opencl_links), while links are measured
@@ -443,12 +444,17 @@ class OpenCLBackend:
     def point_info(self) -> dict:
         return {}  # the launch geometry is in the point's record already
 
+    def use_cpu_reference(self, measure) -> None:
+        """``measure(threads)``: numba-cpu's FP64 FMA peak on this host (``ert.backends.CpuReferenceBackend``)."""
+        self._measure_reference = measure
+
     def _measured_cpu_reference(self) -> dict | None:
-        """numba-cpu's FP64 FMA peak on this node, measured once (rank 0 of the node only), or None."""
-        if self._want_reference and self._cpu_reference is None:
+        """numba-cpu's FP64 FMA peak on this node, measured once (a CPU device, rank 0 of the node), or None."""
+        if (self.kind == "cpu" and self._want_reference and self._cpu_reference is None
+                and self._measure_reference is not None):
             from ert import hwinfo
 
-            self._cpu_reference = cpu_reference(threads=max(1, hwinfo.usable_cpus() // max(self.local_size, 1)))
+            self._cpu_reference = self._measure_reference(max(1, hwinfo.usable_cpus() // max(self.local_size, 1)))
         return self._cpu_reference
 
     def _cpu_warning(self) -> str:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
 
 from ert.errors import ErtError
 
@@ -417,23 +414,3 @@ def fused_multiply_adds(binary: bytes, kernel: str = "ert_rw") -> int | None:
     if b"BC\xc0\xde" in binary or b"\xde\xc0\x17\x0b" in binary:
         return len(re.findall(rb"llvm\.(?:fma|fmuladd)\.", binary))
     return None
-
-
-def cpu_reference(*, threads: int, timeout_seconds: float = 120.0) -> dict:
-    """The numba-cpu backend's FP64 FMA GFLOP/s on this host, measured in a child process.
-
-    A child, so that Numba's thread pinning never touches this process's
-    threads (the OpenCL driver's).  Returns {"gflops_per_s": ...} or
-    {"error": "..."}; never raises.
-    """
-    # The child runs ert.measure.reference (the measuring engine's side of the pipe; a process, not an import).
-    cmd = [sys.executable, "-m", "ert.measure.reference", "--cpu-reference", str(max(1, threads))]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_seconds)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        if proc.returncode != 0 or not lines:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            return {"error": f"numba-cpu reference failed: {tail[:200]}"}
-        return json.loads(lines[-1])
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        return {"error": f"numba-cpu reference failed: {type(exc).__name__}: {_short(exc)}"}

@@ -79,24 +79,23 @@ def _level_names(text: str) -> list[str]:
     return names
 
 
-def _positive_seconds(text: str) -> float:
+def _in_range(text: str, *, what: str, unit: str, most: float) -> float:
+    """``text`` as a number above 0 and at most ``most``; else argparse's one-line error naming ``what``."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value <= 86400:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400 seconds: {text!r}")
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if not 0 < value <= most:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {most:g} {unit}: {text!r}")
     return value
+
+
+def _positive_seconds(text: str) -> float:
+    return _in_range(text, what="a number of seconds", unit="seconds", most=86400)
 
 
 def _gbytes_per_s(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a bandwidth in GB/s: {text!r}") from None
-    if not 0 < value <= 100000:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 100000 GB/s: {text!r}")
-    return value
+    return _in_range(text, what="a bandwidth in GB/s", unit="GB/s", most=100000)
 
 
 class QuietExit(Exception):
@@ -262,14 +261,22 @@ def _report(args, run_dir: Path, code: int, *, rank: int) -> int:
 
 def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None, verbose: bool = False) -> int:
     """One run, stage by stage: backend, plan, run directory, measuring, analysis and report."""
-    cfg, backend, skipped_warning = _open_backend(cfg, run_dir, comm=comm, resume=resume)
+    from ert.rawio import RawLog
+
+    cfg, backend, skipped_warning, raw = _open_backend(cfg, run_dir, comm=comm, resume=resume)
     points = _plan(cfg, backend, comm=comm) if "memory" in cfg.levels else []
     rank_warnings = _rank_warnings(backend, skipped_warning, comm=comm, placement=placement)
     header = None if resume else _start_run_dir(cfg, run_dir, backend, comm=comm, placement=placement,
                                                   rank_warnings=rank_warnings, planned_points=len(points))
     if comm.rank == 0:
         _announce(cfg, run_dir, comm=comm, rank_warnings=rank_warnings)
-    result = _measure(cfg, points, run_dir, backend, header, comm=comm, quiet=quiet)
+    # Every stage appends through this one log: rank 0 writes, and holds what the file holds (``raw``, read
+    # once for a resume) plus every record since, so no stage reads raw.jsonl again.
+    log = RawLog.open(run_dir, header=header, data=raw, writes=comm.rank == 0)
+    try:
+        result = _measure(cfg, points, log, backend, comm=comm, quiet=quiet)
+    finally:
+        log.close()
     if comm.rank != 0:
         if result.interrupted and comm.size > 1:
             raise KeyboardInterrupt  # cmd_run aborts the job: rank 0 may be waiting for this rank
@@ -278,16 +285,23 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
 
 
 def _make_backend(cfg, threads: int, comm):
-    from ert.backends import REGISTRY
+    from ert.backends import REGISTRY, CpuReferenceBackend
+    from ert.measure.reference import cpu_reference
 
-    return REGISTRY.create(cfg.backend, threads=threads, options=cfg.backend_options(), local_rank=comm.local_rank,
-                           local_size=comm.local_size)
+    backend = REGISTRY.create(cfg.backend, threads=threads, options=cfg.backend_options(),
+                              local_rank=comm.local_rank, local_size=comm.local_size)
+    if isinstance(backend, CpuReferenceBackend):
+        # A device on the host's cores is set beside numba-cpu's peak: measured by the measuring side.
+        backend.use_cpu_reference(cpu_reference)
+    return backend
 
 
 def _open_backend(cfg, run_dir: Path, *, comm, resume: bool):
-    """(config with the precisions it can run, the backend, a warning or None), agreed on by every rank.
+    """(config with the precisions it can run, the backend, a warning or None, the resumed run's raw data or
+    None), agreed on by every rank.
 
-    A resume is refused here (rank 0) when the hardware differs from the run's.
+    A resume is refused here (rank 0) when the hardware differs from the run's;
+    the raw file read for that is the run's one read (``ert.rawio.RawLog``).
     """
     from ert.measure import faults, rundir
     from ert.measure.precisions import supported_precisions
@@ -295,14 +309,16 @@ def _open_backend(cfg, run_dir: Path, *, comm, resume: bool):
 
     def setup():
         backend = _make_backend(cfg, cfg.threads, comm)
+        raw = None
         if resume and comm.rank == 0:
-            rundir.refuse_other_hardware(read_raw(run_dir).header["metadata"], run_dir, threads=cfg.threads,
+            raw = read_raw(run_dir)
+            rundir.refuse_other_hardware(raw.header["metadata"], run_dir, threads=cfg.threads,
                                          ranks=comm.size, device=backend.describe().get("device", ""))
-        return backend
+        return backend, raw
 
-    backend = _agreed(comm, setup)
+    backend, raw = _agreed(comm, setup)
     cfg, skipped_warning = _agreed(comm, lambda: supported_precisions(cfg, backend))
-    return cfg, faults.maybe_wrap(backend, rank=comm.rank), skipped_warning
+    return cfg, faults.maybe_wrap(backend, rank=comm.rank), skipped_warning, raw
 
 
 def _plan(cfg, backend, *, comm):
@@ -330,32 +346,13 @@ def _rank_warnings(backend, skipped_warning, *, comm, placement) -> list:
 def _start_run_dir(cfg, run_dir: Path, backend, *, comm, placement, rank_warnings, planned_points) -> dict:
     """The header of a new run (collective); rank 0 creates the directory with the resolved config."""
     from ert.measure import rundir
+    from ert.measure.metadata import run_header
 
-    from ert.measure.transfers import header_metadata
-
-    header = rundir.header(cfg, backend_info=backend.describe(), comm=comm, placement=placement,
-                           rank_warnings=rank_warnings, planned_points=planned_points)
-    extra = header_metadata(cfg, backend, comm)  # link rated values, nodes and NICs (collective)
-    if "link_rated" in extra:
-        header["metadata"]["backend_info"] = {**header["metadata"].get("backend_info", {}),
-                                              "link_rated": extra.pop("link_rated")}
-    header["metadata"].update(extra)
-    _rate_dram(cfg, header["metadata"])
+    header = run_header(cfg, backend=backend, comm=comm, placement=placement, rank_warnings=rank_warnings,
+                        planned_points=planned_points)
     if comm.rank == 0:
         rundir.create(run_dir, cfg)
     return header
-
-
-def _rate_dram(cfg, meta: dict) -> None:
-    """A CPU backend's rated values get the host's DRAM (ert.hardware.dram): the user's, SMBIOS's, or why none."""
-    from ert.hardware import dram as dram_rated
-
-    rated = (meta.get("backend_info") or {}).get("rated")
-    if not isinstance(rated, dict) or not rated.get("per_core"):
-        return  # a device backend rates its own memory
-    user = cfg.rated.dram_gbytes_per_s if cfg.rated else None
-    text, why = dram_rated.read_smbios()  # named beside a user's value too
-    rated.setdefault("memory", []).append(dram_rated.dram_entry(user_gbps=user, smbios_text=text, smbios_why=why))
 
 
 def _announce(cfg, run_dir: Path, *, comm, rank_warnings) -> None:
@@ -372,11 +369,13 @@ def _announce(cfg, run_dir: Path, *, comm, rank_warnings) -> None:
               file=sys.stderr)
 
 
-def _measure(cfg, points, run_dir: Path, backend, header, *, comm, quiet: bool):
-    """The sweep (or the run modes: thread scaling, sustained holds) into raw.jsonl; the backend closed after."""
+def _measure(cfg, points, log, backend, *, comm, quiet: bool):
+    """The sweep (or the run modes: thread scaling, sustained holds), then links and the network, into the
+    run's raw.jsonl (``log``); the backend closed after."""
     from ert.measure import faults
     from ert.measure.driver import run_sweep
     from ert.measure.progress import Progress
+    from ert.measure.transfers import run_transfers
 
     progress = Progress(min_seconds=cfg.timing.min_seconds, enabled=not quiet and comm.rank == 0)
     if cfg.thread_counts or cfg.sustain_seconds:
@@ -385,16 +384,13 @@ def _measure(cfg, points, run_dir: Path, backend, header, *, comm, quiet: bool):
         def make_backend(threads: int):
             return faults.maybe_wrap(_make_backend(cfg, threads, comm), rank=comm.rank)
 
-        result = run_all(config=cfg, run_dir=run_dir, backend=backend, make_backend=make_backend, comm=comm,
-                         header=header, progress=progress, sustain_seconds=cfg.sustain_seconds)
+        result = run_all(config=cfg, log=log, backend=backend, make_backend=make_backend, comm=comm,
+                         progress=progress, sustain_seconds=cfg.sustain_seconds)
     else:
-        result = run_sweep(config=cfg, points=points, run_dir=run_dir, backend=backend, comm=comm,
-                           header=header, progress=progress)
+        result = run_sweep(config=cfg, points=points, log=log, backend=backend, comm=comm, progress=progress)
     if not result.interrupted:
-        from ert.measure.transfers import run_transfers
-
         # Links and the network, after the sweep and the sustained holds; resumable like them.
-        result.interrupted = run_transfers(cfg=cfg, run_dir=run_dir, backend=backend, comm=comm, progress=progress)
+        result.interrupted = run_transfers(cfg=cfg, log=log, backend=backend, comm=comm, progress=progress)
     backend.close()
     return result
 

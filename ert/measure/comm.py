@@ -45,7 +45,7 @@ class MpiComm:
 
     def __init__(self, comm):
         self._comm = comm
-        self.mpi = comm  # point-to-point stages (ert.measure.transfers) use mpi4py directly
+        self.mpi = comm  # point-to-point stages (ert.measure.network) use mpi4py directly
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         # Ranks that share this node's memory: their count and this rank's index
@@ -166,3 +166,13 @@ def world():
                      f"{comm.library() or 'unknown'})")
         raise ErtError(f"launched as {size} ranks, but MPI sees 1 in each: {hint}", key="mpi")
     return comm
+
+
+def gentle_barrier(comm) -> None:
+    """A world barrier that sleeps while it waits (idle ranks must not steal a measured pair's cores)."""
+    mpi = getattr(comm, "mpi", None)
+    if mpi is None:
+        return
+    request = mpi.Ibarrier()
+    while not request.Test():
+        time.sleep(0.0005)

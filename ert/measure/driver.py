@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ert.measure import timing as timing_engine
 from ert.measure.adaptive import AdaptivePlanner
 from ert.config import RunConfig, Timing
 from ert.measure.progress import Progress
-from ert.rawio import RAW_NAME, RAW_VERSION, RawWriter, read_raw
+from ert.rawio import RawLog, point_record
 from ert.measure.plan import Point, interleaved
 
 
@@ -126,37 +124,6 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
                        serialized=serialized)
 
 
-def point_record(point: Point, m: Measurement, *, check_ok: bool, check_detail: str, ranks: int,
-                 threads: int) -> dict:
-    samples = m.samples
-    return {
-        "type": "point",
-        "id": point.id,
-        "spec": point.spec.to_dict(),
-        "wss_bytes": point.wss_bytes,
-        "elements_per_thread": point.elements_per_thread,
-        **({"launch": point.launch_dict()} if point.launch else {}),
-        "elements": point.elements_per_thread * threads * ranks,
-        "ranks": ranks,
-        "threads_per_rank": threads,
-        "trials": m.trials,
-        "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
-        "samples": samples,
-        # Imbalance shows here: the fastest and slowest region of any rank,
-        # and each rank's own fastest and slowest over the repeats.
-        "rank_seconds": {"min": min(min(r) for r in m.rank_seconds),
-                         "max": max(max(r) for r in m.rank_seconds),
-                         "per_rank": [{"min": min(col), "max": max(col)} for col in zip(*m.rank_seconds)]},
-        "spread": m.spread,
-        "noisy": m.noisy,
-        "remeasured": m.remeasured,
-        **({"serialized_regions": m.serialized} if m.serialized else {}),
-        "valid": check_ok,
-        "check": check_detail,
-        "time": time.time(),
-    }
-
-
 @dataclass
 class SweepResult:
     planned: int
@@ -219,95 +186,97 @@ def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
     return 256 * 1024 * workers
 
 
-def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend, comm, header: dict | None,
+def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, comm,
               progress: Progress | None = None) -> SweepResult:
-    """Measure the points of ``points`` (the dense plan) not already in RUN_DIR/raw.jsonl.
+    """Measure the points of ``points`` (the dense plan) not already in the run's raw.jsonl (``log``).
 
     With ``config.sweep == "adaptive"`` only the subset an AdaptivePlanner
     chooses is measured, batch by batch; each batch is decided from the
     records before it, so a resume replays the same decisions from disk.
-    ``header`` is written first when the raw file is new (None on resume).
     Only rank 0 writes.  Ctrl-C stops between or inside points and leaves a
     valid raw file; the point in progress is not recorded.
     """
-    raw_path = run_dir / RAW_NAME
     threads = backend.threads
-    records: dict[str, dict] = {}
-    if header is None and comm.rank == 0:  # only rank 0 may see the file (no shared file system)
-        records = {r["id"]: r for r in read_raw(raw_path).points}
-    records = comm.bcast(records)
     planner = None
-    if config.sweep == "adaptive":
-        caches = backend.describe().get("caches")
-        planner = AdaptivePlanner(points, growth=config.working_set.growth,
-                                  cache_resident_bytes=_cache_resident_bytes(caches, threads * comm.size),
-                                  cache_windows=cache_windows(caches, threads * comm.size))
-        todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
-        if header is not None:
-            header = {**header, "planned_points": None, "sweep": "adaptive"}
-    else:
-        todo = [p for p in points if p.id not in records]
-    writer = RawWriter(raw_path) if comm.rank == 0 else None
-    if writer and header is not None:
-        writer.append({"type": "header", "raw_version": RAW_VERSION, **header})
-    total = len(planner.planned) if planner else len(points)
-    if progress:
-        progress.start(total=total, already=total - len(todo), todo=todo)
-    start = time.perf_counter()
+    if config.sweep == "adaptive":  # before the frame: describe() may measure (a CPU's clock), not sweep time
+        planner = _planner(config, points, backend=backend, workers=threads * comm.size)
     measured = 0
-    interrupted = False
-    last_trials: dict = {}  # spec -> {wss_bytes: trials}: the next calibration's guess
+    total = len(points)
+
+    def ending(interrupted: bool) -> dict | None:
+        if interrupted and not measured:
+            return None
+        end = {"interrupted": interrupted, "measured": measured, "threads_per_rank": threads}
+        if planner is not None:
+            # An adaptive plan's size is known only once it is done.
+            end.update(sweep="adaptive", complete=not interrupted, planned_points=len(planner.planned))
+        return end
+
+    frame = log.stage(None, done=lambda data: {r["id"] for r in data.points}, share=comm.bcast, ending=ending)
+    # Rank 0's records (the planner's input): what the file held and every point measured since.
+    records = {r["id"]: r for r in frame.data.points} if frame.data is not None else {}
     try:
-        while todo:
-            for point in (_interleave_batch(todo) if planner else todo):
-                if progress:
-                    progress.begin(point)
-                backend.prepare(point.spec, elements_per_thread=point.elements_per_thread,
-                                launch=point.launch_dict())
-                guess = 1
-                larger = [w for w in last_trials.get(point.spec, {}) if w >= point.wss_bytes]
-                if config.timing.min_repeats is not None and larger:
-                    # Trials scale inversely with the working set at equal bandwidth, and
-                    # bandwidth only rises towards smaller sets, so scaling from the nearest
-                    # larger set never overshoots; half of it leaves a doubling to warm up.
-                    w = min(larger)
-                    guess = int(last_trials[point.spec][w] * w / point.wss_bytes) // 2
-                m = measure(backend, comm, timing=config.timing, start_trials=guess)
-                last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
-                check = backend.check()
-                # Every rank's output must pass for the point to be used.
-                checks = comm.allgather((check.ok, check.detail))
-                ok = all(c[0] for c in checks)
-                detail = "; ".join(f"rank {i}: {d}" for i, (good, d) in enumerate(checks) if not good) or check.detail
-                record = point_record(point, m, check_ok=ok, check_detail=detail, ranks=comm.size, threads=threads)
-                device = backend.point_info()  # device backends: occupancy, clocks seen during the point
-                if device:
-                    record["device"] = device  # rank 0's, as rank 0 writes
-                if writer:
-                    writer.append(record)
-                records[point.id] = record
-                measured += 1
-                if progress:
-                    progress.end(point, record)
-            if planner is None:
-                break
-            todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
-            total = len(planner.planned)
-            if progress and todo:
-                progress.extend(total=total, todo=todo)
-    except KeyboardInterrupt:
-        interrupted = True
+        with frame:
+            if planner is not None:
+                todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
+                total = len(planner.planned)
+            else:
+                todo = [p for p in points if p.id not in frame.done]
+            if progress:
+                progress.start(total=total, already=total - len(todo), todo=todo)
+            last_trials: dict = {}  # spec -> {wss_bytes: trials}: the next calibration's guess
+            while todo:
+                for point in (_interleave_batch(todo) if planner else todo):
+                    record = _measure_point(point, backend=backend, comm=comm, config=config,
+                                            last_trials=last_trials, progress=progress)
+                    frame.append(record)
+                    records[point.id] = record
+                    measured += 1
+                    if progress:
+                        progress.end(point, record)
+                if planner is None:
+                    break
+                todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
+                total = len(planner.planned)
+                if progress and todo:
+                    progress.extend(total=total, todo=todo)
     finally:
-        wall = time.perf_counter() - start
-        if writer:
-            if not interrupted or measured:
-                end = {"type": "end", "wall_seconds": wall, "interrupted": interrupted, "measured": measured,
-                       "threads_per_rank": threads}
-                if planner is not None:
-                    # An adaptive plan's size is known only once it is done.
-                    end.update(sweep="adaptive", complete=not interrupted, planned_points=len(planner.planned))
-                writer.append(end)
-            writer.close()
         if progress:
             progress.finish()
-    return SweepResult(planned=total, measured_now=measured, interrupted=interrupted, wall_seconds=wall)
+    return SweepResult(planned=total, measured_now=measured, interrupted=frame.interrupted,
+                       wall_seconds=frame.wall_seconds)
+
+
+def _planner(config: RunConfig, points: list[Point], *, backend, workers: int) -> AdaptivePlanner:
+    caches = backend.describe().get("caches")
+    return AdaptivePlanner(points, growth=config.working_set.growth,
+                           cache_resident_bytes=_cache_resident_bytes(caches, workers),
+                           cache_windows=cache_windows(caches, workers))
+
+
+def _measure_point(point: Point, *, backend, comm, config: RunConfig, last_trials: dict, progress) -> dict:
+    """One point: prepared, calibrated from the nearest larger set's trials, timed, checked on every rank."""
+    if progress:
+        progress.begin(point)
+    backend.prepare(point.spec, elements_per_thread=point.elements_per_thread, launch=point.launch_dict())
+    guess = 1
+    larger = [w for w in last_trials.get(point.spec, {}) if w >= point.wss_bytes]
+    if config.timing.min_repeats is not None and larger:
+        # Trials scale inversely with the working set at equal bandwidth, and
+        # bandwidth only rises towards smaller sets, so scaling from the nearest
+        # larger set never overshoots; half of it leaves a doubling to warm up.
+        w = min(larger)
+        guess = int(last_trials[point.spec][w] * w / point.wss_bytes) // 2
+    m = measure(backend, comm, timing=config.timing, start_trials=guess)
+    last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
+    check = backend.check()
+    # Every rank's output must pass for the point to be used.
+    checks = comm.allgather((check.ok, check.detail))
+    ok = all(c[0] for c in checks)
+    detail = "; ".join(f"rank {i}: {d}" for i, (good, d) in enumerate(checks) if not good) or check.detail
+    return point_record(point_id=point.id, spec=point.spec.to_dict(), wss_bytes=point.wss_bytes,
+                        elements_per_thread=point.elements_per_thread, launch=point.launch_dict(),
+                        ranks=comm.size, threads_per_rank=backend.threads, trials=m.trials, samples=m.samples,
+                        rank_seconds=m.rank_seconds, spread=m.spread, noisy=m.noisy, remeasured=m.remeasured,
+                        serialized=m.serialized, valid=ok, check=detail,
+                        device=backend.point_info())  # device backends: occupancy, clocks seen during the point

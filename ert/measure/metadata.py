@@ -1,4 +1,10 @@
-"""The metadata block of a run, built by small collector functions."""
+"""The run header (the first record of raw.jsonl): its metadata block, built by small collector functions.
+
+``run_header`` assembles it, in this one place: the host and libraries, the
+backend's description with its rated values (a CPU's DRAM from
+``ert.hardware.dram``, a device's links), the ranks' placement and warnings,
+the network's nodes and pairs, and the planned size of the sweep.
+"""
 
 from __future__ import annotations
 
@@ -68,3 +74,83 @@ def load_average() -> dict:
     except (AttributeError, OSError):
         return {}
     return {"load_average_at_start": {"load1": round(load1, 2), "cpus": os.cpu_count() or 1}}  # the whole host
+
+
+def run_header(cfg, *, backend, comm, placement, rank_warnings: list, planned_points: int) -> dict:
+    """The header of a new run: {"metadata", "planned_points", ...} (``ert.rawio.header_record`` adds its type).
+
+    Collective: every rank calls it (host names, placements, nodes and
+    interfaces are gathered); every rank gets the same header.
+    ``planned_points``: the points of the run's own sweep.
+    """
+    hosts = comm.allgather(socket.gethostname())
+    placements = comm.allgather(placement.to_dict() if placement else None)
+    meta = collect(config=cfg, backend_info=backend.describe(), ranks=comm.size, threads_per_rank=cfg.threads,
+                   hosts=sorted(set(hosts)))
+    meta["ranks_per_host"] = {h: hosts.count(h) for h in sorted(set(hosts))}
+    if comm.size > 1:
+        meta["mpi_library"] = comm.library()
+        meta["placement"] = placements
+    if rank_warnings:
+        meta["rank_warnings"] = rank_warnings
+    _rate_links(cfg, backend, meta)
+    if "network" in cfg.levels and comm.size > 1:
+        meta["network"] = network_metadata(cfg, comm)
+    _rate_dram(cfg, meta)
+    header: dict = {"metadata": meta, "planned_points": planned_points}
+    if cfg.thread_counts:
+        from ert.measure.modes import plan_for, thread_counts
+
+        counts = thread_counts(cfg)
+        header.update(planned_points=sum(len(plan_for(cfg, backend, comm, t)) for t in counts),
+                      thread_counts=counts)
+    if cfg.sweep == "adaptive":
+        header.update(planned_points=None, sweep="adaptive")  # its size is known at each sweep's end
+    return header
+
+
+def _rate_links(cfg, backend, meta: dict) -> None:
+    """A device backend's rated links beside its other rated values (``LinkBackend.link_rated``)."""
+    from ert.backends import LinkBackend
+    from ert.measure.transfers import host_copy_reference
+
+    if "links" not in cfg.levels or not isinstance(backend, LinkBackend):
+        return
+    try:
+        # Measured only if the backend sets its links beside it (a CPU device's "links" are memory copies).
+        rated = backend.link_rated(lambda: host_copy_reference(min(cfg.transfer.max_bytes, 256 << 20)))
+    except Exception as exc:  # noqa: BLE001 - a rated table is a nicety; the levels still run
+        meta["link_rated_error"] = f"{type(exc).__name__}: {exc}"
+        return
+    meta["backend_info"] = {**meta.get("backend_info", {}), "link_rated": rated}
+
+
+def _rate_dram(cfg, meta: dict) -> None:
+    """A CPU backend's rated values get the host's DRAM (ert.hardware.dram): the user's, SMBIOS's, or why none."""
+    from ert.hardware import dram as dram_rated
+
+    rated = (meta.get("backend_info") or {}).get("rated")
+    if not isinstance(rated, dict) or not rated.get("per_core"):
+        return  # a device backend rates its own memory
+    user = cfg.rated.dram_gbytes_per_s if cfg.rated else None
+    text, why = dram_rated.read_smbios()  # named beside a user's value too
+    rated.setdefault("memory", []).append(dram_rated.dram_entry(user_gbps=user, smbios_text=text, smbios_why=why))
+
+
+def network_metadata(cfg, comm) -> dict:
+    """The network block (collective): every rank's node, the pairs measured, the NICs and the route between
+    the nodes of the inter-node pair (where their subnets meet)."""
+    from ert.measure import network
+
+    override = network.node_override()
+    nodes = comm.allgather(network.node_id(comm.rank, comm.size, network.processor_name(socket.gethostname()),
+                                           override))
+    pairs = network.plan_pairs(nodes)
+    ifaces = comm.allgather(hwinfo.interfaces())
+    route = None
+    if pairs["inter"] and not override:
+        route = hwinfo.route_between(ifaces[0], ifaces[pairs["inter"][1]])
+        if route:
+            route = {**route, "from": nodes[0], "to": nodes[pairs["inter"][1]]}
+    return {"nodes": nodes, "pairs": pairs, "nics": hwinfo.read_nics(), "route": route, "node_override": override,
+            "cuda_aware": network.cuda_aware(cfg.backend)}

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ert.measure.driver import SweepResult, _timed, run_sweep
-from ert.rawio import RAW_NAME, RawWriter, read_raw
+from ert.rawio import RawLog, sustain_record
 from ert.spec import KernelSpec
 from ert.measure.plan import plan
 from ert.backends import TensorBackend
@@ -22,7 +21,8 @@ def thread_counts(config) -> list[int]:
     return sorted(config.thread_counts or [config.threads], reverse=True)
 
 
-def _plan_for(config, backend, comm, threads: int):
+def plan_for(config, backend, comm, threads: int):
+    """The plan of one thread count's sweep (every count of a scaling run shares the per-thread working sets)."""
     counts = config.thread_counts
     tag = threads if counts else None
     # Every count sweeps the same working sets per thread, so a level's range
@@ -34,29 +34,23 @@ def _plan_for(config, backend, comm, threads: int):
                 tensor_variants_of=backend.tensor_variants if isinstance(backend, TensorBackend) else None)
 
 
-def run_all(*, config, run_dir: Path, backend, make_backend, comm, header: dict | None, progress=None,
+def run_all(*, config, log: RawLog, backend, make_backend, comm, progress=None,
             sustain_seconds: float | None = None) -> SweepResult:
     """The sweep of each thread count (the run's own first, with ``backend``), then the sustained hold.
 
     ``make_backend(threads)`` creates the backend of another thread count; it
-    is closed after its sweep.  ``header`` (None on resume) is written by the
-    first sweep, with the planned count of every sweep of a dense run.
+    is closed after its sweep.
     """
-    counts = thread_counts(config)
-    if header is not None and config.thread_counts:
-        plans = [_plan_for(config, backend, comm, t) for t in counts]
-        header = {**header, "planned_points": sum(len(p) for p in plans), "thread_counts": counts}
     total = SweepResult(planned=0, measured_now=0, interrupted=False, wall_seconds=0.0)
-    for k, threads in enumerate(counts):
+    for k, threads in enumerate(thread_counts(config)):
         own = backend if k == 0 else make_backend(threads)
         try:
-            points = _plan_for(config, own, comm, threads)
-            result = run_sweep(config=config, points=points, run_dir=run_dir, backend=own, comm=comm,
-                               header=header if k == 0 else None, progress=progress)
+            points = plan_for(config, own, comm, threads)
+            result = run_sweep(config=config, points=points, log=log, backend=own, comm=comm, progress=progress)
             if k == 0 and sustain_seconds and not result.interrupted:
                 # With the run's own backend, before other counts change the thread pool.
-                result.interrupted = hold_peaks(run_dir=run_dir, backend=own, comm=comm,
-                                                seconds=sustain_seconds, progress=progress)
+                result.interrupted = hold_peaks(log=log, backend=own, comm=comm, seconds=sustain_seconds,
+                                                progress=progress)
         finally:
             if k > 0:
                 own.close()
@@ -123,32 +117,21 @@ def hold_targets(raw) -> list[HoldTarget]:
             for target, rec in picks]
 
 
-def hold_peaks(*, run_dir: Path, backend, comm, seconds: float, progress=None) -> bool:
+def hold_peaks(*, log: RawLog, backend, comm, seconds: float, progress=None) -> bool:
     """Hold each target for ``seconds``, appending one "sustain" record each; True if interrupted.
 
-    Targets already held (a resumed run) are skipped.
+    The targets come from the sweep's records in ``log`` (no second read of the
+    file); targets already held (a resumed run) are skipped.  The hold writes
+    no end record: its seconds are in its records' ``hold_seconds``.
     """
-    raw_path = run_dir / RAW_NAME
-    targets = None
-    if comm.rank == 0:
-        raw = read_raw(raw_path)
-        held = {r.get("point_id") for r in raw.sustained if r.get("valid")}
-        targets = [t for t in hold_targets(raw) if t.point_id not in held]
-    targets = comm.bcast(targets)
-    writer = RawWriter(raw_path) if comm.rank == 0 else None
-    try:
-        for t in targets:
+    with log.stage("sustain", done=lambda data: {r.get("point_id") for r in data.sustained if r.get("valid")},
+                   share=comm.bcast) as frame:
+        targets = [t for t in hold_targets(frame.data) if t.point_id not in frame.done] if comm.rank == 0 else None
+        for t in comm.bcast(targets):
             if progress:
                 progress.say(f"sustain: holding {t.point_id} for {seconds:g} s")
-            record = _hold(t, backend=backend, comm=comm, seconds=seconds)
-            if writer:
-                writer.append(record)
-    except KeyboardInterrupt:
-        return True
-    finally:
-        if writer:
-            writer.close()
-    return False
+            frame.append(_hold(t, backend=backend, comm=comm, seconds=seconds))
+    return frame.interrupted
 
 
 def _hold(t: HoldTarget, *, backend, comm, seconds: float) -> dict:
@@ -169,21 +152,8 @@ def _hold(t: HoldTarget, *, backend, comm, seconds: float) -> dict:
     held = time.perf_counter() - start
     check = backend.check()
     checks = comm.allgather((check.ok, check.detail))
-    ok = all(c[0] for c in checks)
-    return {
-        "type": "sustain",
-        "target": t.target,
-        "point_id": t.point_id,
-        "spec": t.spec,
-        "wss_bytes": t.wss_bytes,
-        "elements_per_thread": t.elements_per_thread,
-        "elements": t.elements_per_thread * backend.threads * comm.size,
-        "threads_per_rank": backend.threads,
-        "trials_per_region": trials,
-        "region_seconds": region_seconds,
-        "region_start_seconds": region_start,
-        "hold_seconds": held,
-        "valid": ok,
-        "check": "; ".join(d for good, d in checks if not good) or check.detail,
-        "time": time.time(),
-    }
+    return sustain_record(target=t.target, point_id=t.point_id, spec=t.spec, wss_bytes=t.wss_bytes,
+                          elements_per_thread=t.elements_per_thread, ranks=comm.size,
+                          threads_per_rank=backend.threads, trials_per_region=trials, region_seconds=region_seconds,
+                          region_start_seconds=region_start, hold_seconds=held, valid=all(c[0] for c in checks),
+                          check="; ".join(d for good, d in checks if not good) or check.detail)

@@ -1,5 +1,5 @@
 """The run directory: its file names, a new one's name, whether one already holds a run, resuming one on the
-same hardware only, its resolved config and the header its raw.jsonl starts with."""
+same hardware only, and its resolved config."""
 
 from __future__ import annotations
 
@@ -75,28 +75,6 @@ def write_config(config, path: Path) -> None:
     text = "# Resolved config of this run (ert-run --resume uses it)\n" + yaml.safe_dump(
         config.to_dict(), sort_keys=False)
     write_text_atomic(text, path)
-
-
-def header(cfg, *, backend_info: dict, comm, placement, rank_warnings: list, planned_points: int) -> dict:
-    """The first record of a new raw.jsonl: the run's metadata and its planned size.
-
-    Collective: every rank calls it (host names and placements are gathered).
-    """
-    import socket
-
-    from ert.measure import metadata
-
-    hosts = comm.allgather(socket.gethostname())
-    placements = comm.allgather(placement.to_dict() if placement else None)
-    meta = metadata.collect(config=cfg, backend_info=backend_info, ranks=comm.size,
-                            threads_per_rank=cfg.threads, hosts=sorted(set(hosts)))
-    meta["ranks_per_host"] = {h: hosts.count(h) for h in sorted(set(hosts))}
-    if comm.size > 1:
-        meta["mpi_library"] = comm.library()
-        meta["placement"] = placements
-    if rank_warnings:
-        meta["rank_warnings"] = rank_warnings
-    return {"metadata": meta, "planned_points": planned_points}
 
 
 def create(run_dir: Path, cfg) -> None:

@@ -2,7 +2,7 @@
 
 Everything ert times goes through here: the sweep's kernels (``ert.measure.driver``),
 device links and peers, the host-copy reference a CPU device's links are set
-beside, the MPI network (``ert.measure.transfers``) and the numba-cpu reference
+beside, the MPI network (``ert.measure.network``) and the numba-cpu reference
 an OpenCL CPU device is rated with (``ert.measure.reference``). Each hands over a
 closure ``timed(n) -> seconds`` that does ``n`` repeats of its work (a barrier
 and the slowest rank inside it, where ranks take part) and returns how long
@@ -65,13 +65,12 @@ def calibrate(timed: Timed, *, min_seconds: float, start: int = 1, max_count: in
 
 
 def sample(timed: Timed, count: int, *, samples: int, noise_threshold: float, max_remeasure: int,
-           before_last: Callable[[], None] | None = None, min_samples: int | None = None,
+           min_samples: int | None = None,
            max_seconds: float | None = None, min_seconds: float | None = None,
            max_count: int = MAX_COUNT) -> Samples:
     """``samples`` timed samples of ``count`` repeats; while they spread more than ``noise_threshold``,
     up to ``max_remeasure`` more attempts, of which the quietest is kept (the others were disturbed by
-    something outside the work). ``before_last`` runs before each attempt's last sample (a check that
-    must see that sample's data: clear a receive buffer).
+    something outside the work).
 
     A budget (``min_samples``): each attempt starts with ``min_samples`` samples and stops there when
     they agree within half the noise threshold, else samples are added up to ``samples``; a noisy attempt
@@ -85,10 +84,8 @@ def sample(timed: Timed, count: int, *, samples: int, noise_threshold: float, ma
     cap = max_seconds if max_seconds else float("inf")
     calls = 0
 
-    def take(n: int, last: bool) -> float:
+    def take(n: int) -> float:
         nonlocal calls
-        if last and before_last is not None:
-            before_last()
         calls += 1
         return timed(n)
 
@@ -96,15 +93,15 @@ def sample(timed: Timed, count: int, *, samples: int, noise_threshold: float, ma
     best: Samples | None = None
     for attempt in range(max_remeasure + 1):
         start = calls
-        seconds = [take(count, k == first - 1) for k in range(first)]
+        seconds = [take(count) for _ in range(first)]
         while min_seconds and statistics.median(seconds) < min_seconds / 2 and count < max_count:
             factor = min_seconds / max(statistics.median(seconds), 1e-9)
             count = min(max_count, count * 2 ** max(1, math.ceil(math.log2(factor))))
             start = calls
-            seconds = [take(count, k == first - 1) for k in range(first)]
+            seconds = [take(count) for _ in range(first)]
         while (budgeted and len(seconds) < samples and timing_spread(seconds) > noise_threshold / 2
                and spent + sum(seconds) < cap):
-            seconds.append(take(count, True))
+            seconds.append(take(count))
         spent += sum(seconds)
         spread = timing_spread(seconds)
         current = Samples(count, seconds, spread, spread > noise_threshold, attempt, calls=(start, calls))
