@@ -952,9 +952,10 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
         "fp64": "GFLOP/s", "fp16": "GFLOP/s", "bf16": "GFLOP/s", "tf32": "GFLOP/s", "fp8": "GFLOP/s",
         "int8": "GIOP/s"}
     assert not any(line.startswith("Integer compute") for line in shown)
+    from ert.consumers.notes import Notes
     from ert.consumers.report import _rated_section
 
-    rated_rows = [line for line in _rated_section(doc) if "tensor peak" in line]
+    rated_rows = [line for line in _rated_section(doc, Notes(doc, verbose=True, width=100)) if "tensor peak" in line]
     assert sum("int8 tensor peak GIOP/s" in line for line in rated_rows) == 2  # wgmma and mma.sync
     assert not any("int8" in line and "GFLOP/s" in line for line in rated_rows)
     int8_roof = roofs_mod.tensor_roof(doc, "int8")
