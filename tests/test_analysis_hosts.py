@@ -166,6 +166,7 @@ def test_compare_hosts_lists_one_runs_hosts(base, tmp_path):
     row = next(line for line in lines if line.startswith("DRAM fp64 read+write GB/s"))
     assert row.split()[-2:] == ["1.25", "0.75*"]
     assert "  - node2: DRAM fp64 read+write GB/s 0.75" in lines
+    assert lines[-1] == "  named slow, beyond the scatter of the values (the slow-host warning): node2"
     assert format_hosts_comparison(json.loads((run / "ceilings.json").read_text())) == proc.stdout.rstrip("\n")
     data = json.loads(run_cmd("ert", "compare", str(run), "--hosts", "--json").stdout)
     assert [h["host"] for h in data["hosts"]] == ["node1", "node2"]
