@@ -183,3 +183,13 @@ def test_hosts_apart_only_within_the_scatter_are_listed_not_named(base):
     assert not [w for w in doc["warnings"] if getattr(w, "code", None) == "slow-host"]  # ... but names no host
     listed = [w for w in doc["warnings"] if "only within their scatter" in w]
     assert len(listed) == 1 and listed[0].code == "noisy-level" and listed[0].startswith(f"{len(lows)} host ")
+
+
+def test_the_threshold_key_is_checked():
+    from ert.config import from_dict
+    from ert.errors import ErtError
+
+    assert from_dict({"slow_host_threshold": 0.2}).slow_host_threshold == 0.2
+    with pytest.raises(ErtError) as bad:
+        from_dict({"slow_host_threshold": 1.5}, source="c.yaml")
+    assert bad.value.key == "slow_host_threshold" and "c.yaml" in str(bad.value)
