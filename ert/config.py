@@ -211,6 +211,9 @@ class RunConfig(_Strict):
         """The config's block for backend ``name`` (default: this config's backend): what it is created with."""
         return {"opencl": self.opencl, "cuda": self.cuda}.get(name or self.backend)
     rated: Optional[RatedOptions] = Field(None, description="rated values given by the user: dram_gbytes_per_s")
+    slow_host_threshold: float = Field(
+        0.10, gt=0, lt=1, description="runs on 2+ hosts: a host more than this share below the median of the "
+                                      "hosts on any ceiling is named in a slow-host warning")
 
     @field_validator("flops_per_element")
     @classmethod

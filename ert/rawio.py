@@ -34,9 +34,12 @@ def header_record(header: dict) -> dict:
 def point_record(*, point_id: str, spec: dict, wss_bytes: int, elements_per_thread: int, launch: dict | None,
                  ranks: int, threads_per_rank: int, trials: int, samples: list[float],
                  rank_seconds: list[list[float]], spread: float, noisy: bool, remeasured: int, serialized: int,
-                 valid: bool, check: str, device: dict | None = None) -> dict:
+                 valid: bool, check: str, device: dict | None = None,
+                 host_seconds: list[dict[str, float]] | None = None) -> dict:
     """One sweep point: ``samples`` are the seconds of each timed region (the slowest rank's),
-    ``rank_seconds[i]`` every rank's seconds of region i; ``device`` what a device backend saw during it."""
+    ``rank_seconds[i]`` every rank's seconds of region i; ``device`` what a device backend saw during it;
+    ``host_seconds[i]`` each host's seconds of region i (runs on 2+ hosts: ``host_seconds`` and the
+    ``limiting_host``, whose median seconds are the longest)."""
     record = {
         "type": "point",
         "id": point_id,
@@ -63,6 +66,10 @@ def point_record(*, point_id: str, spec: dict, wss_bytes: int, elements_per_thre
         "check": check,
         "time": time.time(),
     }
+    if host_seconds and len(host_seconds) == len(samples) and len(host_seconds[0]) > 1:
+        by_host = {h: [row[h] for row in host_seconds] for h in sorted(host_seconds[0])}
+        record["host_seconds"] = by_host
+        record["limiting_host"] = max(by_host, key=lambda h: statistics.median(by_host[h]))
     if device:
         record["device"] = device  # rank 0's, as rank 0 writes
     return record

@@ -35,6 +35,7 @@ CODES = {
     "partial-run": "act",           # fewer points measured than planned
     "output-check-failed": "act",   # points or records whose results were wrong, not used
     "test-only": "act",             # a test override was in force
+    "slow-host": "act",             # one host of several >10 % below the hosts' median: it lowers the aggregate
     # the kernel or the machine: what the numbers say about the hardware or ert's kernels.
     "below-rated": "machine",       # a ceiling well below its rated value
     "above-rated": "machine",       # points above their rated value, not used (work was removed)

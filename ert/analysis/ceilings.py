@@ -8,6 +8,7 @@ import copy
 import statistics
 from collections import defaultdict
 
+from ert.analysis.hosts import host_ceilings
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
@@ -368,6 +369,10 @@ def build(raw: RawData) -> dict:
         recs, rated_warnings, rated = next(iter(checked.values()), ([], [], scaled_rated(meta, threads_per_rank=own)))
         memory, compute, warnings = _ceilings_of(recs, caches, workers=workers, memory_name=memory_name,
                                                  rated=rated, rated_warnings=rated_warnings)
+    # Each host's own ceilings (runs on 2+ hosts), from the points of the top-level ceilings' thread count.
+    own_recs = (checked.get(own) or checked[max(checked)])[0] if checked else []
+    hosts, host_warnings = host_ceilings(own_recs, memory, compute, meta)
+    warnings += host_warnings
     points = [rec for recs, _, _ in checked.values() for rec in recs]
     warnings += attach_sustained(memory, compute, raw.sustained)
     # Links, peers and the network, each (level, variant) a memory entry with a `kind`.
@@ -424,6 +429,8 @@ def build(raw: RawData) -> dict:
         "ceilings": {"memory": memory, "compute": compute},
         "warnings": warnings,
     }
+    if hosts:
+        doc["hosts"] = hosts
     if per_count:
         doc["scaling"] = scaling_section(per_count, ranks=ranks)
     return doc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from ert.consumers.hosts_table import format_hosts_section
 from ert.consumers.notes import Notes, report_width, warnings_section
 from ert.units import human_bytes
 from ert.hardware import NO_RATED
@@ -514,6 +515,7 @@ def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = Non
     lines += _compute_section(ceilings.get("compute", []), None if verbose else notes)
     for extra in (_rated_section(doc, notes, screen=not verbose), _sustained_section(ceilings),
                   _scaling_section(doc.get("scaling")),
+                  format_hosts_section(doc, width=width, verbose=verbose),
                   warnings_section(doc, notes, verbose=verbose, width=width)):
         if extra:
             lines += [""] + extra

@@ -28,6 +28,7 @@ class Measurement:
     noisy: bool
     remeasured: int               # attempts after the first, set once the loop ends
     rank_seconds: list[list[float]] = field(default_factory=list)  # per repeat: every rank's seconds
+    host_seconds: list[dict[str, float]] = field(default_factory=list)  # per repeat: each host's (2+ hosts)
     serialized: int = 0           # regions (of all attempts) timed over a host's span: its ranks took turns
 
 
@@ -61,12 +62,27 @@ def region_seconds(everyone: list[tuple[float, float]], hosts: list[str] | None)
     return slowest, False
 
 
-def _timed(backend, comm, trials: int) -> tuple[float, list[float], bool]:
+def host_region_seconds(everyone: list[tuple[float, float]], hosts: list[str]) -> dict[str, float]:
+    """Each host's seconds of one region, by the rule of ``region_seconds`` applied to its own ranks.
+
+    Its slowest rank's seconds, or the span of its ranks where they took turns.
+    A host's ceilings (``ert.analysis.hosts``) are its own ranks' work over these.
+    """
+    out: dict[str, list[float]] = {}
+    for (seconds, end), host in zip(everyone, hosts):
+        row = out.setdefault(host, [seconds, end - seconds, end])
+        row[0], row[1], row[2] = max(row[0], seconds), min(row[1], end - seconds), max(row[2], end)
+    return {host: (hi - lo if hi - lo > CONCURRENT_SLACK * slowest else slowest)
+            for host, (slowest, lo, hi) in out.items()}
+
+
+def _timed(backend, comm, trials: int, host_rows: list | None = None) -> tuple[float, list[float], bool]:
     """One timed region on every rank after a barrier: (its seconds, every rank's seconds, serialized).
 
     The slowest rank decides: aggregate rates are all ranks' work over it --
     or over the span of a host whose ranks did not run at the same time
-    (``region_seconds``; ``serialized`` is then true).
+    (``region_seconds``; ``serialized`` is then true).  A run on 2+ hosts
+    appends each host's own seconds of the region to ``host_rows`` when given.
     """
     comm.barrier()
     seconds = backend.run(trials)
@@ -74,7 +90,10 @@ def _timed(backend, comm, trials: int) -> tuple[float, list[float], bool]:
     if comm.size == 1:
         return seconds, [seconds], False
     everyone = comm.allgather((seconds, end))
-    region, serialized = region_seconds(everyone, getattr(comm, "hosts", None))
+    hosts = getattr(comm, "hosts", None)
+    region, serialized = region_seconds(everyone, hosts)
+    if host_rows is not None and hosts and len(hosts) == len(everyone) and len(set(hosts)) > 1:
+        host_rows.append(host_region_seconds(everyone, hosts))
     return region, [s for s, _ in everyone], serialized
 
 
@@ -106,10 +125,11 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
     trials, _ = calibrate(backend, comm, min_seconds=timing.min_seconds, start_trials=start_trials)
     rows: list[list[float]] = []  # every rank's seconds, per timed region, in call order
     serialized = 0                # regions (of all attempts) whose ranks on one host took turns
+    host_rows: list[dict[str, float]] = []  # each host's seconds per timed region (runs on 2+ hosts)
 
     def timed(count: int) -> float:
         nonlocal serialized
-        region, everyone, turns = _timed(backend, comm, count)
+        region, everyone, turns = _timed(backend, comm, count, host_rows)
         rows.append(everyone)
         serialized += turns
         return region
@@ -121,6 +141,7 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
     first, end = got.calls
     return Measurement(got.count, list(got.seconds), got.spread, got.noisy, got.attempts - 1,
                        [list(r) for r in rows[first:end]],
+                       host_seconds=host_rows[first:end] if len(host_rows) == len(rows) else [],
                        serialized=serialized)
 
 
@@ -277,6 +298,6 @@ def _measure_point(point: Point, *, backend, comm, config: RunConfig, last_trial
     return point_record(point_id=point.id, spec=point.spec.to_dict(), wss_bytes=point.wss_bytes,
                         elements_per_thread=point.elements_per_thread, launch=point.launch_dict(),
                         ranks=comm.size, threads_per_rank=backend.threads, trials=m.trials, samples=m.samples,
-                        rank_seconds=m.rank_seconds, spread=m.spread, noisy=m.noisy, remeasured=m.remeasured,
+                        rank_seconds=m.rank_seconds, host_seconds=m.host_seconds, spread=m.spread, noisy=m.noisy, remeasured=m.remeasured,
                         serialized=m.serialized, valid=ok, check=detail,
                         device=backend.point_info())  # device backends: occupancy, clocks seen during the point
