@@ -7,8 +7,8 @@
 # Steps, in this order, each under its cap; the caps sum to the 420 s budget (issue 34). A failed step
 # does not stop the next:
 #   env            45 s  the carried wheels (${ERT_WHEELS:-.whl}, from benchmarks/gpu_wheels.sh) installed one
-#                        by one into a folder on PYTHONPATH, the project (pip -e; where that fails, a PYTHONPATH
-#                        tree), python, `ert backends`, nvcc/ncu/cuobjdump, nvidia-smi section by section
+#                        by one into a folder on PYTHONPATH, the project (pip -e; where that fails, the
+#                        checkout on PYTHONPATH with kernels/ and configs/ linked into ert/), python, `ert backends`, nvcc/ncu/cuobjdump, nvidia-smi section by section
 #                        (and the PCIe link, current and maximum), cupy.show_config(), the backend's describe()
 #   tensor-first   70 s  `ert run configs/gpu-tensor-first.yaml` (tensor points only, 28 on an H100), `ert show`
 #   tensor-tests   30 s  pytest -m gpu: the tensor kernels' replay and rated-peak tests
@@ -77,7 +77,7 @@ done
 ((LIMIT >= BUDGET)) || { echo "gpu_acceptance.sh: ERT_ACCEPT_LIMIT_S ($LIMIT) is below ERT_ACCEPT_BUDGET_S ($BUDGET)" >&2; exit 2; }
 WHEELS=${ERT_WHEELS:-.whl}
 SITE=${ERT_SITE:-/tmp/ert-site}
-SRC_TREE=${ERT_SRC_TREE:-/tmp/ert-src}  # the PYTHONPATH install, where pip -e fails
+SRC_TREE=${ERT_SRC_TREE:-/tmp/ert-src}  # console scripts of the PYTHONPATH install, where pip -e fails
 STUB=${ERT_ACCEPT_STUB:-}
 STEPS=(env tensor-first tensor-tests tiny-gpu links-network integer-gpu ncu gpu-tests)
 declare -A CAP=([env]=45 [tensor-first]=70 [tensor-tests]=30 [tiny-gpu]=80 [links-network]=35 [integer-gpu]=45
@@ -210,6 +210,9 @@ skip() {
 }
 
 # ---------------------------------------------------------------------------- the steps
+# The cuda backend's describe() (device facts, rated peaks, clocks), or why it is not available, in one line.
+DESCRIBE='import json, sys; from ert.backends import cuda; ok, why, detail = cuda.probe(); ok or sys.exit(f"the cuda backend is not available: {why}"); b = cuda.create(); print(json.dumps(b.describe(), indent=1, default=str)); b.close()'
+
 step_env() {
     x nvidia-smi
     # Section by section: a section this driver or VM refuses loses nothing else.
@@ -240,13 +243,13 @@ step_env() {
         >/dev/null 2>&1; then
         note "ert is already installed from this checkout"
     elif ! xo "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e .; then
-        # The same tree by hand: ert/ with kernels/ and configs/ inside it, first on PYTHONPATH, and the two
-        # console scripts (the tests run ert-run) first on PATH.
-        note "pip install -e . failed: ert from a PYTHONPATH tree at $SRC_TREE instead"
-        x mkdir -p "$SRC_TREE/ert" "$SRC_TREE/bin"
-        x cp -r "$REPO/ert/." "$SRC_TREE/ert/"
-        x cp -r "$REPO/kernels" "$SRC_TREE/ert/kernels"
-        x cp -r "$REPO/configs" "$SRC_TREE/ert/configs"
+        # The installed layout by hand: this checkout on PYTHONPATH (the steps run from it, so its ert/ is
+        # the one imported in any case) with kernels/ and configs/ linked into ert/ as ert.kernels and
+        # ert.configs (ignored by git), and the two console scripts (the tests run ert-run) first on PATH.
+        note "pip install -e . failed: ert from this checkout on PYTHONPATH, kernels/ and configs/ linked into ert/"
+        x ln -sfn ../kernels ert/kernels
+        x ln -sfn ../configs ert/configs
+        x mkdir -p "$SRC_TREE/bin"
         if ((!DRY)); then
             local name entry
             for name in ert ert-run; do
@@ -256,15 +259,15 @@ step_env() {
                 chmod +x "$SRC_TREE/bin/$name"
             done
             # Read by the main shell after this step: the later steps run with it.
-            printf 'export PYTHONPATH=%q\nexport PATH=%q\n' "$SRC_TREE${PYTHONPATH:+:$PYTHONPATH}" \
+            printf 'export PYTHONPATH=%q\nexport PATH=%q\n' "$REPO${PYTHONPATH:+:$PYTHONPATH}" \
                 "$SRC_TREE/bin:$PATH" >"$OUT_DIR/logs/env.sh"
-            export PYTHONPATH=$SRC_TREE${PYTHONPATH:+:$PYTHONPATH}
+            export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
         fi
     fi
     x "$PY" -c "import sys, ert, ert.kernels, ert.configs, pydantic, jsonschema; print(sys.version.split()[0], 'ert', ert.__version__, ert.__file__)"
     xo "$PY" -c "import cupy; cupy.show_config()"
     x "${ERT[@]}" backends
-    xo "$PY" -c "import json; from ert.backends import cuda; b = cuda.create(); print(json.dumps(b.describe(), indent=1, default=str)); b.close()"
+    xo "$PY" -c "$DESCRIBE"
     xo nvcc --version
     xo ncu --version
     xo "$PY" -c "from ert.backends.cuda_tensor import sass_tools; print('cuobjdump, nvdisasm:', sass_tools())"
@@ -504,7 +507,7 @@ checkpoint() {
 
 echo "gpu_acceptance.sh: $(date -u +%FT%TZ) on $(uname -n), $(head -n 1 <<<"$gpus"), budget ${BUDGET}s" \
      "(caps $(planned_caps)s), limit ${LIMIT}s, OUT_DIR $OUT_DIR"
-failed=0
+failed=0 unsaid=0
 for STEP in "${STEPS[@]}"; do
     selected "$STEP" || continue
     now=$(date +%s)
@@ -513,6 +516,7 @@ for STEP in "${STEPS[@]}"; do
     if ((STEP_DEADLINE - now < 5)); then
         STATUS[$STEP]="FAILED: not run, the ${BUDGET}s budget was spent"
         RC[$STEP]=124
+        failed=1 unsaid=1
         continue
     fi
     echo
@@ -540,7 +544,10 @@ for STEP in "${STEPS[@]}"; do
         [[ ! -f $OUT_DIR/runs/${RUN_CONFIG[$STEP]}/ceilings.json ]] && STATUS[$STEP]="FAILED: no ceilings.json"
     [[ ${STATUS[$STEP]} == FAILED* ]] && failed=1
     checkpoint "$STEP"
+    unsaid=0
 done
+# Steps the budget left out after the last checkpoint: said in a last one.
+((unsaid)) && checkpoint "$STEP (the budget was spent)"
 kill "$SMI_PID" 2>/dev/null
 
 echo
