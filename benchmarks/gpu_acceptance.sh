@@ -442,7 +442,7 @@ ceilings_of() {
 }
 
 write_summary() {  # OUT_DIR/summary.txt as it stands after step $1
-    local step status detail failed=0
+    local step status failed=0
     {
         echo "gpu_acceptance.sh summary: $(date -u +%FT%TZ), host $(uname -n), written after step $1"
         echo "GPU: $(head -n 1 <<<"$gpus")"
