@@ -1174,3 +1174,33 @@ def test_the_tensor_first_config_plans_only_tensor_points_on_an_emulated_h100(ca
     with pytest.raises(ErtError) as err:
         from_dict({"backend": "cuda", "precisions": []}, source="x.yaml")
     assert str(err.value).startswith("x.yaml: precisions: List should have at least 1 item")
+
+
+def test_the_tensor_first_config_runs_through_ert_run_on_an_emulated_h100(tmp_path, monkeypatch, capsys):
+    """ert-run configs/gpu-tensor-first.yaml end to end (in process, the GPU emulated): 28 tensor points, no
+    vector point, ceilings.json written and shown; FP64's roof is the faster DMMA shape (m16n8k16 here, with
+    m8n8k4 emulated at 45 %). A GPU with none of the tensor types is refused in one line."""
+    import json
+
+    import ert.cli.run as run_mod
+    from ert.backends import REGISTRY, BackendStatus
+    from ert.cli import run_main
+
+    props = {"now": SMALL_H100}
+    monkeypatch.setattr(run_mod, "_make_backend", lambda cfg, threads, comm: cuda_mod.CudaBackend(
+        options=cfg.cuda, device=EmulatedTensorGpu(props["now"], small_dmma_fraction=0.45)))
+    status = REGISTRY.status
+    monkeypatch.setattr(REGISTRY, "status", lambda name: BackendStatus(name, True) if name == "cuda" else status(name))
+    config = Path(__file__).resolve().parents[1] / "configs" / "gpu-tensor-first.yaml"
+    assert run_main([str(config), "--out", str(tmp_path / "run"), "-q"]) == 0
+    doc = json.loads((tmp_path / "run" / "ceilings.json").read_text())
+    assert doc["metadata"]["points"]["measured"] == 28 and doc["ceilings"]["memory"] == []
+    compute = doc["ceilings"]["compute"]
+    assert all(c["pipe"] == "tensor" for c in compute) and len(compute) == 10
+    fp64 = next(c for c in compute if c["precision"] == "fp64")
+    assert fp64["mma_shape"] == "m16n8k16" and 0.85 < fp64["rated"]["ratio"] <= 0.9
+    capsys.readouterr()
+    props["now"] = {**SMALL_H100, "major": 7, "minor": 5}  # Turing: no tensor type of the config
+    assert run_main([str(config), "--out", str(tmp_path / "none"), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "tensor: " in err and "nothing else was asked for (a tensor-only run" in err and "\n" not in err, err
