@@ -418,6 +418,8 @@ HARD_END=$((START + LIMIT))
 declare -A RC=() SECS=() STATUS=()
 for STEP in "${STEPS[@]}"; do selected "$STEP" && STATUS[$STEP]="not run yet" || STATUS[$STEP]="not selected"; done
 
+gpu_facts=$(timeout 10 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+    --format=csv,noheader 2>&1 | head -n 1)
 # Clocks, power and temperature every half second for the whole run.
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,memory.used \
     --format=csv -lms 500 >"$OUT_DIR/nvidia-smi-log.csv" 2>&1 &
@@ -445,7 +447,7 @@ write_summary() {  # OUT_DIR/summary.txt as it stands after step $1
     local step status failed=0
     {
         echo "gpu_acceptance.sh summary: $(date -u +%FT%TZ), host $(uname -n), written after step $1"
-        echo "GPU: $(head -n 1 <<<"$gpus")"
+        echo "GPU: $(head -n 1 <<<"$gpus"); $gpu_facts"
         echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); python $("$PY" -V 2>&1);" \
              "budget ${BUDGET}s, limit ${LIMIT}s, used $(($(date +%s) - START))s"
         echo
