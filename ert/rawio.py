@@ -61,6 +61,19 @@ def transfer_record(*, level: str, kind: str, variant: str, method: str, nbytes:
     return record
 
 
+def confirm_id(point_id: str, again: int = 1) -> str:
+    """The id of a point's ``again``-th re-measurement: ``<point id>~again<N>``."""
+    return f"{point_id}~again{int(again)}"
+
+
+def confirm_record(*, measured: dict, point_id: str, again: int = 1) -> dict:
+    """One raw.jsonl "confirm" record: the sweep point ``point_id`` measured again at the same working set, with a
+    fresh calibration, after other points (ert.measure.confirm); ``measured`` is the point record that the
+    re-measurement made, whose keys it keeps. RAW.md describes every key."""
+    return {**measured, "type": "confirm", "id": confirm_id(point_id, again), "point_id": point_id,
+            "again": int(again)}
+
+
 def best_launches(points: list[dict]) -> list[dict]:
     """One record per (kernel variant, working set): the fastest valid launch geometry.
 
@@ -167,10 +180,11 @@ class RawData:
     ends: list[dict] = field(default_factory=list)
     sustained: list[dict] = field(default_factory=list)  # "sustain" records: peak points held for seconds
     transfers: list[dict] = field(default_factory=list)  # "transfer" records (links, peers, network), latest per id
+    confirms: list[dict] = field(default_factory=list)  # "confirm" records: points measured again, latest per id
 
     def records(self) -> list[dict]:
         """Every record, header first, in the order a raw file holds them: what ``read_raw`` gives back."""
-        return [self.header, *self.points, *self.sustained, *self.transfers, *self.ends]
+        return [self.header, *self.points, *self.confirms, *self.sustained, *self.transfers, *self.ends]
 
 
 def write_raw(raw: RawData, path: str | Path) -> None:
@@ -214,6 +228,7 @@ def read_raw(path: str | Path) -> RawData:
     ends = []
     sustained = []
     transfers: dict[str, dict] = {}
+    confirms: dict[str, dict] = {}
     for number, text, is_last in lines:
         try:
             rec = json.loads(text)
@@ -239,6 +254,11 @@ def read_raw(path: str | Path) -> RawData:
                 if key not in rec:
                     raise ErtError(f"sustain record lacks '{key}'", path=path, key=f"line {number}")
             sustained.append(rec)
+        elif rec["type"] == "confirm":
+            for key in ("id", "point_id", "spec", "wss_bytes", "elements", "trials", "seconds", "valid"):
+                if key not in rec:
+                    raise ErtError(f"confirm record lacks '{key}'", path=path, key=f"line {number}")
+            confirms[rec["id"]] = rec  # a re-measurement made again (a resume) keeps its last record
         elif rec["type"] == "transfer":
             for key in ("id", "level", "bytes", "moved_bytes", "repeats", "seconds", "valid"):
                 if key not in rec:
@@ -253,4 +273,5 @@ def read_raw(path: str | Path) -> RawData:
     latest = {}
     for rec in points:
         latest[rec["id"]] = rec
-    return RawData(path, header, list(latest.values()), ends, sustained, list(transfers.values()))
+    return RawData(path, header, list(latest.values()), ends, sustained, list(transfers.values()),
+                   list(confirms.values()))
