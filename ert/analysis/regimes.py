@@ -226,8 +226,12 @@ def _memory_fast_mode(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np
     return JudgedLevel(replace(lvl, plateau=plateau, basis=basis), (), (float(values.min()), float(values.max()))), warning
 
 
-def _window(level: NamedLevel, capacities: dict[int, int], taken: set[int], wss: np.ndarray) -> np.ndarray | None:
-    """The curve indices rule 6 judges ``level`` over, or None when the level is not a judged cache level."""
+def _window(level: NamedLevel, capacities: dict[int, int], taken: set[int], wss: np.ndarray,
+            before: NamedLevel | None = None) -> np.ndarray | None:
+    """The curve indices rule 6 judges ``level`` over, or None when the level is not a judged cache level.
+
+    ``before`` is the named level before it: one the hints do not list (L1b) moves the window's start to 2 x its
+    last working set, past its own transition."""
     name = level.name
     if not _is_cache(name):
         return None  # the memory, or a level the hints do not list (L2b)
@@ -236,6 +240,8 @@ def _window(level: NamedLevel, capacities: dict[int, int], taken: set[int], wss:
         return None  # a level without a known cache before it
     # The first cache's window starts at the sweep's first point (its overhead ramp is slower, never a roof).
     lo = WINDOW_START_FACTOR * capacities[k - 1] if k - 1 in capacities else 0.0
+    if before is not None and before.name[-1].islower():
+        lo = max(lo, WINDOW_START_FACTOR * before.plateau.wss_bytes[1])
     hi = max(capacities[k], level.plateau.wss_bytes[1])
     inside = np.flatnonzero((wss >= lo) & (wss <= hi))
     return np.array([i for i in inside if i not in taken], dtype=int)
@@ -294,7 +300,7 @@ def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, worker
             judged.append(_raised(level, confirmed, window, wss, bw, flags))
             warnings += memory_warnings
             continue
-        window = _window(lvl, capacities, taken, wss)
+        window = _window(lvl, capacities, taken, wss, named[k - 1] if k else None)
         if window is None:
             judged.append(JudgedLevel(lvl))
             continue
