@@ -47,6 +47,6 @@ def test_real_c_kernel_curve_has_exactly_the_caches_plus_memory(name):
         window = gbs[(wss >= WINDOW[level["level"]][0]) & (wss <= max(WINDOW[level["level"]][1],
                                                                       level["wss_bytes"][1]))]
         assert 0.97 * reference <= level["gbytes_per_s"] <= window.max() * (1 + 1e-6), level["level"]
-    beyond = gbs[wss >= 128 * MiB]
-    assert beyond.min() <= memory[3]["gbytes_per_s"] <= beyond.max()
+    beyond = gbs[wss >= 64 * MiB]  # the memory's window: from 2 x the last cache on
+    assert beyond.min() <= memory[3]["gbytes_per_s"] <= beyond.max() * (1 + 1e-6)
     assert not any(c["level"][-1].islower() for c in memory)
