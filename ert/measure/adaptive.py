@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ert.spec import rates
+from ert.measure.confirm import WindowSearch
 from ert.measure.plan import Point
 
 # Neighbouring bandwidth points further apart than this (relative) straddle a
@@ -80,7 +81,8 @@ class AdaptivePlanner:
     """
 
     def __init__(self, candidates: list[Point], *, growth: float, cache_resident_bytes: int,
-                 cache_windows: list[tuple[int, int]] = ()):
+                 cache_windows: list[tuple[int, int]] = (), level_windows: list[tuple[float, float]] = (),
+                 granule_bytes=None, noise_threshold: float = 0.10):
         self._stride = max(1, round(math.log(COARSE_FACTOR) / math.log(growth)))
         # Inside each cache after the first, the coarse pass samples WINDOW_PER_OCTAVE points per octave
         # (the grid's own spacing where it is coarser): a faster regime deep inside a cache lies between
@@ -113,6 +115,10 @@ class AdaptivePlanner:
         for key in sorted(groups, key=lambda k: (k[0] != "fp64", not k[1], k[2:])):
             specs = sorted(groups[key], key=lambda s: s.flops_per_element)
             self._compute.append([(s, grids[s], self._nearest(grids[s], cache_resident_bytes)) for s in specs])
+        # Each level's roof: its window's maximum searched off the grid, then measured again (ert.measure.confirm).
+        self._search = WindowSearch([[slot.points[0] for slot in grid] for grid in self._curves
+                                     if all(len(slot.points) == 1 for slot in grid)], level_windows,
+                                    granule_bytes=granule_bytes, noise_threshold=noise_threshold)
         self.planned: list[Point] = []
 
     @staticmethod
@@ -135,7 +141,9 @@ class AdaptivePlanner:
             if missing:
                 return missing
             known = {pid: records[pid] for pid in chosen}
-            batch = [p for p in self._refine(known) if p.id not in chosen]
+            batch = [p for p in self._refine(known) + self._search.search(known, chosen) if p.id not in chosen]
+            if not batch:  # the plan has settled: each window's fastest point is measured again
+                batch = [p for p in self._search.again(known, chosen) if p.id not in chosen]
         return []
 
     def _coarse(self) -> list[Point]:

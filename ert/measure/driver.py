@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ert.measure import timing as timing_engine
 from ert.measure.adaptive import AdaptivePlanner
 from ert.config import RunConfig, Timing
 from ert.measure.progress import Progress
-from ert.rawio import RAW_NAME, RAW_VERSION, RawWriter, read_raw
+from ert.measure.confirm import level_windows
+from ert.rawio import RAW_NAME, RAW_VERSION, RawWriter, confirm_record, read_raw
 from ert.measure.plan import Point, interleaved
 
 
@@ -204,6 +205,16 @@ def cache_windows(caches: list[dict] | None, workers: int) -> list[tuple[int, in
     return [(2 * by_level[a], by_level[b]) for a, b in zip(levels, levels[1:]) if 2 * by_level[a] < by_level[b]]
 
 
+def _capacities(caches: list[dict] | None, workers: int) -> list[int]:
+    """The aggregate capacity of each cache level (data and unified), as the analysis names the levels."""
+    from ert import hwinfo
+
+    by_level: dict[int, int] = {}
+    for c in _cache_infos(caches):
+        by_level[c.level] = max(by_level.get(c.level, 0), hwinfo.aggregate_capacity_bytes(c, workers))
+    return [by_level[k] for k in sorted(by_level)]
+
+
 def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
     """A working set held in each thread's private cache: half the aggregate L2 (L1 without an L2).
 
@@ -234,14 +245,19 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
     threads = backend.threads
     records: dict[str, dict] = {}
     if header is None and comm.rank == 0:  # only rank 0 may see the file (no shared file system)
-        records = {r["id"]: r for r in read_raw(raw_path).points}
+        raw = read_raw(raw_path)
+        records = {r["id"]: r for r in raw.points + raw.confirms}  # re-measurements too: the plan replays them
     records = comm.bcast(records)
     planner = None
     if config.sweep == "adaptive":
         caches = backend.describe().get("caches")
+        workers = threads * comm.size
         planner = AdaptivePlanner(points, growth=config.working_set.growth,
-                                  cache_resident_bytes=_cache_resident_bytes(caches, threads * comm.size),
-                                  cache_windows=cache_windows(caches, threads * comm.size))
+                                  cache_resident_bytes=_cache_resident_bytes(caches, workers),
+                                  cache_windows=cache_windows(caches, workers),
+                                  level_windows=level_windows(_capacities(caches, workers)),
+                                  granule_bytes=lambda spec: backend.granule_elements(spec) * spec.itemsize * workers,
+                                  noise_threshold=config.timing.noise_threshold)
         todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
         if header is not None:
             header = {**header, "planned_points": None, "sweep": "adaptive"}
@@ -264,16 +280,17 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
                     progress.begin(point)
                 backend.prepare(point.spec, elements_per_thread=point.elements_per_thread,
                                 launch=point.launch_dict())
-                guess = 1
+                guess = 1  # a re-measurement (point.again) calibrates afresh
                 larger = [w for w in last_trials.get(point.spec, {}) if w >= point.wss_bytes]
-                if config.timing.min_repeats is not None and larger:
+                if config.timing.min_repeats is not None and larger and not point.again:
                     # Trials scale inversely with the working set at equal bandwidth, and
                     # bandwidth only rises towards smaller sets, so scaling from the nearest
                     # larger set never overshoots; half of it leaves a doubling to warm up.
                     w = min(larger)
                     guess = int(last_trials[point.spec][w] * w / point.wss_bytes) // 2
                 m = measure(backend, comm, timing=config.timing, start_trials=guess)
-                last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
+                if not point.again:
+                    last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
                 check = backend.check()
                 # Every rank's output must pass for the point to be used.
                 checks = comm.allgather((check.ok, check.detail))
@@ -283,6 +300,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
                 device = backend.point_info()  # device backends: occupancy, clocks seen during the point
                 if device:
                     record["device"] = device  # rank 0's, as rank 0 writes
+                if point.again:  # a re-measurement: its own record kind, naming the point it repeats
+                    record = confirm_record(measured=record, point_id=replace(point, again=0).id, again=point.again)
                 if writer:
                     writer.append(record)
                 records[point.id] = record
