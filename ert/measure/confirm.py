@@ -8,7 +8,10 @@ access) and every level's window (ert.analysis.confirm: L1 up to its
 capacity, each later cache from 2 x the cache before it, the memory from 2 x
 the last cache on):
 
-* **Search.**  Around the window's fastest valid point, points at
+* **Search.**  Where a measured neighbour of the window's fastest valid
+  point reads slower by more than the noise threshold (a change within one
+  grid step: a faster stretch narrower than the grid may lie there; on a
+  plateau the grid already samples the maximum), points at
   ``SEARCH_STEPS[0]`` (1/6 octave) on both sides, then at the next, finer
   step (1/12 octave) around whichever point is fastest then; a point found
   at the finest step ends the search, which stops when the best point's
@@ -96,6 +99,16 @@ class WindowSearch:
                 out[p.wss_bytes] = (p, _rate(rec), not rec.get("noisy") and rec.get("reproduced", True))
         return out
 
+    def _stands_out(self, best: int, inside: dict, measured: dict, grid: set[int]) -> bool:
+        """Whether a measured grid neighbour of the best grid point (the next grid size measured either side, in
+        the window or not) is slower by more than the noise threshold: the rate changes within a grid step
+        there, so a faster stretch narrower than the grid may lie next to it."""
+        sizes = sorted(w for w, v in measured.items() if v[1] is not None and w in grid)
+        k = sizes.index(best)
+        rate = inside[best][1]
+        return any(measured[sizes[j]][1] * (1 + self._threshold) < rate for j in (k - 1, k + 1)
+                   if 0 <= j < len(sizes))
+
     @staticmethod
     def _steps(best: int, grid: set[int]) -> tuple[float, ...]:
         """The steps still to search at around ``best``: every one for a grid point, the finer ones for a point a
@@ -129,6 +142,8 @@ class WindowSearch:
                 if not inside:
                     continue
                 best = max(inside, key=lambda w: (inside[w][1], -w))
+                if best in grid and not self._stands_out(best, inside, measured, grid):
+                    continue  # a plateau the grid already samples: nothing narrower to find
                 # Both sides at the coarsest step not yet measured around the best point; finer once it is.
                 for step in self._steps(best, grid):
                     sides = [self._point_at(curve[0], best * 2.0 ** (side * step)) for side in (-1, 1)]
