@@ -24,7 +24,7 @@ import pytest
 
 from ert.analysis.ceilings import build
 from ert.backends.check import CheckResult
-from ert.config import from_dict
+from ert.config import default_path, from_dict, load
 from ert.measure.comm import SerialComm
 from ert.measure.driver import run_sweep
 from ert.measure.plan import plan
@@ -105,11 +105,9 @@ class RecordedCurveBackend:
         pass
 
 
-CONFIG = {"backend": "numba-cpu", "precisions": ["fp64"], "flops_per_element": [1], "access": ["rw", "ro"],
-          "sweep": "adaptive", "threads": THREADS,
-          "working_set": {"min_bytes": 16384, "max_bytes": 1 << 30, "growth": 1.25},
-          "timing": {"min_seconds": 0.01, "repeats": 5, "min_repeats": 3, "max_point_seconds": 0.3,
-                     "noise_threshold": 0.10, "max_remeasure": 1}}
+# The bare run's sweep and timing (the packaged default.yaml), on the fp64 bandwidth curves.
+CONFIG = {**load(default_path()).to_dict(), "backend": "numba-cpu", "precisions": ["fp64"], "flops_per_element": [1],
+          "threads": THREADS}
 
 
 def replay(seed: int, run_dir: Path) -> dict:

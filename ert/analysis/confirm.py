@@ -15,8 +15,10 @@ not wait for three points to agree: it is the fastest rate the run
   clean point of every window a second time, at the same working set with a
   fresh calibration, interleaved with other points (raw.jsonl "confirm"
   records).  A point whose re-measurement reproduces its rate within the
-  run's noise threshold is confirmed; one that does not is a noisy point,
-  named in a warning (``NOT_REPRODUCED``), and is never a roof.
+  run's noise threshold is confirmed (a point flagged noisy too, when the
+  re-measurement is clean: it is clean from then on); one that does not is
+  a noisy point, named in a warning (``NOT_REPRODUCED``), and is never a
+  roof.
 * **Neighbours.**  A point with no re-measurement (a run made before them,
   an ERT curve, a point not among the fastest) is confirmed when a
   neighbouring clean point of the window (the next one in working-set order)
@@ -81,6 +83,7 @@ def mark_not_reproduced(points: list[dict], confirms: Sequence[dict], *,
     any noisy point, never as a roof.
     """
     again = again_rates(confirms)
+    clean_again = again_rates([c for c in confirms if not c.get("noisy")])
     out, missed = [], {}
     for rec in points:
         rerun = again.get(rec["id"])
@@ -89,6 +92,9 @@ def mark_not_reproduced(points: list[dict], confirms: Sequence[dict], *,
             continue
         own = rates(rec).gbytes_per_s
         if any(agree(own, r, threshold) for r in rerun):
+            if rec["noisy"] and any(agree(own, r, threshold) for r in clean_again.get(rec["id"], [])):
+                # A burst of other work in one of its regions, and a clean re-measurement reproduces its rate.
+                rec = {**rec, "noisy": False, "reproduced": True}
             out.append(rec)
             continue
         out.append({**rec, "noisy": True, "reproduced": False})

@@ -18,13 +18,20 @@ the last cache on):
   neighbours at the finest step are slower (the next step would be below
   1/12 of an octave).  The points are off the dense grid (their own ids),
   rounded to the backend's granule.
-* **Measure again.**  When no window searches any more, the fastest clean
-  point of every window is measured again ("confirm" records), with a fresh
+* **Measure again.**  When no window searches any more, the fastest point
+  of every window is measured again ("confirm" records), with a fresh
   calibration, in one batch with the other curves' (so never straight after
   its first measurement).  One that a re-measurement did not reproduce
   within the noise threshold is noisy (ert.analysis.confirm), and the next
-  fastest clean point of its window is measured again, up to
-  ``MAX_AGAIN_PER_WINDOW`` per window.
+  fastest point of its window is measured again, up to
+  ``MAX_AGAIN_PER_WINDOW`` per window.  A point flagged noisy (a burst of
+  other work in one of its regions) that a clean re-measurement reproduces
+  is confirmed like a clean one: the interleaved re-measurement replaces
+  the immediate one, which repeats the point under the same disturbance.
+
+The memory's window is measured again but not searched: what varies there
+is the host's state over time (modes of a shared host), not a narrow range
+of working sets, and its points cost the most.
 
 Every decision is a pure function of the records on disk, like the rest of
 the adaptive plan, so ``--resume`` replays it.
@@ -136,6 +143,8 @@ class WindowSearch:
             measured = self._measured(curve, extra, known)
             grid = {p.wss_bytes for p in curve}
             for lo, hi in self._windows:
+                if math.isinf(hi):
+                    continue  # the memory: modes of a shared host, not a narrow window; measured again only
                 # Where to look: noisy points too (a burst in one region leaves the median informative); only
                 # clean points are measured again and can be roofs.
                 inside = {w: v for w, v in measured.items() if lo <= w <= hi and v[1] is not None}
@@ -166,18 +175,20 @@ class WindowSearch:
                 tried, confirmed = 0, False
                 ranked = sorted((v for w, v in measured.items() if lo <= w <= hi and v[1] is not None),
                                 key=lambda v: -v[1])
-                for point, rate, _ in ranked:
+                for point, rate, clean in ranked:
                     rec = known.get(replace(point, again=1).id)
                     if rec is None:
                         continue
                     tried += 1
                     again = _rate(rec)
-                    confirmed |= again is not None and max(rate, again) <= min(rate, again) * (1 + self._threshold)
+                    confirmed |= (again is not None and (clean or not rec.get("noisy"))
+                                  and max(rate, again) <= min(rate, again) * (1 + self._threshold))
                 if confirmed or tried >= MAX_AGAIN_PER_WINDOW:
                     continue
-                # Not yet: the fastest clean point of the window not measured again so far.
+                # Not yet: the fastest point of the window not measured again so far (a noisy one too: a clean
+                # re-measurement that reproduces it makes it a roof, in place of re-measuring it straight away).
                 for point, rate, clean in ranked:
-                    if clean and replace(point, again=1).id not in known:
+                    if replace(point, again=1).id not in known:
                         out.append(replace(point, again=1))
                         break
         return out
