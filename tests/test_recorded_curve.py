@@ -82,6 +82,9 @@ class RecordedCurveBackend:
     def supports(self, spec) -> bool:
         return True
 
+    def launches(self, spec, elements_per_thread: int) -> list[dict]:
+        return [{"chains": 8}]  # one geometry per kernel, as numba-cpu records its chain count
+
     def prepare(self, spec, *, elements_per_thread: int, launch=None) -> None:
         kib, gbs = self.curves[spec.access]
         per_thread = elements_per_thread * spec.itemsize / KIB
@@ -115,7 +118,7 @@ def replay(seed: int, run_dir: Path) -> dict:
     cfg = from_dict(CONFIG)
     backend = RecordedCurveBackend(seed)
     run_dir.mkdir(parents=True)
-    points = plan(cfg, workers=THREADS, granule_elements_of=backend.granule_elements)
+    points = plan(cfg, workers=THREADS, granule_elements_of=backend.granule_elements, launches_of=backend.launches)
     header = {"metadata": {"threads_per_rank": THREADS, "ranks": 1, "caches_reported": backend.caches,
                            "backend_info": backend.describe(), "config": cfg.to_dict()}}
     run_sweep(config=cfg, points=points, run_dir=run_dir, backend=backend, comm=SerialComm(), header=header)
@@ -140,6 +143,7 @@ def test_the_window_is_searched_off_the_grid_and_its_best_point_measured_again(t
     l2 = roof(doc, "L2", "rw")
     # The search added points off the dense grid inside the fast window (the grid holds one there).
     grid = {p.wss_bytes for p in plan(from_dict(CONFIG), workers=THREADS, granule_elements_of=lambda s: 64)}
+    assert all(p["launch"] == {"chains": 8} for p in raw.points)  # off the grid too: the grid's geometry
     off = [p for p in raw.points if p["wss_bytes"] not in grid and p["spec"]["access"] == "rw"
            and 450 * KIB <= p["wss_bytes"] / THREADS <= 710 * KIB]
     assert off
@@ -153,8 +157,10 @@ def test_the_window_is_searched_off_the_grid_and_its_best_point_measured_again(t
     # A resumed run replays the same plan: nothing left to measure.
     cfg = from_dict(CONFIG)
     before = len(raw.points) + len(raw.confirms)
-    result = run_sweep(config=cfg, points=plan(cfg, workers=THREADS, granule_elements_of=lambda s: 64),
-                       run_dir=tmp_path / "r", backend=RecordedCurveBackend(1), comm=SerialComm(), header=None)
+    backend = RecordedCurveBackend(1)
+    result = run_sweep(config=cfg, points=plan(cfg, workers=THREADS, granule_elements_of=lambda s: 64,
+                                               launches_of=backend.launches),
+                       run_dir=tmp_path / "r", backend=backend, comm=SerialComm(), header=None)
     again = read_raw(tmp_path / "r")
     assert result.measured_now == 0 and len(again.points) + len(again.confirms) == before
 

@@ -78,13 +78,15 @@ def _rate(record: dict) -> float | None:
 class WindowSearch:
     """The window search and the re-measurements of one sweep; the planner calls ``next_points`` each round.
 
-    ``curves`` are the bandwidth curves as lists of grid points (one point per working set, no launch
-    geometries); ``granule_bytes(spec)`` the step working sets are rounded to (None: no search off the grid).
+    ``curves`` are the bandwidth curves as lists of grid points (one point per working set, all with one launch
+    geometry); ``granule_bytes(spec)`` the step working sets are rounded to (None: no search off the grid).
     """
 
     def __init__(self, curves: Sequence[Sequence[Point]], windows: Sequence[tuple[float, float]], *,
                  granule_bytes: Callable | None, noise_threshold: float):
-        self._curves = [list(c) for c in curves if c and all(p.launch is None for p in c)]
+        # One point per working set (one launch geometry, such as numba-cpu's chain count): points off the grid
+        # take the grid's launch.  Curves measured at several geometries per size (device backends) are left out.
+        self._curves = [list(c) for c in curves if c and len({p.launch for p in c}) == 1]
         self._windows = list(windows)
         self._granule = granule_bytes
         self._threshold = noise_threshold
