@@ -66,3 +66,14 @@ def test_a_noisy_point_that_a_clean_re_measurement_reproduces_is_a_roof():
     assert _l2(_doc(points, [_again(fast, 0.97, noisy=True)]))["gbytes_per_s"] < 1.1 * 232.0  # nor by a noisy again
     l2 = _l2(_doc(points, [_again(fast, 0.97)]))
     assert l2["gbytes_per_s"] == round(rates(fast).gbytes_per_s, 4) and l2["confirmed"]["by"] == "measured again"
+
+
+def test_ert_show_prints_each_levels_confirmed_rate_how_often_and_its_slower_stretches():
+    from ert.consumers.report import format_ceilings
+
+    points, fast = _with_fast_point(1.4)
+    text = format_ceilings(_doc(points, [_again(fast, 0.95)]))
+    (line,) = [ln for ln in text.splitlines() if ln.strip().startswith("L2: confirmed")]
+    assert f"confirmed {rates(fast).gbytes_per_s:.4g} GB/s at {human_bytes(fast['wss_bytes'])} (measured again)" in line
+    assert "1 time(s)" in line and "; slower: 231.0 GB/s at" in line  # the level's own stretch, slower
+    assert sum(1 for ln in text.splitlines() if ": confirmed " in ln) == 4  # L1, L2, L3 and DRAM

@@ -154,6 +154,10 @@ def test_the_window_is_searched_off_the_grid_and_its_best_point_measured_again(t
         for level in ("L1", "L2", "L3", "DRAM"):
             assert roof(doc, level, access).get("confirmed"), (level, access)
     assert l2["confirmed"]["gbytes_per_s"] == l2["gbytes_per_s"]
+    # Complete: the plan's points all measured (its re-measurements counted apart), no "partial run".
+    assert doc["metadata"]["points"]["planned"] == len(raw.points) == doc["metadata"]["points"]["measured"]
+    assert raw.ends[-1]["planned_again"] == len(raw.confirms)
+    assert not any("partial run" in w for w in doc["warnings"])
     # A resumed run replays the same plan: nothing left to measure.
     cfg = from_dict(CONFIG)
     before = len(raw.points) + len(raw.confirms)

@@ -324,7 +324,10 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
                        "threads_per_rank": threads}
                 if planner is not None:
                     # An adaptive plan's size is known only once it is done.
-                    end.update(sweep="adaptive", complete=not interrupted, planned_points=len(planner.planned))
+                    # Points only: re-measurements ("confirm" records) are counted apart.
+                    end.update(sweep="adaptive", complete=not interrupted,
+                               planned_points=sum(1 for p in planner.planned if not p.again),
+                               planned_again=sum(1 for p in planner.planned if p.again))
                 writer.append(end)
             writer.close()
         if progress:
