@@ -8,10 +8,12 @@ access) and every level's window (ert.analysis.confirm: L1 up to its
 capacity, each later cache from 2 x the cache before it, the memory from 2 x
 the last cache on):
 
-* **Search.**  Where a measured neighbour of the window's fastest valid
-  point reads slower by more than the noise threshold (a change within one
-  grid step: a faster stretch narrower than the grid may lie there; on a
-  plateau the grid already samples the maximum), points at
+* **Search.**  Where a measured grid neighbour of the window's fastest
+  valid point, inside the window, reads slower by more than the noise
+  threshold (a change within one grid step inside the cache: a faster
+  stretch narrower than the grid may lie there; on a plateau the grid
+  already samples the maximum, and a drop past the window is the transition
+  to the next level), points at
   ``SEARCH_STEPS[0]`` (1/6 octave) on both sides, then at the next, finer
   step (1/12 octave) around whichever point is fastest then; a point found
   at the finest step ends the search, which stops when the best point's
@@ -109,14 +111,15 @@ class WindowSearch:
         return out
 
     def _stands_out(self, best: int, inside: dict, measured: dict, grid: set[int]) -> bool:
-        """Whether a measured grid neighbour of the best grid point (the next grid size measured either side, in
-        the window or not) is slower by more than the noise threshold: the rate changes within a grid step
-        there, so a faster stretch narrower than the grid may lie next to it."""
+        """Whether a measured grid neighbour of the best grid point inside the window (the next grid size
+        measured either side) is slower by more than the noise threshold: the rate changes within a grid step
+        inside the cache, so a faster stretch narrower than the grid may lie next to it.  (A neighbour past the
+        window is the transition to the next level: no narrow window there.)"""
         sizes = sorted(w for w, v in measured.items() if v[1] is not None and w in grid)
         k = sizes.index(best)
         rate = inside[best][1]
-        return any(measured[sizes[j]][1] * (1 + self._threshold) < rate for j in (k - 1, k + 1)
-                   if 0 <= j < len(sizes))
+        return any(sizes[j] in inside and measured[sizes[j]][1] * (1 + self._threshold) < rate
+                   for j in (k - 1, k + 1) if 0 <= j < len(sizes))
 
     @staticmethod
     def _steps(best: int, grid: set[int]) -> tuple[float, ...]:

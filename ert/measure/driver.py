@@ -280,9 +280,13 @@ def run_sweep(*, config: RunConfig, points: list[Point], run_dir: Path, backend,
                     progress.begin(point)
                 backend.prepare(point.spec, elements_per_thread=point.elements_per_thread,
                                 launch=point.launch_dict())
-                guess = 1  # a re-measurement (point.again) calibrates afresh
+                guess = 1
                 larger = [w for w in last_trials.get(point.spec, {}) if w >= point.wss_bytes]
-                if config.timing.min_repeats is not None and larger and not point.again:
+                first = records.get(replace(point, again=0).id) if point.again else None
+                if first is not None and config.timing.min_repeats is not None:
+                    # A re-measurement calibrates afresh, from half its first measurement's trial count.
+                    guess = max(1, int(first["trials"]) // 2)
+                elif config.timing.min_repeats is not None and larger and not point.again:
                     # Trials scale inversely with the working set at equal bandwidth, and
                     # bandwidth only rises towards smaller sets, so scaling from the nearest
                     # larger set never overshoots; half of it leaves a doubling to warm up.
