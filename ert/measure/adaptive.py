@@ -115,6 +115,8 @@ class AdaptivePlanner:
         for key in sorted(groups, key=lambda k: (k[0] != "fp64", not k[1], k[2:])):
             specs = sorted(groups[key], key=lambda s: s.flops_per_element)
             self._compute.append([(s, grids[s], self._nearest(grids[s], cache_resident_bytes)) for s in specs])
+        # Where the memory's window starts (2 x the last cache): no transitions are bisected past it.
+        self._memory_from = max((lo for lo, hi in level_windows if math.isinf(hi)), default=math.inf)
         # Each level's roof: its window's maximum searched off the grid, then measured again (ert.measure.confirm).
         self._search = WindowSearch([[slot.points[0] for slot in grid] for grid in self._curves
                                      if all(len(slot.points) == 1 for slot in grid)], level_windows,
@@ -181,10 +183,15 @@ class AdaptivePlanner:
         noise = {i: math.log1p(_slot_spread(grid[i], known)) for i in measured}
         add: set[int] = set()
         runs: list[list[int]] = [[measured[0]]] if measured else []
+        memory = self._memory_from
         for a, b in zip(measured, measured[1:]):
             # Two points further apart than their own repeats scatter (and than
             # the step) lie on different levels or on the slope between them.
-            if abs(values[a] - values[b]) > max(step, (noise[a] + noise[b]) / 2):
+            # From 2 x the last cache on there is one level, the memory: what changes there is the host's
+            # state (a shared host's modes), which more points do not settle; its fastest point is measured
+            # again instead (ert.measure.confirm).
+            in_memory = grid[a].wss_bytes >= memory
+            if abs(values[a] - values[b]) > max(step, (noise[a] + noise[b]) / 2) and not in_memory:
                 if b - a > 1:
                     add.add((a + b) // 2)  # bisect the transition
                 runs.append([b])
@@ -198,7 +205,8 @@ class AdaptivePlanner:
             scatter = max(level) - min(level)
             own = statistics.median(_slot_spread(grid[i], known) for i in run)
             stable = scatter <= max(step, 2 * math.log1p(own))
-            if len(run) < PLATEAU_MIN_POINTS or (not stable and len(run) < PLATEAU_MAX_POINTS):
+            scattered = not stable and grid[run[0]].wss_bytes < memory
+            if len(run) < PLATEAU_MIN_POINTS or (scattered and len(run) < PLATEAU_MAX_POINTS):
                 _, a, b = max(gaps)
                 add.add((a + b) // 2)  # sample the plateau's widest gap
         return sorted(add)
