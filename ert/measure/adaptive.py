@@ -143,7 +143,9 @@ class AdaptivePlanner:
             if missing:
                 return missing
             known = {pid: records[pid] for pid in chosen}
-            batch = [p for p in self._refine(known) + self._search.search(known, chosen) if p.id not in chosen]
+            # Once each: the search may name a grid point the refinement adds in the same round.
+            batch = list({p.id: p for p in self._refine(known) + self._search.search(known, chosen)
+                          if p.id not in chosen}.values())
             if not batch:  # the plan has settled: each window's fastest point is measured again
                 batch = [p for p in self._search.again(known, chosen) if p.id not in chosen]
         return []
