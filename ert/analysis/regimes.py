@@ -31,8 +31,10 @@ applied here after the levels are named:
   shared host only slow a kernel down, and on such a host the points of one
   cache scatter by 10-30 % from one working set to the next (Zen 4 read+write
   L2: 300-454 GB/s at random), so a median reads the host's load, not the
-  cache; one or two fast points alone still make no roof.  The level's value
-  is the rate of its fastest regime.  Its
+  cache; one or two fast points alone make no regime.  The level's value
+  is the rate of its fastest regime, or its fastest confirmed point where
+  that is higher (ert.analysis.confirm: measured again, or a neighbour
+  agrees; one or two working sets can be enough there).  Its
   points are its own plus the whole window, its spread is over all of them
   and ``range_gbytes_per_s`` gives their lowest and highest clean rates, so
   a slower regime still shows as a range, and ``regimes`` lists each regime's
@@ -48,7 +50,8 @@ taken, and when the rate ``MIN_REGIME_POINTS`` of their clean points reach is
 above the level's plateau by more than ``MEMORY_MODE_MARGIN``, that rate is
 its roof (what the memory gives the kernel while the host lets it), its
 range the lowest to highest clean rate, and a warning says so. One or two
-fast points still make no roof. Points below 2 x the last cache that read more
+fast points make no mode; they are the roof only where the run confirmed them
+(ert.analysis.confirm). Points below 2 x the last cache that read more
 than ``MEMORY_MODE_MARGIN`` above the memory's roof are the last cache's
 transition (a host cache larger than the guest is told, say), not memory: the
 level starts past the last of them, so that none of its points sits above its
