@@ -150,6 +150,7 @@ class WindowSearch:
             for lo, hi in self._windows:
                 if math.isinf(hi):
                     continue  # the memory: modes of a shared host, not a narrow window; measured again only
+                lo, hi = max(lo, min(grid)), min(hi, max(grid))  # never past the sweep's own range
                 # Where to look: noisy points too (a burst in one region leaves the median informative); only
                 # clean points are measured again and can be roofs.
                 inside = {w: v for w, v in measured.items() if lo <= w <= hi and v[1] is not None}
