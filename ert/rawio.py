@@ -148,6 +148,19 @@ def transfer_record(*, level: str, kind: str, variant: str, method: str, nbytes:
     return record
 
 
+def confirm_id(point_id: str, again: int = 1) -> str:
+    """The id of a point's ``again``-th re-measurement: ``<point id>~again<N>``."""
+    return f"{point_id}~again{int(again)}"
+
+
+def confirm_record(*, measured: dict, point_id: str, again: int = 1) -> dict:
+    """One raw.jsonl "confirm" record: the sweep point ``point_id`` measured again at the same working set, with a
+    fresh calibration, after other points (ert.measure.confirm); ``measured`` is the point record that the
+    re-measurement made, whose keys it keeps. RAW.md describes every key."""
+    return {**measured, "type": "confirm", "id": confirm_id(point_id, again), "point_id": point_id,
+            "again": int(again)}
+
+
 def best_launches(points: list[dict]) -> list[dict]:
     """One record per (kernel variant, working set): the fastest valid launch geometry.
 
@@ -250,6 +263,7 @@ _REQUIRED = {
     "sustain": ("target", "point_id", "spec", "elements", "trials_per_region", "region_seconds", "hold_seconds",
                 "valid"),
     "transfer": ("id", "level", "bytes", "moved_bytes", "repeats", "seconds", "valid"),
+    "confirm": ("id", "point_id", "spec", "wss_bytes", "elements", "trials", "seconds", "valid"),
 }
 
 
@@ -263,21 +277,22 @@ class RawData:
     ends: list[dict] = field(default_factory=list)
     sustained: list[dict] = field(default_factory=list)  # "sustain" records: peak points held for seconds
     transfers: list[dict] = field(default_factory=list)  # "transfer" records (links, peers, network), latest per id
+    confirms: list[dict] = field(default_factory=list)  # "confirm" records: points measured again, latest per id
     _slot: dict = field(default_factory=dict, repr=False, compare=False)  # (type, id) -> index in its list
 
     def records(self) -> list[dict]:
         """Every record, header first, in the order a raw file holds them: what ``read_raw`` gives back."""
-        return [self.header, *self.points, *self.sustained, *self.transfers, *self.ends]
+        return [self.header, *self.points, *self.confirms, *self.sustained, *self.transfers, *self.ends]
 
     def add(self, record: dict) -> None:
         """File one record (not a header) as ``read_raw`` would: a point or transfer measured again (a resume
         that raced a kill) keeps its last record, in the place of its first; other types accumulate."""
         kind = record["type"]
-        if kind in ("point", "transfer"):
-            listed = self.points if kind == "point" else self.transfers
+        if kind in ("point", "transfer", "confirm"):
+            listed = {"point": self.points, "transfer": self.transfers, "confirm": self.confirms}[kind]
             if not self._slot:  # first add: index what the lists hold
-                self._slot.update({("point", r["id"]): i for i, r in enumerate(self.points)})
-                self._slot.update({("transfer", r["id"]): i for i, r in enumerate(self.transfers)})
+                for name, held in (("point", self.points), ("transfer", self.transfers), ("confirm", self.confirms)):
+                    self._slot.update({(name, r["id"]): i for i, r in enumerate(held)})
             slot = self._slot.get((kind, record["id"]))
             if slot is None:
                 self._slot[(kind, record["id"])] = len(listed)

@@ -56,6 +56,7 @@ CODES = {
     "noisy-points": "bookkeeping",  # points that stayed noisy after re-measuring
     "noisy-level": "bookkeeping",   # a level or transfer built on noisy points
     "noisy-peak": "bookkeeping",    # a compute peak from a noisy point
+    "not-reproduced": "bookkeeping",  # points their re-measurement did not reproduce: noisy, never a roof
     "levels-borrowed": "bookkeeping",   # a curve measured over another curve's level ranges
     "merged-plateaus": "bookkeeping",   # several plateaus with no cache boundary, one level
     "split-level": "bookkeeping",   # two plateaus map to one cache: L2 and L2b
@@ -129,6 +130,7 @@ _FALLBACK = (
     ("overhead ramp", "ramp"),
     ("stayed noisy", "noisy-points"),
     ("peak comes from a noisy point", "noisy-peak"),
+    ("not reproduced within the noise threshold", "not-reproduced"),
     ("noisy point", "noisy-level"),
     ("noisy size", "noisy-level"),
     ("separates fewer levels", "levels-borrowed"),

@@ -181,10 +181,38 @@ def _transfer_section(entries: list[dict], *, derivations: bool = True) -> list[
     return lines
 
 
+def _confirmed_note(entries: list[dict]) -> list[str]:
+    """Per level: the roof the run confirmed (schema 1.10 ``confirmed``), how many times, and the slower stretches."""
+    lines = []
+    for e in entries:
+        c = e.get("confirmed")
+        if not isinstance(c, dict) or not isinstance(c.get("gbytes_per_s"), (int, float)):
+            continue
+        text = (f"  {e.get('level', _MISSING)}: confirmed {format_rate(c['gbytes_per_s'])} GB/s at "
+                f"{_format_bytes(c.get('wss_bytes'))} ({c.get('by', _MISSING)}), "
+                f"{_format_count(c.get('times'))} time(s)")
+        roof = e.get("gbytes_per_s")
+        slower = [r for r in e.get("regimes") or [] if isinstance(r, dict) and isinstance(r.get("gbytes_per_s"),
+                  (int, float)) and isinstance(roof, (int, float)) and r["gbytes_per_s"] < 0.95 * roof]
+        span = e.get("range_gbytes_per_s")
+        if slower:
+            text += "; slower: " + "; ".join(f"{format_rate(r['gbytes_per_s'])} GB/s at "
+                                             f"{_format_wss_range(r.get('wss_bytes'))} "
+                                             f"({_format_count(r.get('n_points'))} points)" for r in slower)
+        elif isinstance(span, list) and len(span) == 2 and isinstance(roof, (int, float)) and span[0] < 0.95 * roof:
+            text += f"; its points read {format_rate(span[0])} - {format_rate(span[1])} GB/s"
+        if isinstance(roof, (int, float)) and roof > c["gbytes_per_s"] * 1.0001:
+            text += f"; the roof, {format_rate(roof)} GB/s, is its fast mode"
+        lines.append(text)
+    return lines
+
+
 def _regimes_note(entries: list[dict]) -> list[str]:
     """A cache level with several regimes inside its cache (rule 6): its range and each regime."""
     lines = []
     for e in entries:
+        if isinstance(e.get("confirmed"), dict):
+            continue  # _confirmed_note names its slower stretches
         regimes, span = e.get("regimes"), e.get("range_gbytes_per_s")
         if not isinstance(regimes, list) or len(regimes) < 2 or not isinstance(span, list) or len(span) != 2:
             continue
@@ -229,6 +257,7 @@ def _memory_sections(entries: list[dict]) -> list[str]:
             rows,
             [False, True, True, False, True, True],
         )
+        lines += _confirmed_note(groups[(access, precision)])
         lines += _regimes_note(groups[(access, precision)])
     return lines
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ert.measure import timing as timing_engine
 from ert.measure.adaptive import AdaptivePlanner
 from ert.config import RunConfig, Timing
 from ert.measure.progress import Progress
-from ert.rawio import RawLog, point_record
+from ert.measure.confirm import level_windows
+from ert.rawio import RawLog, confirm_record, point_record
 from ert.measure.plan import Point, interleaved
 
 
@@ -192,6 +193,16 @@ def cache_windows(caches: list[dict] | None, workers: int) -> list[tuple[int, in
     return [(2 * by_level[a], by_level[b]) for a, b in zip(levels, levels[1:]) if 2 * by_level[a] < by_level[b]]
 
 
+def _capacities(caches: list[dict] | None, workers: int) -> list[int]:
+    """The aggregate capacity of each cache level (data and unified), as the analysis names the levels."""
+    from ert import hwinfo
+
+    by_level: dict[int, int] = {}
+    for c in _cache_infos(caches):
+        by_level[c.level] = max(by_level.get(c.level, 0), hwinfo.aggregate_capacity_bytes(c, workers))
+    return [by_level[k] for k in sorted(by_level)]
+
+
 def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
     """A working set held in each thread's private cache: half the aggregate L2 (L1 without an L2).
 
@@ -230,12 +241,17 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
         end = {"interrupted": interrupted, "measured": measured, "threads_per_rank": threads}
         if planner is not None:
             # An adaptive plan's size is known only once it is done.
-            end.update(sweep="adaptive", complete=not interrupted, planned_points=len(planner.planned))
+            # Points only: re-measurements ("confirm" records) are counted apart.
+            end.update(sweep="adaptive", complete=not interrupted,
+                       planned_points=sum(1 for p in planner.planned if not p.again),
+                       planned_again=sum(1 for p in planner.planned if p.again))
         return end
 
-    frame = log.stage(None, done=lambda data: {r["id"] for r in data.points}, share=comm.bcast, ending=ending)
-    # Rank 0's records (the planner's input): what the file held and every point measured since.
-    records = {r["id"]: r for r in frame.data.points} if frame.data is not None else {}
+    frame = log.stage(None, done=lambda data: {r["id"] for r in data.points + data.confirms}, share=comm.bcast,
+                      ending=ending)
+    # Rank 0's records (the planner's input): what the file held and every point measured since, re-measurements
+    # too (the plan replays them).
+    records = {r["id"]: r for r in frame.data.points + frame.data.confirms} if frame.data is not None else {}
     try:
         with frame:
             if planner is not None:
@@ -249,7 +265,7 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
             while todo:
                 for point in (_interleave_batch(todo) if planner else todo):
                     record = _measure_point(point, backend=backend, comm=comm, config=config,
-                                            last_trials=last_trials, progress=progress)
+                                            last_trials=last_trials, progress=progress, records=records)
                     frame.append(record)
                     records[point.id] = record
                     measured += 1
@@ -272,32 +288,45 @@ def _planner(config: RunConfig, points: list[Point], *, backend, workers: int) -
     caches = backend.describe().get("caches")
     return AdaptivePlanner(points, growth=config.working_set.growth,
                            cache_resident_bytes=_cache_resident_bytes(caches, workers),
-                           cache_windows=cache_windows(caches, workers))
+                           cache_windows=cache_windows(caches, workers),
+                           level_windows=level_windows(_capacities(caches, workers)),
+                           granule_bytes=lambda spec: backend.granule_elements(spec) * spec.itemsize * workers,
+                           noise_threshold=config.timing.noise_threshold)
 
 
-def _measure_point(point: Point, *, backend, comm, config: RunConfig, last_trials: dict, progress) -> dict:
-    """One point: prepared, calibrated from the nearest larger set's trials, timed, checked on every rank."""
+def _measure_point(point: Point, *, backend, comm, config: RunConfig, last_trials: dict, progress,
+                   records: dict) -> dict:
+    """One point: prepared, calibrated from the nearest larger set's trials, timed, checked on every rank; a
+    re-measurement (``point.again``) calibrates afresh and is recorded as a "confirm" record of its point."""
     if progress:
         progress.begin(point)
     backend.prepare(point.spec, elements_per_thread=point.elements_per_thread, launch=point.launch_dict())
     guess = 1
     larger = [w for w in last_trials.get(point.spec, {}) if w >= point.wss_bytes]
-    if config.timing.min_repeats is not None and larger:
+    first = records.get(replace(point, again=0).id) if point.again else None
+    if first is not None and config.timing.min_repeats is not None:
+        # A re-measurement calibrates afresh, from half its first measurement's trial count.
+        guess = max(1, int(first["trials"]) // 2)
+    elif config.timing.min_repeats is not None and larger and not point.again:
         # Trials scale inversely with the working set at equal bandwidth, and
         # bandwidth only rises towards smaller sets, so scaling from the nearest
         # larger set never overshoots; half of it leaves a doubling to warm up.
         w = min(larger)
         guess = int(last_trials[point.spec][w] * w / point.wss_bytes) // 2
     m = measure(backend, comm, timing=config.timing, start_trials=guess)
-    last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
+    if not point.again:
+        last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
     check = backend.check()
     # Every rank's output must pass for the point to be used.
     checks = comm.allgather((check.ok, check.detail))
     ok = all(c[0] for c in checks)
     detail = "; ".join(f"rank {i}: {d}" for i, (good, d) in enumerate(checks) if not good) or check.detail
-    return point_record(point_id=point.id, spec=point.spec.to_dict(), wss_bytes=point.wss_bytes,
-                        elements_per_thread=point.elements_per_thread, launch=point.launch_dict(),
-                        ranks=comm.size, threads_per_rank=backend.threads, trials=m.trials, samples=m.samples,
-                        rank_seconds=m.rank_seconds, host_seconds=m.host_seconds, spread=m.spread, noisy=m.noisy, remeasured=m.remeasured,
-                        serialized=m.serialized, valid=ok, check=detail,
-                        device=backend.point_info())  # device backends: occupancy, clocks seen during the point
+    record = point_record(point_id=point.id, spec=point.spec.to_dict(), wss_bytes=point.wss_bytes,
+                          elements_per_thread=point.elements_per_thread, launch=point.launch_dict(),
+                          ranks=comm.size, threads_per_rank=backend.threads, trials=m.trials, samples=m.samples,
+                          rank_seconds=m.rank_seconds, host_seconds=m.host_seconds, spread=m.spread, noisy=m.noisy,
+                          remeasured=m.remeasured, serialized=m.serialized, valid=ok, check=detail,
+                          device=backend.point_info())  # device backends: occupancy, clocks seen during the point
+    if point.again:  # a re-measurement: its own record kind, naming the point it repeats
+        record = confirm_record(measured=record, point_id=replace(point, again=0).id, again=point.again)
+    return record
