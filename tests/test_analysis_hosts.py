@@ -24,7 +24,7 @@ from ert.measure.driver import host_region_seconds
 from ert.rawio import RawData, point_record, read_raw, write_raw
 
 BASE = Path(__file__).parent / "data" / "bare-zen4-full.raw.jsonl"
-DRAM = 256 << 20  # DRAM-bound working sets of the base run (its L3 is 32 MiB)
+DRAM = 64 << 20  # DRAM-bound working sets of the base run: the memory window starts at 2 x its 32 MiB L3
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,10 @@ def test_each_host_gets_the_aggregates_ceilings_and_the_slow_one_is_named(base):
     dram, l1 = ("DRAM", "fp64", "rw"), ("L1", "fp64", "rw")
     # Each host does half the work: at L1 its rate is half the aggregate's; at DRAM node2 does 0.6 of node1.
     agg_l1 = next(c for c in doc["ceilings"]["memory"] if (c["level"], c["precision"], c["access"]) == l1)
-    assert node1[l1]["gbytes_per_s"] == pytest.approx(agg_l1["gbytes_per_s"] / 2, rel=0.02)
+    # A host's level is the plateau statistic over the aggregate level's points; the aggregate's roof is the
+    # fastest rate the run confirmed there (issue 30), at or above that plateau: a host's share never beats it.
+    assert node1[l1]["gbytes_per_s"] == pytest.approx(node2[l1]["gbytes_per_s"], rel=0.02)
+    assert 0.9 * agg_l1["gbytes_per_s"] / 2 <= node1[l1]["gbytes_per_s"] <= 1.02 * agg_l1["gbytes_per_s"] / 2
     assert node2[dram]["gbytes_per_s"] / node1[dram]["gbytes_per_s"] == pytest.approx(0.6, rel=0.02)
     assert node2[dram]["ratio_to_median"] == pytest.approx(0.6 / 0.8, rel=0.02)
     assert node1[l1]["ratio_to_median"] == pytest.approx(1.0)

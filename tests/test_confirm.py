@@ -72,8 +72,16 @@ def test_ert_show_prints_each_levels_confirmed_rate_how_often_and_its_slower_str
     from ert.consumers.report import format_ceilings
 
     points, fast = _with_fast_point(1.4)
-    text = format_ceilings(_doc(points, [_again(fast, 0.95)]))
+    doc = _doc(points, [_again(fast, 0.95)])
+    text = format_ceilings(doc, verbose=True)
     (line,) = [ln for ln in text.splitlines() if ln.strip().startswith("L2: confirmed")]
     assert f"confirmed {rates(fast).gbytes_per_s:.4g} GB/s at {human_bytes(fast['wss_bytes'])} (measured again)" in line
     assert "1 time(s)" in line and "; slower: 231.0 GB/s at" in line  # the level's own stretch, slower
     assert sum(1 for ln in text.splitlines() if ": confirmed " in ln) == 4  # L1, L2, L3 and DRAM
+    # The screen: a 'confirmed' column, how many times each level's roof was confirmed (and how: again or by a
+    # neighbour); the slower stretches are in the regimes warning.
+    screen = format_ceilings(doc, width=100).splitlines()
+    header = next(ln for ln in screen if ln.lstrip().startswith("level") and "curve" in ln)
+    assert "conf" in header.split()
+    l2_row = next(ln.split() for ln in screen if ln.lstrip().startswith("L2 "))
+    assert "1 re" in " ".join(l2_row)

@@ -28,7 +28,7 @@ from ert.config import default_path, from_dict, load
 from ert.measure.comm import SerialComm
 from ert.measure.driver import run_sweep
 from ert.measure.plan import plan
-from ert.rawio import read_raw
+from ert.rawio import RawLog, read_raw
 from ert.spec import rates
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "measurements" / "zen5-l2-window"
@@ -121,7 +121,9 @@ def replay(seed: int, run_dir: Path) -> dict:
     points = plan(cfg, workers=THREADS, granule_elements_of=backend.granule_elements, launches_of=backend.launches)
     header = {"metadata": {"threads_per_rank": THREADS, "ranks": 1, "caches_reported": backend.caches,
                            "backend_info": backend.describe(), "config": cfg.to_dict()}}
-    run_sweep(config=cfg, points=points, run_dir=run_dir, backend=backend, comm=SerialComm(), header=header)
+    log = RawLog.open(run_dir, header=header, writes=True)
+    run_sweep(config=cfg, points=points, log=log, backend=backend, comm=SerialComm())
+    log.close()
     return build(read_raw(run_dir))
 
 
@@ -162,9 +164,11 @@ def test_the_window_is_searched_off_the_grid_and_its_best_point_measured_again(t
     cfg = from_dict(CONFIG)
     before = len(raw.points) + len(raw.confirms)
     backend = RecordedCurveBackend(1)
+    log = RawLog.open(tmp_path / "r", header=None, writes=True, data=read_raw(tmp_path / "r"))
     result = run_sweep(config=cfg, points=plan(cfg, workers=THREADS, granule_elements_of=lambda s: 64,
                                                launches_of=backend.launches),
-                       run_dir=tmp_path / "r", backend=backend, comm=SerialComm(), header=None)
+                       log=log, backend=backend, comm=SerialComm())
+    log.close()
     again = read_raw(tmp_path / "r")
     assert result.measured_now == 0 and len(again.points) + len(again.confirms) == before
 

@@ -207,6 +207,14 @@ def _confirmed_note(entries: list[dict]) -> list[str]:
     return lines
 
 
+def _confirmed_cell(confirmed) -> str:
+    """How often, and how, a level's roof was confirmed (``2 re``: measured again, ``3 nb``: by its neighbours)."""
+    if not isinstance(confirmed, dict) or not isinstance(confirmed.get("gbytes_per_s"), (int, float)):
+        return "-"
+    how = "re" if confirmed.get("by") == "measured again" else "nb"
+    return f"{_format_count(confirmed.get('times'))} {how}"
+
+
 def _regimes_note(entries: list[dict]) -> list[str]:
     """A cache level with several regimes inside its cache (rule 6): its range and each regime."""
     lines = []
@@ -282,14 +290,18 @@ def _memory_table(entries: list[dict], notes: "Notes") -> list[str]:
             rows.append([str(e.get("level", _MISSING)), " ".join(x for x in curve if x),
                          format_rate(e["gbytes_per_s"]) if "gbytes_per_s" in e else _MISSING,
                          _format_spread(e.get("spread")), _format_wss_range(e.get("wss_bytes")),
-                         _format_count(e.get("n_points")), _format_count(e.get("noisy_points"))]
+                         _format_count(e.get("n_points")), _format_count(e.get("noisy_points")),
+                         _confirmed_cell(e.get("confirmed"))]
                         + _rated_cells(e, "gbytes_per_s", notes))
-    # Columns with nothing in them are left out (no rated value for any level: a CPU not in the table, say).
+    # Columns with nothing in them are left out (no rated value for any level: a CPU not in the table, say; no
+    # `confirmed` in a file before 1.10).
     headers, rows, right = _with_rated(
-        ["level", "curve", "GB/s", "spread", "working set", "points", "noisy", "rated", "of rated", "from"], rows,
-        [False, False, True, True, False, True, True, True, True, False], 7)
+        ["level", "curve", "GB/s", "spread", "working set", "points", "noisy", "conf", "rated", "of rated",
+         "from"], rows, [False, False, True, True, False, True, True, False, True, True, False], 7)
     # A cache level's regimes are in its warning (ert show --verbose prints them here as well).
-    return ["Memory bandwidth (rw read+write, ro read-only)"] + _table(headers, rows, right)
+    title = "Memory bandwidth (rw read+write, ro read-only"
+    title += "; conf: N times confirmed, re again or nb neighbours)" if "conf" in headers else ")"
+    return [title] + _table(headers, rows, right)
 
 
 def _is_int_entry(e: dict) -> bool:
