@@ -98,13 +98,28 @@ class Notes:
 
 
 def _clauses(text: str) -> list[str]:
-    """The "; "-separated clauses of a derivation, each without the parentheses it closes but did not open."""
-    out = []
-    for clause in text.split("; "):
+    """The "; "-separated clauses of a derivation, each without the parentheses it closes but did not open.
+
+    Only the outermost separators split: a clause's own parenthesis that holds a "; " stays whole (cut
+    there, a note would read "(... [16]; [17]))")."""
+    depth, cuts = 0, []
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if text.startswith("; ", i):
+            cuts.append((i, depth))
+    top = min((d for _, d in cuts), default=0)
+    out, start = [], 0
+    for i, d in cuts:
+        if d == top:
+            out.append(text[start:i])
+            start = i + 2
+    out.append(text[start:])
+    clauses = []
+    for clause in out:
         while clause.endswith(")") and clause.count(")") > clause.count("("):
             clause = clause[:-1]
-        out.append(clause)
-    return out
+        clauses.append(clause)
+    return clauses
 
 
 def report_width() -> int:
