@@ -164,49 +164,13 @@ def _prepare_run(args, comm, placement):
     return (*_new_run(args, placement), False)
 
 
-class Claim:
-    """What rank 0 holds of the run directory: its lock, a resume's raw data, whether it created it."""
-
-    def __init__(self, run_dir: Path, lock, *, created: bool = False, raw=None, fresh: bool = False,
-                 notes: list | None = None):
-        self.run_dir, self.lock, self.created, self.raw = run_dir, lock, created, raw
-        self.fresh = fresh  # a resume of a run that measured nothing: started afresh
-        self.notes = notes or []
-
-    def let_go(self) -> None:
-        """At the end of the run (or its failure): the lock, and a directory this run created but never used."""
-        from ert.measure import rundir
-
-        if self.created and not rundir.holds_run(self.run_dir):
-            rundir.abandon(self.run_dir, self.lock)
-        else:
-            self.lock.release()
-
-
-def _claim(cfg, run_dir: Path | None, *, resume: bool, restart: bool, comm) -> Claim | None:
-    """Rank 0 takes the run directory for this run alone (``ert.runlock``); None on other ranks.
-
-    A new run's directory is created (a named one checked under the lock); a
-    resumed one is locked before anything there is read, then its header is
-    checked against config.yaml (``rundir.resume_state``).
-    """
+def _claim(cfg, run_dir: Path | None, *, resume: bool, restart: bool, comm):
+    """Rank 0 takes the run directory for this run alone (``ert.measure.rundir.claim``); None on other ranks."""
     from ert.measure import rundir
 
     if comm.rank != 0:
         return None
-    if run_dir is None:
-        path, lock = rundir.claim_auto(cfg.output_dir)
-        return Claim(path, lock, created=True)
-    if not resume:
-        created = not run_dir.exists()
-        return Claim(run_dir, rundir.claim_out(run_dir, restart=restart), created=created)
-    lock = rundir.claim_resume(run_dir)
-    try:
-        raw, notes = rundir.resume_state(run_dir)
-    except BaseException:
-        lock.release()
-        raise
-    return Claim(run_dir, lock, raw=raw, fresh=raw is None, notes=notes)
+    return rundir.claim(run_dir, output_dir=cfg.output_dir if cfg else None, resume=resume, restart=restart)
 
 
 def _resumed_config(args, run_dir: Path):

@@ -67,6 +67,43 @@ def claim_out(run_dir: Path, *, restart: bool = False):
     return lock
 
 
+class Claim:
+    """What the writing process (rank 0) holds of the run directory: its lock, a resume's raw data, whether
+    this run created the directory."""
+
+    def __init__(self, run_dir: Path, lock, *, created: bool = False, raw=None, fresh: bool = False,
+                 notes: list | None = None):
+        self.run_dir, self.lock, self.created, self.raw = run_dir, lock, created, raw
+        self.fresh = fresh  # a resume of a run that measured nothing: started afresh
+        self.notes = notes or []
+
+    def let_go(self) -> None:
+        """At the end of the run (or its failure): the lock, and a directory this run created but never used."""
+        if self.created and not holds_run(self.run_dir):
+            abandon(self.run_dir, self.lock)
+        else:
+            self.lock.release()
+
+
+def claim(run_dir: Path | None, *, output_dir: str | None, resume: bool, restart: bool) -> Claim:
+    """The run directory, taken for this run alone: a new one created (``None``: named under ``output_dir``;
+    ``--out`` DIR checked under its lock); a resumed one locked before anything there is read, then its header
+    checked against config.yaml (``resume_state``)."""
+    if run_dir is None:
+        path, lock = claim_auto(output_dir)
+        return Claim(path, lock, created=True)
+    if not resume:
+        created = not run_dir.exists()
+        return Claim(run_dir, claim_out(run_dir, restart=restart), created=created)
+    lock = claim_resume(run_dir)
+    try:
+        raw, notes = resume_state(run_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return Claim(run_dir, lock, raw=raw, fresh=raw is None, notes=notes)
+
+
 def abandon(run_dir: Path, lock) -> None:
     """Let go of a run directory that never started (an error before the header): the lock, and the directory
     itself when nothing else is in it."""
@@ -123,7 +160,8 @@ def claim_resume(run_dir: Path):
     from ert import runlock
 
     if not run_dir.is_dir():
-        raise ErtError("no such run directory", path=run_dir, key="--resume")
+        raise ErtError("is not a directory" if run_dir.exists() else "no such run directory", path=run_dir,
+                       key="--resume")
     return runlock.hold(run_dir, key="--resume")
 
 
