@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A few launches of ert's CUDA kernels, for Nsight Compute to profile (benchmarks/gpu_acceptance.sh).
 
-    ncu --kernel-name regex:'^ert_(rw|ro|mma)' ... python3 benchmarks/gpu_ncu_driver.py
+    ncu --kernel-name regex:'^ert_(rw|ro|mma|wgmma)' ... python3 benchmarks/gpu_ncu_driver.py
 
 Each kernel is prepared through the cuda backend exactly as a run prepares it (compiled by CuPy's
 NVRTC, one warm-up launch of 1 trial), launched once more with TRIALS trials, and checked against
@@ -11,8 +11,10 @@ the others still run. Never run on a GPU yet.
 
 The kernels: fp64 read+write add at 128 MiB (beyond every L2: DRAM bytes) and at 8 MiB (inside
 every L2 since Volta), fp64/fp32/fp16 FMA at 64 FLOPs per element, the fp64 read-only add, the
-int32 multiply-add, and the fp16 and fp64 tensor-core MMAs where this GPU has them. Under ncu each
-gives `ert profile` a kernel whose bytes per level and FLOPs per precision are known from the spec.
+int32 multiply-add, and the tensor-core MMAs where this GPU has them: fp16 and fp64 mma.sync, and on
+sm_90 Hopper's fp16 wgmma (the one independent counter check of its tensor roof) and the FP64
+m16n8k16 DMMA. Under ncu each gives `ert profile` a kernel whose bytes per level and FLOPs per
+precision are known from the spec.
 """
 
 from __future__ import annotations
@@ -27,15 +29,16 @@ MIB = 1 << 20
 def kernels(scale: float = 1.0):
     """(spec, bytes of its array, or None for a tensor kernel) for every kernel profiled; ``scale`` shrinks
     the arrays (the tests run the list on an emulated GPU)."""
-    from ert.spec import SHAPES, KernelSpec
+    from ert.spec import SHAPES, SM90_SHAPES, WGMMA_SHAPES, KernelSpec
 
     sizes = [(KernelSpec("fp64", 1, False), 128), (KernelSpec("fp64", 1, False), 8),
              (KernelSpec("fp64", 64, True), 64), (KernelSpec("fp32", 64, True), 64),
              (KernelSpec("fp16", 64, True), 64), (KernelSpec("fp64", 1, False, "ro"), 128),
              (KernelSpec("int32", 64, False), 64)]
     vector = [(spec, int(mib * MIB * scale)) for spec, mib in sizes]
-    tensor = [(KernelSpec(name, SHAPES[name].flops_per_mma, True, "rw", pipe="tensor"), None)
-              for name in ("fp16", "fp64") if name in SHAPES]
+    shapes = [SHAPES["fp16"], SHAPES["fp64"], WGMMA_SHAPES["fp16"], SM90_SHAPES["fp64"]]
+    tensor = [(KernelSpec(s.name, s.flops_per_mma, True, "rw", pipe="tensor", instruction=s.spec_instruction), None)
+              for s in shapes]
     return vector + tensor
 
 

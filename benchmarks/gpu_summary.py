@@ -30,11 +30,21 @@ PARTIAL_NAME = "ceilings-partial.json"
 HEADERS = ("ceiling", "unit", "measured", "rated", "measured/rated", "spread", "warnings")
 
 
+def _tensor_named(name: str, entry: dict) -> str:
+    """A tensor roof's name with its instruction and shape ("fp16 tensor peak (wgmma m64n256k16)"): on sm_90 one
+    type has a wgmma and an mma.sync roof, and FP64's roof is whichever DMMA shape was faster."""
+    if entry.get("pipe") != "tensor":
+        return name
+    said = " ".join(str(x) for x in (entry.get("instruction"), entry.get("mma_shape")) if x)
+    return f"{name} ({said})" if said else name
+
+
 def ceiling_rows(doc: dict) -> list[dict]:
     """One row per compute and memory ceiling (links and network included), in ``ert show``'s order."""
     ceilings = doc.get("ceilings", {})
     warnings = [str(w) for w in doc.get("warnings", [])]
-    entries = [(report._compute_name(e), report._unit(e), "gflops_per_s", e) for e in ceilings.get("compute", [])]
+    entries = [(_tensor_named(report._compute_name(e), e), report._unit(e), "gflops_per_s", e)
+               for e in ceilings.get("compute", [])]
     entries += [(report._memory_name(e), "GB/s", "gbytes_per_s", e) for e in ceilings.get("memory", [])]
     rows = []
     for name, unit, key, e in entries:

@@ -4,13 +4,17 @@
 #
 #   bash benchmarks/gpu_wheels.sh [DIR]        # DIR defaults to .whl (ignored by git)
 #
-# The target is the device image of this workplace: CPython 3.12 on x86-64 Linux (manylinux),
-# whose python3 already holds numpy, numba, pyyaml, matplotlib, attrs, cupy-cuda13x,
-# nvidia-ml-py, mpi4py and pytest, but not pydantic, jsonschema or pyopencl. Exactly these are
-# fetched, each with --no-deps at one pinned version (two versions of one package stop the
-# install there); the pins are the versions ert's own test environment runs. typing-extensions
-# travels too: pydantic-core needs a recent one, and a newer one is safe for everything else.
-# Override the Python version or the list with ERT_WHEELS_PYTHON=3.11 or ERT_WHEELS_PACKAGES="a==1 b==2".
+# The target is the device image of this workplace: CPython on x86-64 Linux (manylinux), whose python3
+# already holds numpy, numba, pyyaml, matplotlib, attrs, cupy-cuda13x, nvidia-ml-py, mpi4py and pytest,
+# but not pydantic, jsonschema or pyopencl. Exactly these are fetched, each with --no-deps at one pinned
+# version (two versions of one package stop the install there), for every CPython of 3.10-3.13 (the
+# image's version is not promised): the pure-Python wheels once, the compiled ones (pydantic-core,
+# rpds-py, pyopencl, siphash24) once per version. DIR/packages.txt lists the pins: gpu_acceptance.sh
+# installs them one by one with --find-links DIR, pip taking the wheel built for its interpreter. The
+# pins are the versions ert's own test environment runs. typing-extensions travels too: pydantic-core
+# needs a recent one, and a newer one is safe for everything else. Override the versions or the list
+# with ERT_WHEELS_PYTHONS="3.12" or ERT_WHEELS_PACKAGES="a==1 b==2". A package with no wheel for one
+# version is named at the end (exit 1); the others are still fetched.
 set -euo pipefail
 
 case ${1:-} in
@@ -20,7 +24,7 @@ case ${1:-} in
 esac
 DIR=${1:-.whl}
 PY=${PYTHON:-python3}
-PYVER=${ERT_WHEELS_PYTHON:-3.12}
+read -r -a PYVERS <<<"${ERT_WHEELS_PYTHONS:-3.10 3.11 3.12 3.13}"
 
 # What the device image already holds of ert's needs (its package list in the device tool's KINDS.md;
 # tests/test_gpu_acceptance.py checks that every dependency in pyproject.toml is here or fetched below).
@@ -47,6 +51,7 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manyl
 done
 
 mkdir -p "$DIR"
+missing=()
 for pkg in "${PACKAGES[@]}"; do
     name=${pkg%%==*}
     # One version of each: drop any other version left in DIR by an earlier download.
@@ -58,10 +63,19 @@ for pkg in "${PACKAGES[@]}"; do
             *) echo "removing another version: $old"; rm -f -- "$old" ;;
         esac
     done
-    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
-        "${PLATFORMS[@]}" -d "$DIR" "$pkg"
+    for pyver in "${PYVERS[@]}"; do
+        if ! "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$pyver" --implementation cp \
+                "${PLATFORMS[@]}" -d "$DIR" "$pkg"; then
+            missing+=("$pkg for CPython $pyver")
+        fi
+    done
 done
+printf '%s\n' "${PACKAGES[@]}" >"$DIR/packages.txt"
 
 echo "wheels in $DIR:"
 ls -1 "$DIR"
 du -sh "$DIR"
+if ((${#missing[@]})); then
+    echo "gpu_wheels.sh: no wheel found for: ${missing[*]}" >&2
+    exit 1
+fi

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Literal, Optional, Union
@@ -171,7 +172,8 @@ class RunConfig(_Strict):
     """One sweep: the cartesian product of working sets, FLOPs per element, precisions, FMA and access."""
 
     backend: str = Field("auto", description="backend name (see `ert backends`), or auto for the best available")
-    precisions: list[Literal["fp64", "fp32", "fp16", "int32", "int64"]] = Field(default_factory=lambda: ["fp64", "fp32"], min_length=1)
+    # Empty only in a tensor-only run (tensor given): no vector points at all (configs/gpu-tensor-first.yaml).
+    precisions: list[Literal["fp64", "fp32", "fp16", "int32", "int64"]] = Field(default_factory=lambda: ["fp64", "fp32"])
     flops_per_element: list[int] = Field(default_factory=lambda: [1, 2, 8, 32, 128], min_length=1)
     fma: Literal["on", "off", "both"] = "both"
     access: list[Literal["rw", "ro"]] = Field(default_factory=lambda: ["rw"], min_length=1)
@@ -211,6 +213,9 @@ class RunConfig(_Strict):
         """The config's block for backend ``name`` (default: this config's backend): what it is created with."""
         return {"opencl": self.opencl, "cuda": self.cuda}.get(name or self.backend)
     rated: Optional[RatedOptions] = Field(None, description="rated values given by the user: dram_gbytes_per_s")
+    slow_host_threshold: float = Field(
+        0.10, gt=0, lt=1, description="runs on 2+ hosts: a host more than this share below the median of the "
+                                      "hosts on any ceiling is named in a slow-host warning")
 
     @field_validator("flops_per_element")
     @classmethod
@@ -296,6 +301,13 @@ class RunConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _precisions_or_tensor_only(self):
+        if not self.precisions and not self.tensor:
+            raise ValueError("precisions: List should have at least 1 item (empty only in a tensor-only run, "
+                             "which names its tensor types)")
+        return self
+
+    @model_validator(mode="after")
     def _tensor_backend(self):
         if self.tensor and self.backend not in ("auto", "cuda"):
             raise ValueError(f"tensor roofs are measured by the cuda backend only, not {self.backend} "
@@ -337,6 +349,10 @@ def _first_error(exc: ValidationError) -> tuple[str, str]:
         msg = "unknown key"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
+        # A check across keys that names the one at fault ("precisions: ...") reports it as that key.
+        named = re.match(r"([a-z_]+): ", msg)
+        if not loc and named and named.group(1) in RunConfig.model_fields:
+            loc, msg = (named.group(1),), msg[named.end():]
     if err["type"] not in ("extra_forbidden", "missing") and not isinstance(err.get("input", {}), dict):
         msg += f" (got {err['input']!r})"
     return _key_path(loc), msg

@@ -34,9 +34,12 @@ def header_record(header: dict) -> dict:
 def point_record(*, point_id: str, spec: dict, wss_bytes: int, elements_per_thread: int, launch: dict | None,
                  ranks: int, threads_per_rank: int, trials: int, samples: list[float],
                  rank_seconds: list[list[float]], spread: float, noisy: bool, remeasured: int, serialized: int,
-                 valid: bool, check: str, device: dict | None = None) -> dict:
+                 valid: bool, check: str, device: dict | None = None,
+                 host_seconds: list[dict[str, float]] | None = None) -> dict:
     """One sweep point: ``samples`` are the seconds of each timed region (the slowest rank's),
-    ``rank_seconds[i]`` every rank's seconds of region i; ``device`` what a device backend saw during it."""
+    ``rank_seconds[i]`` every rank's seconds of region i; ``device`` what a device backend saw during it;
+    ``host_seconds[i]`` each host's seconds of region i (runs on 2+ hosts: ``host_seconds`` and the
+    ``limiting_host``, whose median seconds are the longest)."""
     record = {
         "type": "point",
         "id": point_id,
@@ -63,6 +66,10 @@ def point_record(*, point_id: str, spec: dict, wss_bytes: int, elements_per_thre
         "check": check,
         "time": time.time(),
     }
+    if host_seconds and len(host_seconds) == len(samples) and len(host_seconds[0]) > 1:
+        by_host = {h: [row[h] for row in host_seconds] for h in sorted(host_seconds[0])}
+        record["host_seconds"] = by_host
+        record["limiting_host"] = max(by_host, key=lambda h: statistics.median(by_host[h]))
     if device:
         record["device"] = device  # rank 0's, as rank 0 writes
     return record
@@ -139,6 +146,19 @@ def transfer_record(*, level: str, kind: str, variant: str, method: str, nbytes:
     record.update(extra)
     record["time"] = time.time()
     return record
+
+
+def confirm_id(point_id: str, again: int = 1) -> str:
+    """The id of a point's ``again``-th re-measurement: ``<point id>~again<N>``."""
+    return f"{point_id}~again{int(again)}"
+
+
+def confirm_record(*, measured: dict, point_id: str, again: int = 1) -> dict:
+    """One raw.jsonl "confirm" record: the sweep point ``point_id`` measured again at the same working set, with a
+    fresh calibration, after other points (ert.measure.confirm); ``measured`` is the point record that the
+    re-measurement made, whose keys it keeps. RAW.md describes every key."""
+    return {**measured, "type": "confirm", "id": confirm_id(point_id, again), "point_id": point_id,
+            "again": int(again)}
 
 
 def best_launches(points: list[dict]) -> list[dict]:
@@ -254,6 +274,7 @@ _REQUIRED = {
     "sustain": ("target", "point_id", "spec", "elements", "trials_per_region", "region_seconds", "hold_seconds",
                 "valid"),
     "transfer": ("id", "level", "bytes", "moved_bytes", "repeats", "seconds", "valid"),
+    "confirm": ("id", "point_id", "spec", "wss_bytes", "elements", "trials", "seconds", "valid"),
 }
 
 
@@ -267,21 +288,22 @@ class RawData:
     ends: list[dict] = field(default_factory=list)
     sustained: list[dict] = field(default_factory=list)  # "sustain" records: peak points held for seconds
     transfers: list[dict] = field(default_factory=list)  # "transfer" records (links, peers, network), latest per id
+    confirms: list[dict] = field(default_factory=list)  # "confirm" records: points measured again, latest per id
     _slot: dict = field(default_factory=dict, repr=False, compare=False)  # (type, id) -> index in its list
 
     def records(self) -> list[dict]:
         """Every record, header first, in the order a raw file holds them: what ``read_raw`` gives back."""
-        return [self.header, *self.points, *self.sustained, *self.transfers, *self.ends]
+        return [self.header, *self.points, *self.confirms, *self.sustained, *self.transfers, *self.ends]
 
     def add(self, record: dict) -> None:
         """File one record (not a header) as ``read_raw`` would: a point or transfer measured again (a resume
         that raced a kill) keeps its last record, in the place of its first; other types accumulate."""
         kind = record["type"]
-        if kind in ("point", "transfer"):
-            listed = self.points if kind == "point" else self.transfers
+        if kind in ("point", "transfer", "confirm"):
+            listed = {"point": self.points, "transfer": self.transfers, "confirm": self.confirms}[kind]
             if not self._slot:  # first add: index what the lists hold
-                self._slot.update({("point", r["id"]): i for i, r in enumerate(self.points)})
-                self._slot.update({("transfer", r["id"]): i for i, r in enumerate(self.transfers)})
+                for name, held in (("point", self.points), ("transfer", self.transfers), ("confirm", self.confirms)):
+                    self._slot.update({(name, r["id"]): i for i, r in enumerate(held)})
             slot = self._slot.get((kind, record["id"]))
             if slot is None:
                 self._slot[(kind, record["id"])] = len(listed)

@@ -121,7 +121,10 @@ class MmaShape:
         if self.supported(cc):
             return ""
         if self.only_cc is not None:
-            return f"{self.instruction} needs sm_{self.only_cc[0]}{self.only_cc[1]}a; this GPU is {arch}"
+            target = f"sm_{self.only_cc[0]}{self.only_cc[1]}" + ("a" if self.instruction == "wgmma" else "")
+            what = self.instruction if self.instruction == "wgmma" else \
+                f"{self.name} {self.instruction} m{self.m}n{self.n}k{self.k}"
+            return f"{what} needs {target}; this GPU is {arch}"
         if cc < self.min_cc:
             return f"{self.name} {self.instruction} needs sm_{self.min_cc[0]}{self.min_cc[1]}; this GPU is {arch}"
         return (f"{self.name} {self.instruction} has no native instruction on {arch}: ptxas emulates it "
@@ -149,9 +152,25 @@ WGMMA_SHAPES = {s.name: s for s in (
 )}
 
 
-def tensor_shape(precision: str, instruction: str = "") -> MmaShape:
-    """The shape a tensor KernelSpec runs: wgmma's where ``instruction`` is "wgmma", mma.sync's otherwise."""
-    return (WGMMA_SHAPES if instruction == "wgmma" else SHAPES)[precision]
+# Hopper's wider FP64 mma.sync, m16n8k16 (PTX ISA 7.8): one native DMMA.16x8x16 on sm_90 only (ptxas for
+# sm_100 and sm_12x splits it into 8 DMMA.8x8x4; sm_80 refuses it), 8x the FLOPs of m8n8k4 per
+# instruction.  Measured beside m8n8k4 on sm_90 (whose FP64 tensor roof may read about half of rated
+# through the small shape alone); the faster of the two is the FP64 tensor roof.  4 f64 accumulators per
+# thread; told apart from m8n8k4 by its FLOPs per MMA (a KernelSpec's flops_per_element, 4096 against 512).
+SM90_SHAPES = {s.name: s for s in (
+    MmaShape("fp64", 7, 16, 8, 16, "f64", "f64", (9, 0), 4, "DMMA", only_cc=(9, 0)),
+)}
+
+
+def tensor_shape(precision: str, instruction: str = "", flops_per_mma: int | None = None) -> MmaShape:
+    """The shape a tensor KernelSpec runs: wgmma's where ``instruction`` is "wgmma", mma.sync's otherwise (of
+    the two FP64 mma.sync shapes, the one with ``flops_per_mma``; m8n8k4 where it is not given)."""
+    if instruction == "wgmma":
+        return WGMMA_SHAPES[precision]
+    wide = SM90_SHAPES.get(precision)
+    if wide is not None and flops_per_mma == wide.flops_per_mma:
+        return wide
+    return SHAPES[precision]
 
 
 def is_integer(precision: str) -> bool:

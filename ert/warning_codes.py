@@ -36,6 +36,7 @@ CODES = {
     "partial-run": "act",           # fewer points measured than planned
     "output-check-failed": "act",   # points or records whose results were wrong, not used
     "test-only": "act",             # a test override was in force
+    "slow-host": "act",             # one host of several >10 % below the hosts' median: it lowers the aggregate
     # the kernel or the machine: what the numbers say about the hardware or ert's kernels.
     "below-rated": "machine",       # a ceiling well below its rated value
     "above-rated": "machine",       # points above their rated value, not used (work was removed)
@@ -56,6 +57,7 @@ CODES = {
     "noisy-points": "bookkeeping",  # points that stayed noisy after re-measuring
     "noisy-level": "bookkeeping",   # a level or transfer built on noisy points
     "noisy-peak": "bookkeeping",    # a compute peak from a noisy point
+    "not-reproduced": "bookkeeping",  # points their re-measurement did not reproduce: noisy, never a roof
     "levels-borrowed": "bookkeeping",   # a curve measured over another curve's level ranges
     "merged-plateaus": "bookkeeping",   # several plateaus with no cache boundary, one level
     "split-level": "bookkeeping",   # two plateaus map to one cache: L2 and L2b
@@ -130,6 +132,7 @@ _FALLBACK = (
     ("overhead ramp", "ramp"),
     ("stayed noisy", "noisy-points"),
     ("peak comes from a noisy point", "noisy-peak"),
+    ("not reproduced within the noise threshold", "not-reproduced"),
     ("noisy point", "noisy-level"),
     ("noisy size", "noisy-level"),
     ("separates fewer levels", "levels-borrowed"),

@@ -103,6 +103,12 @@
 #define ERT_ADD_OPS 0
 #endif
 
+#if ERT_PRECISION == 32 && !ERT_INT
+#define ERT_RW_UNROLL _Pragma("unroll 2")
+#else
+#define ERT_RW_UNROLL
+#endif
+
 // No __launch_bounds__: it would override --maxrregcount (see above), and
 // its (threads, blocks) form cannot express 1536-thread SMs at 1024-thread blocks.
 #define ERT_BOUNDS
@@ -337,6 +343,10 @@ extern "C" __global__ void ERT_BOUNDS ERT_NAME(ert_rw)(unit_t *data, long long n
     (void)a;
     for (long long t = 0; t < ntrials; ++t) {
         const unit_t c = ((trial_offset + t) & 1) ? c_odd : c_even;
+        // FP32 (float, not int32): the compiler's own unroll by 4 spills 8 bytes at the 32-register cap
+        // under -ftz=true (which CuPy always adds) at 2 and 4 FLOPs; by 2 it does not.  Each unit's
+        // load waits on the previous unit's store in either form, so the unroll adds no loads in flight.
+        ERT_RW_UNROLL
         for (long long u = first; u < n_units; u += stride) {
             unit_t b = data[u];
 #if ERT_INT && ERT_FLOPS == 1

@@ -14,6 +14,9 @@
 //                    F2FP conversions and HMMA, and folds the identical products of a trial into
 //                    2 HMMA + 256 FADD: refused below)
 //                  6 INT8 -> INT32  mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32      sm_80+ (IMMA)
+//                  7 FP64 -> FP64   mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64     sm_90 only
+//                    (native DMMA.16x8x16 there; ptxas for sm_100 and sm_12x splits it into 8
+//                    DMMA.8x8x4, and sm_80 refuses it: refused below off sm_90)
 //   ERT_MMA_ITERS  MMAs per warp per trial, fully unrolled (a multiple of ERT_MMA_SETS)  default 64
 //   ERT_MMA_SETS   independent accumulator sets, used round-robin: consecutive MMAs
 //                  never depend on each other, so the tensor pipe stays busy     default 8
@@ -25,6 +28,7 @@
 //   m8n8k4   (FP64):        2*8*8*4   =  512
 //   m16n8k32 (FP8 e4m3):    2*16*8*32 = 8192
 //   m16n8k32 (INT8):        2*16*8*32 = 8192 integer operations (the same count, in IOPs)
+//   m16n8k16 (FP64, sm_90): 2*16*8*16 = 4096
 // One launch does warps x ntrials x ERT_MMA_ITERS MMAs.
 //
 // Data: every A element is the value whose bits are a_bits, every B element
@@ -75,6 +79,9 @@
 #if defined(__CUDA_ARCH__)
 #if __CUDA_ARCH__ < 800
 #error "the tensor-core kernel needs sm_80 or newer"
+#endif
+#if ERT_MMA_TYPE == 7 && (__CUDA_ARCH__ < 900 || __CUDA_ARCH__ >= 1000)
+#error "FP64 m16n8k16 mma.sync is native (DMMA.16x8x16) on sm_90 only"
 #endif
 #if ERT_MMA_TYPE == 5 && __CUDA_ARCH__ < 890
 #error "FP8 (e4m3) mma.sync needs sm_89 or newer"
@@ -138,8 +145,24 @@ __device__ __forceinline__ void ert_mma(double *d, const word_t *a, const word_t
 }
 __device__ __forceinline__ word_t ert_word(unsigned long long bits) { return __longlong_as_double((long long)bits); }
 __device__ __forceinline__ word_t ert_negate(word_t w) { return -w; }
+#elif ERT_MMA_TYPE == 7
+// A: 8 x .f64, B: 4 x .f64, C/D: 4 x .f64 per thread.
+typedef double acc_t;
+#define ERT_ACC 4
+#define ERT_A_REGS 8
+#define ERT_B_REGS 4
+typedef double word_t;
+__device__ __forceinline__ void ert_mma(double *d, const word_t *a, const word_t *b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7, %8, %9, %10, %11}, "
+        "{%12, %13, %14, %15}, {%0, %1, %2, %3};"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]),
+          "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+}
+__device__ __forceinline__ word_t ert_word(unsigned long long bits) { return __longlong_as_double((long long)bits); }
+__device__ __forceinline__ word_t ert_negate(word_t w) { return -w; }
 #else
-#error "ERT_MMA_TYPE must be 1 (FP16), 2 (BF16), 3 (TF32), 4 (FP64), 5 (FP8 e4m3) or 6 (INT8)"
+#error "ERT_MMA_TYPE must be 1 (FP16), 2 (BF16), 3 (TF32), 4 (FP64), 5 (FP8 e4m3), 6 (INT8) or 7 (FP64 m16n8k16)"
 #endif
 
 // out: ERT_MMA_SETS * ERT_ACC accumulators per thread, thread-major

@@ -201,3 +201,38 @@ def test_each_cache_window_is_sampled_densely_from_the_first_pass():
     # Without the windows the first pass is the coarse one: about one point per octave there.
     sparse = {p.wss_bytes for p in plain.next_batch({}) if p.spec.flops_per_element == 1}
     assert len([w for w in sparse if 128 << 10 <= w <= 2 << 20]) <= 5
+
+
+def test_the_memory_window_is_not_bisected_for_a_shared_hosts_modes():
+    """Past 2 x the last cache there is one level, the memory: a host switching between modes (Zen 4 guest:
+    read-only 34 or 57 GB/s from one point to the next) makes no transitions to bisect there, and no scattered
+    plateau to sample more densely; its fastest point is measured again instead (ert.measure.confirm)."""
+    from ert.measure.confirm import level_windows
+
+    cfg = from_dict({**CONFIG, "precisions": ["fp64"], "flops_per_element": [1]})
+    windows = level_windows([64 << 10, 2 << 20, 32 << 20])
+    assert windows[-1] == (64 << 20, math.inf)
+
+    def sweep(level_windows):
+        rng = random.Random(5)
+        planner = AdaptivePlanner(candidates(cfg), growth=cfg.working_set.growth, cache_resident_bytes=1 << 20,
+                                  level_windows=level_windows, granule_bytes=lambda spec: 512, noise_threshold=0.10)
+        records = {}
+        while batch := planner.next_batch(records):
+            for point in batch:
+                rec = record(point, rng, 0.01)
+                if point.wss_bytes >= 64 << 20 and rng.random() < 0.5:  # the host's fast mode, at random
+                    rec["seconds"] = {k: v * 34.0 / 57.0 for k, v in rec["seconds"].items()}
+                records[point.id] = rec
+        return records
+
+    records, before = sweep(windows), sweep(())  # the planner without the levels' windows, as before
+    for access in ("rw", "ro"):
+        def memory(recs):
+            return [r for pid, r in recs.items() if r["spec"]["access"] == access and "~again" not in pid
+                    and r["wss_bytes"] >= 64 << 20]
+        grid = [p for p in candidates(cfg) if p.spec.access == access and p.wss_bytes >= 64 << 20]
+        assert len(memory(records)) <= 7 and len(memory(records)) < len(memory(before)) <= len(grid), access
+        again = [r for pid, r in records.items() if "~again" in pid and r["spec"]["access"] == access
+                 and r["wss_bytes"] >= 64 << 20]
+        assert again  # the memory's fastest point, measured again

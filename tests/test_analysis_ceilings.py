@@ -57,8 +57,9 @@ def test_clear_curve_names_its_own_levels():
     ceilings, warnings = memory_ceilings(sweep(RO, RO_LEVELS), ZEN4_CACHES, workers=2)
     assert [c["level"] for c in ceilings] == ["L1", "L2", "L3", "DRAM"]
     for c, (value, _) in zip(ceilings, RO_LEVELS):
-        assert c["gbytes_per_s"] == pytest.approx(value, rel=0.03)
-        assert c["access"] == "ro" and c["evidence"]["point_ids"]
+        # A roof: the fastest confirmed point, at or above the level's value by at most the 2 % noise's reach.
+        assert 0.99 * value <= c["gbytes_per_s"] <= 1.07 * value, c
+        assert c["access"] == "ro" and c["evidence"]["point_ids"] and c["confirmed"]["by"] == "neighbour"
     assert not any("measured over" in w for w in warnings)
 
 
@@ -71,7 +72,7 @@ def test_curve_with_similar_levels_is_measured_over_the_clearer_curves_ranges():
     ro = [c for c in ceilings if c["access"] == "ro"]
     assert [c["level"] for c in rw] == [c["level"] for c in ro] == ["L1", "L2", "L3", "DRAM"]
     for c, (value, _) in zip(rw, rw_levels):
-        assert c["gbytes_per_s"] == pytest.approx(value, rel=0.05), c
+        assert 0.97 * value <= c["gbytes_per_s"] <= 1.12 * value, c  # a roof, with 4 % noise
     for c_rw, c_ro in zip(rw, ro):
         assert c_rw["wss_bytes"][0] >= c_ro["wss_bytes"][0] and c_rw["wss_bytes"][1] <= c_ro["wss_bytes"][1]
         assert "read-only" in c_rw["basis"]

@@ -37,6 +37,8 @@ SMALLEST = {
     "l2_regimes.py": (["--rounds", "1", "--per-octave", "1", "--threads", "1"], "upper/lower half"),
     # One rank (no mpiexec): no message is sent, but every import and interface read runs.
     "cluster_pingpong.py": ([], "interfaces counted"),
+    # 4 hosts x 2 ranks (the bound is for 512 x 8: about 10 s and 400 MiB, too long for the suite).
+    "hosts_analysis.py": (["--hosts", "4", "--ranks-per-host", "2"], "within bounds, the slow hosts named"),
 }
 # Scripts whose smallest setting is a whole ert-run sweep or more (tests/test_run.py and the MPI tests run
 # those paths), or needs a GPU: --help only here.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_host as host
 from ert.hardware import nvidia
 from ert.spec import KernelSpec
@@ -130,6 +132,20 @@ def _check_variant(spec: KernelSpec, text: str, suffix: str = "") -> None:
         assert fma == 0 and mul >= k and mul % k == 0 and add == mul, (fma, mul, add)
 
 
+def cupy_appended_options() -> list[str]:
+    """The options CuPy's RawModule appends to every NVRTC compile, read from CuPy's own compiler source."""
+    cupy_compiler = pytest.importorskip("cupy.cuda.compiler", reason="CuPy is not installed: its options are unknown")
+    source = inspect.getsource(cupy_compiler._compile_with_cache_cuda)
+    # Those appended unconditionally (four spaces in); the debug and LTO ones sit under an if.
+    appended = re.findall(r"^    options \+= \('(-[^']+)',\)", source, re.M)
+    assert "-ftz=true" in appended, appended  # CuPy 13 and 14 both do
+    return appended
+
+
+def test_the_options_cupy_appends_are_read_from_cupy():
+    assert cupy_appended_options() == ["-ftz=true"]
+
+
 def _ptxas_registers(arch: str, max_threads_per_sm: int) -> dict[str, tuple[int, int]]:
     """{kernel: (registers, spill bytes)} from ptxas -v for every variant, built as the host builds it for a GPU."""
     lines = ["#include <cuda_fp16.h>"]
@@ -142,9 +158,11 @@ def _ptxas_registers(arch: str, max_threads_per_sm: int) -> dict[str, tuple[int,
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "all.cu"
         source.write_text("\n".join(lines) + "\n")
-        # The options CuPy compiles with for such a GPU, beside the -D defines.
+        # The options CuPy compiles with for such a GPU, beside the -D defines: the backend's and the ones
+        # CuPy appends itself (-ftz=true, with which FP32 read+write spilled 8 bytes at 2 and 4 FLOPs).
         options = [o for o in host.compile_options(all_specs()[0], max_threads_per_sm=max_threads_per_sm)
-                   if not o.startswith("-D")]
+                   if not o.startswith("-D")] + [o.replace("--std=", "-std=") for o in cuda_mod.COMPILE_OPTIONS]
+        options += cupy_appended_options()
         proc = subprocess.run([NVCC, "-cubin", "-std=c++17", f"-arch={arch}", *options, "-Xptxas", "-v", str(source),
                                "-o", str(Path(tmp) / "all.cubin")], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

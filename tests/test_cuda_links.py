@@ -127,6 +127,13 @@ def test_link_rated_c2c_nvml_and_sysfs(tmp_path):
     assert h100["link-h2d"]["gbytes_per_s"] == pytest.approx(63.02, abs=0.01)
     assert "NVML maximum" in h100["link-h2d"]["derivation"] and "current Gen1 x16" in h100["link-h2d"]["derivation"]
     assert h100["link-bidir"]["gbytes_per_s"] == pytest.approx(126.03, abs=0.02)
+    # The current link's rate beside the maximum's (a VM's "maximum" may be a generation the slot never gives).
+    assert h100["link-h2d"]["derivation"].endswith("; at the current link (Gen1 x16 when read): 4 GB/s per direction")
+    assert h100["link-bidir"]["derivation"].endswith("(Gen1 x16 when read): 8 GB/s both ways")
+    same = cl.link_rated_of(name="NVIDIA H100 PCIe", pci_bus_id="0000:17:00.0",
+                            nvml_link={"current_generation": 5, "current_width": 16, "max_generation": 5,
+                                       "max_width": 16})
+    assert "at the current link" not in same["link-h2d"]["derivation"]
     nothing = cl.link_rated_of(name="Tesla V100", nvml_link={}, pci_bus_id="", sysfs_root=str(tmp_path))
     assert nothing["link-h2d"]["gbytes_per_s"] is None and "PCI address is unknown" in nothing["link-h2d"]["derivation"]
 

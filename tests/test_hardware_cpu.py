@@ -230,7 +230,7 @@ def test_every_lower_level_is_rated_with_its_source_or_says_why_not(llvm_cpu):
             assert m["gbytes_per_s"] == pytest.approx(2 * 3.0 * m["bytes_per_cycle_per_core"], abs=0.05)
 
 
-@pytest.mark.parametrize("llvm_cpu, l2_ro, l2_rw, l3_ro", [("znver4", 32, 64, 32), ("znver5", 64, 128, None),
+@pytest.mark.parametrize("llvm_cpu, l2_ro, l2_rw, l3_ro", [("znver4", 32, 64, 32), ("znver5", 64, 128, 32),
                                                       ("sapphirerapids", 64, None, None),
                                                       ("neoverse-v2", None, None, None)])
 def test_lower_level_bytes_per_cycle(llvm_cpu, l2_ro, l2_rw, l3_ro):
@@ -257,3 +257,17 @@ def test_an_older_runs_rated_values_get_l2_and_l3_from_the_table():
     assert l2["ro"]["gbytes_per_s"] == pytest.approx(236.3) and "3.69 GHz (measured)" in l2["ro"]["derivation"]
     assert cpu.complete_rated(new) == new  # once only
     assert cpu.complete_rated({"memory": []}) == {"memory": []}  # not a CPU's
+
+
+def test_zen5_l3_is_rated_from_amds_guide_and_an_older_zen5_run_gets_it():
+    arch, _ = cpu.lookup("znver5")
+    rated = cpu.rated_ceilings(arch=arch, why_none="", clock_ghz=3.97, clock_how="measured", cores=2)
+    l3 = {m["access"]: m for m in rated["memory"] if m["level"] == "L3"}
+    assert (l3["ro"]["gbytes_per_s"], l3["rw"]["gbytes_per_s"]) == (pytest.approx(254.1), pytest.approx(508.2))
+    assert "58455" in l3["rw"]["derivation"]
+    # A Zen 5 run recorded before: its L3 said "no rated value"; analysing it again fills the value in.
+    old = {**rated, "per_core": True, "cores_per_rank": 2,
+           "memory": [m if m["level"] != "L3" else {"level": "L3", "access": m["access"], "gbytes_per_s": None,
+                                                    "derivation": "no rated value: x"} for m in rated["memory"]]}
+    new = {(m["level"], m["access"]): m["gbytes_per_s"] for m in cpu.complete_rated(old)["memory"]}
+    assert new[("L3", "rw")] == pytest.approx(508.2) and new[("L2", "rw")] == pytest.approx(1016.3)

@@ -25,7 +25,7 @@ KiB, MiB = 1024, 1024**2
 # Well inside each level on this machine, clear of the transitions.
 INSIDE = {"L1": (12 * KiB, 40 * KiB), "L2": (96 * KiB, 400 * KiB), "L3": (3 * MiB, 10 * MiB)}
 # Rule 6's windows (2 x the cache before, up to the cache): on Zen 5 L2 has a faster regime at 0.45-0.7 x L2.
-WINDOW = {"L2": (96 * KiB, 1 * MiB), "L3": (2 * MiB, 32 * MiB)}
+WINDOW = {"L1": (0, 48 * KiB), "L2": (96 * KiB, 1 * MiB), "L3": (2 * MiB, 32 * MiB)}
 
 
 @pytest.mark.parametrize("name", ["c-kernel-zen5-fp64-1t.raw.jsonl", "c-kernel-zen5-fp32-1t.raw.jsonl"])
@@ -42,14 +42,11 @@ def test_real_c_kernel_curve_has_exactly_the_caches_plus_memory(name):
         lo, hi = INSIDE[level["level"]]
         inside = gbs[(wss >= lo) & (wss <= hi)]
         reference = float(np.median(inside))
-        if level["level"] == "L1":
-            assert level["gbytes_per_s"] == pytest.approx(reference, rel=0.03), level["level"]
-        else:
-            # Rule 6: a cache below L1 is roofed by the rate three of its points reach, an upper bound of
-            # the level that still ignores one or two fast points: from its median to its fastest point.
-            window = gbs[(wss >= WINDOW[level["level"]][0]) & (wss <= max(WINDOW[level["level"]][1],
-                                                                          level["wss_bytes"][1]))]
-            assert 0.97 * reference <= level["gbytes_per_s"] <= window.max(), level["level"]
-    beyond = gbs[wss >= 128 * MiB]
-    assert beyond.min() <= memory[3]["gbytes_per_s"] <= beyond.max()
+        # A roof is the fastest rate confirmed inside the level's window (ert.analysis.confirm): an upper
+        # bound of the level, from its median to its fastest point.
+        window = gbs[(wss >= WINDOW[level["level"]][0]) & (wss <= max(WINDOW[level["level"]][1],
+                                                                      level["wss_bytes"][1]))]
+        assert 0.97 * reference <= level["gbytes_per_s"] <= window.max() * (1 + 1e-6), level["level"]
+    beyond = gbs[wss >= 64 * MiB]  # the memory's window: from 2 x the last cache on
+    assert beyond.min() <= memory[3]["gbytes_per_s"] <= beyond.max() * (1 + 1e-6)
     assert not any(c["level"][-1].islower() for c in memory)

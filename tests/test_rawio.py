@@ -59,7 +59,7 @@ def test_write_raw_round_trips_every_record_type_and_save_raw_keeps_link_and_net
     from conftest import run_cmd
     from test_transfers import curve
 
-    from ert.rawio import write_raw
+    from ert.rawio import confirm_record, write_raw
 
     source = Path(__file__).parent / "data" / "bare-zen4-fp64.raw.jsonl"
     lines = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
@@ -71,11 +71,19 @@ def test_write_raw_round_trips_every_record_type_and_save_raw_keeps_link_and_net
                "wss_bytes": held["wss_bytes"], "elements": held["elements"], "trials_per_region": held["trials"],
                "region_seconds": [held["seconds"]["median"]] * 10, "hold_seconds": 10 * held["seconds"]["median"],
                "valid": True, "check": "ok", "time": 0.0}
+    # A re-measurement of the fastest read+write point (ert.measure.confirm), 3 % slower: it confirms it.
+    rw = [r for r in lines if r["type"] == "point" and r["spec"]["access"] == "rw"
+          and r["spec"]["flops_per_element"] == 1 and not r["noisy"]]
+    fastest = max(rw, key=lambda r: r["wss_bytes"] * r["trials"] / r["seconds"]["median"] if r["wss_bytes"] <= 1 << 16
+                  else 0)
+    confirm = confirm_record(measured={**fastest, "seconds": {k: v * 1.03 for k, v in fastest["seconds"].items()}},
+                             point_id=fastest["id"])
     run = tmp_path / "run"
     run.mkdir()
-    (run / "raw.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*lines, sustain, *transfers]))
+    (run / "raw.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*lines, confirm, sustain, *transfers]))
     raw = read_raw(run)
-    assert {r["type"] for r in raw.records()} == {"header", "point", "sustain", "transfer", "end"}
+    assert {r["type"] for r in raw.records()} == {"header", "point", "confirm", "sustain", "transfer", "end"}
+    assert raw.confirms == [confirm] and confirm["id"] == fastest["id"] + "~again1"
 
     copy = tmp_path / "copy.jsonl"
     write_raw(raw, copy)
@@ -97,6 +105,11 @@ def test_write_raw_round_trips_every_record_type_and_save_raw_keeps_link_and_net
     levels = transfer_levels(first.stdout)
     assert [(lvl, variant) for lvl, variant, _ in levels] == [("link-h2d", "pinned"), ("net-intra-node", "pingpong")]
     assert transfer_levels(second.stdout) == levels
+    # The re-measurement survives --save-raw: the same levels, the same confirmations.
+    confirmed = [(m["level"], m.get("access"), m.get("confirmed")) for m in json.loads(first.stdout)["ceilings"]["memory"]]
+    assert confirmed == [(m["level"], m.get("access"), m.get("confirmed"))
+                         for m in json.loads(second.stdout)["ceilings"]["memory"]]
+    assert any(c and c["by"] == "measured again" and c["point_id"] == fastest["id"] for _, _, c in confirmed)
     # A sustain record without its keys is a one-line error naming the line, not a traceback.
     broken = tmp_path / "broken.jsonl"
     broken.write_text("".join(json.dumps(r) + "\n" for r in [lines[0], {"type": "sustain", "point_id": "x"}]))

@@ -171,12 +171,22 @@ def test_adaptive_run_resumes_after_kill_9_and_finishes_its_plan(tmp_path):
     cfg = load(out / "config.yaml")
     threads = cfg.threads
     candidates = numba_plan(cfg, threads)
-    # As the driver builds it (numba-cpu's caches are the host's: None here).
+    # As the driver builds it (numba-cpu's caches are the host's: None here), with its re-measurements.
+    from ert.backends.numba_cpu import NumbaCpuBackend
+    from ert.measure.confirm import level_windows
+    from ert.measure.driver import _capacities
+    from ert.rawio import read_raw
+
+    granule = NumbaCpuBackend(threads=threads).granule_elements
     planner = AdaptivePlanner(candidates, growth=cfg.working_set.growth,
                               cache_resident_bytes=_cache_resident_bytes(None, threads),
-                              cache_windows=cache_windows(None, threads))
-    assert planner.next_batch(final) == []
-    assert set(final) == {p.id for p in planner.planned}
+                              cache_windows=cache_windows(None, threads),
+                              level_windows=level_windows(_capacities(None, threads)),
+                              granule_bytes=lambda spec: granule(spec) * spec.itemsize * threads,
+                              noise_threshold=cfg.timing.noise_threshold)
+    confirms = {r["id"]: r for r in read_raw(out).confirms}
+    assert planner.next_batch({**final, **confirms}) == []
+    assert set(final) | set(confirms) == {p.id for p in planner.planned}
     doc = load_ceilings(out / "ceilings.json")
     validate(doc)
     assert doc["metadata"]["points"]["planned"] == doc["metadata"]["points"]["measured"] == len(final)

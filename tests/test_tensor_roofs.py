@@ -107,6 +107,19 @@ def test_flops_per_tensor_instruction_by_architecture(tmp_path, cc, per, words):
     assert any(words in n for n in kernel.notes), kernel.notes
 
 
+def test_a_dmma_count_on_sm_90_says_the_wide_shape_does_8x(tmp_path):
+    """sm_90 has DMMA.16x8x16 (m16n8k16, 4096 FLOPs) beside DMMA.884 (512, the count assumed): the note says so."""
+    from ert.consumers.appdata import load_app
+
+    path = _ncu_csv(tmp_path / "k.csv", cc="9.0")
+    path.write_text(path.read_text().replace('"sm__inst_executed_pipe_tensor_op_dmma.sum","inst","0"',
+                                             '"sm__inst_executed_pipe_tensor_op_dmma.sum","inst","1000"'))
+    kernel = load_app(path)[0]
+    assert kernel.flops["tensor-fp64"] == 1000 * 512
+    assert any("x 512 FLOPs per warp-level DMMA instruction (sm_90 (DMMA.8x8x4; sm_90's DMMA.16x8x16" in n
+               for n in kernel.notes), kernel.notes
+
+
 def test_nothing_picks_a_tensor_integer_or_mix_entry_as_the_fp_roof():
     doc = a100_doc()
     doc["ceilings"]["compute"].insert(0, _compute("fp64", 99999.0, mix="fma+add", mix_ratio="1 FMA : 1 add"))

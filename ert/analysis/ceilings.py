@@ -8,6 +8,8 @@ import copy
 import statistics
 from collections import defaultdict
 
+from ert.analysis.hosts import host_ceilings
+from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, again_rates, mark_not_reproduced, noise_threshold
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
@@ -102,8 +104,9 @@ def _applies(name: str, caches: list[CacheInfo], memory_name: str) -> bool:
     return base in {f"L{c.level}" for c in caches}
 
 
-def memory_ceilings(points: list[dict], caches, *, workers: int,
-                    memory_name: str = "DRAM") -> tuple[list[dict], list[str]]:
+def memory_ceilings(points: list[dict], caches, *, workers: int, memory_name: str = "DRAM",
+                    confirms: list[dict] = (), threshold: float = DEFAULT_NOISE_THRESHOLD,
+                    ) -> tuple[list[dict], list[str]]:
     """Plateaus of bandwidth versus working set, per (precision, access), named as levels.
 
     Bandwidth comes from the kernel with the fewest FLOPs per element in each
@@ -114,8 +117,11 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
     curve's levels are measured over the clearer curve's level ranges, and a
     warning says so.  ``caches`` is a list (for every curve) or a dict by access
     pattern (``caches_by_access``): a level whose hint does not apply to an
-    access pattern is never given to its curves.
+    access pattern is never given to its curves.  ``confirms`` are the run's re-measurements ("confirm"
+    records): every level is roofed by the fastest rate confirmed inside its window (ert.analysis.confirm),
+    within ``threshold`` (the run's noise threshold).
     """
+    again = again_rates(confirms)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for rec in points:
         if rec["valid"] and rec["spec"].get("pipe", "vector") == "vector":  # tensor MMAs move no bytes
@@ -159,7 +165,9 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
         gbs = [rates(r).gbytes_per_s for r in curve]
         noisy = [r["noisy"] for r in curve]
         judged, regime_warnings = judge_levels(named, _for_access(caches, access), workers=workers, wss_bytes=wss,
-                                               gbytes_per_s=gbs, noisy=noisy, label=label)
+                                               gbytes_per_s=gbs, noisy=noisy, label=label,
+                                               again=[again.get(r["id"], []) for r in curve],
+                                               noise_threshold=threshold)
         warnings.extend(regime_warnings)
         named = [j.level for j in judged]
         left_out = unassigned_points(named, wss, gbs, noisy)
@@ -187,6 +195,8 @@ def memory_ceilings(points: list[dict], caches, *, workers: int,
             }
             if j.regimes:  # rule 6 judged this cache level
                 entry["regimes"] = [r.as_dict() for r in j.regimes]
+            if j.confirmed:  # the window's fastest confirmed point (schema 1.10)
+                entry["confirmed"] = j.confirmed.as_dict(curve[j.confirmed.index]["id"])
             if j.range_gbytes_per_s:  # rule 6, or a memory valued at its fast mode
                 entry["range_gbytes_per_s"] = [round(j.range_gbytes_per_s[0], 4), round(j.range_gbytes_per_s[1], 4)]
             ceilings.append(entry)
@@ -345,7 +355,9 @@ def build(raw: RawData) -> dict:
     # name (HBM); otherwise the host CPU's caches name the levels.
     cache_list = meta.get("backend_info", {}).get("caches", meta.get("caches_reported", []))
     caches = caches_by_access(cache_list)
-    points = raw.points
+    # A point its re-measurement did not reproduce is noisy for every rule below (ert.analysis.confirm).
+    threshold = noise_threshold(meta)
+    points, unreproduced = mark_not_reproduced(raw.points, raw.confirms, threshold=threshold)
     memory_name = meta.get("backend_info", {}).get("memory_name", meta.get("memory_name", "DRAM"))
     groups = by_thread_count(points)
     ranks = int(meta["ranks"])
@@ -362,12 +374,19 @@ def build(raw: RawData) -> dict:
         # A thread-scaling run: ceilings per thread count; the top level is the run's own count.
         for count, (recs, rated_warnings, rated) in checked.items():
             per_count[count] = _ceilings_of(recs, caches, workers=count * ranks, memory_name=memory_name,
-                                            rated=rated, rated_warnings=rated_warnings)
+                                            rated=rated, rated_warnings=rated_warnings, confirms=raw.confirms,
+                                            threshold=threshold)
         memory, compute, warnings = copy.deepcopy(per_count.get(own, per_count[max(per_count)]))
     else:
         recs, rated_warnings, rated = next(iter(checked.values()), ([], [], scaled_rated(meta, threads_per_rank=own)))
         memory, compute, warnings = _ceilings_of(recs, caches, workers=workers, memory_name=memory_name,
-                                                 rated=rated, rated_warnings=rated_warnings)
+                                                 rated=rated, rated_warnings=rated_warnings, confirms=raw.confirms,
+                                                 threshold=threshold)
+    warnings += unreproduced
+    # Each host's own ceilings (runs on 2+ hosts), from the points of the top-level ceilings' thread count.
+    own_recs = (checked.get(own) or checked[max(checked)])[0] if checked else []
+    hosts, host_warnings = host_ceilings(own_recs, memory, compute, meta)
+    warnings += host_warnings
     points = [rec for recs, _, _ in checked.values() for rec in recs]
     warnings += attach_sustained(memory, compute, raw.sustained)
     # Links, peers and the network, each (level, variant) a memory entry with a `kind`.
@@ -424,13 +443,16 @@ def build(raw: RawData) -> dict:
         "ceilings": {"memory": memory, "compute": compute},
         "warnings": warnings,
     }
+    if hosts:
+        doc["hosts"] = hosts
     if per_count:
         doc["scaling"] = scaling_section(per_count, ranks=ranks)
     return doc
 
 
 def _ceilings_of(points: list[dict], caches, *, workers: int, memory_name: str, rated: dict | None = None,
-                 rated_warnings: list[str] = ()) -> tuple[list[dict], list[dict], list[str]]:
+                 rated_warnings: list[str] = (), confirms: list[dict] = (),
+                 threshold: float = DEFAULT_NOISE_THRESHOLD) -> tuple[list[dict], list[dict], list[str]]:
     """(memory, compute, warnings) of one set of records measured by ``workers`` threads over every rank.
 
     ``points`` have been checked against ``rated`` already (invalidate_above_rated,
@@ -439,7 +461,8 @@ def _ceilings_of(points: list[dict], caches, *, workers: int, memory_name: str, 
     """
     rated_warnings = list(rated_warnings)
     used = best_launches(points)
-    memory, warnings = memory_ceilings(used, caches, workers=workers, memory_name=memory_name)
+    memory, warnings = memory_ceilings(used, caches, workers=workers, memory_name=memory_name, confirms=confirms,
+                                       threshold=threshold)
     compute, compute_warnings = compute_ceilings(used)
     rated_warnings += attach_rated(memory, compute, rated)
     return memory, compute, warnings + compute_warnings + _peak_at_edge(used, compute) + rated_warnings

@@ -31,8 +31,10 @@ applied here after the levels are named:
   shared host only slow a kernel down, and on such a host the points of one
   cache scatter by 10-30 % from one working set to the next (Zen 4 read+write
   L2: 300-454 GB/s at random), so a median reads the host's load, not the
-  cache; one or two fast points alone still make no roof.  The level's value
-  is the rate of its fastest regime.  Its
+  cache; one or two fast points alone make no regime.  The level's value
+  is the rate of its fastest regime, or its fastest confirmed point where
+  that is higher (ert.analysis.confirm: measured again, or a neighbour
+  agrees; one or two working sets can be enough there).  Its
   points are its own plus the whole window, its spread is over all of them
   and ``range_gbytes_per_s`` gives their lowest and highest clean rates, so
   a slower regime still shows as a range, and ``regimes`` lists each regime's
@@ -48,7 +50,8 @@ taken, and when the rate ``MIN_REGIME_POINTS`` of their clean points reach is
 above the level's plateau by more than ``MEMORY_MODE_MARGIN``, that rate is
 its roof (what the memory gives the kernel while the host lets it), its
 range the lowest to highest clean rate, and a warning says so. One or two
-fast points still make no roof. Points below 2 x the last cache that read more
+fast points make no mode; they are the roof only where the run confirmed them
+(ert.analysis.confirm). Points below 2 x the last cache that read more
 than ``MEMORY_MODE_MARGIN`` above the memory's roof are the last cache's
 transition (a host cache larger than the guest is told, say), not memory: the
 level starts past the last of them, so that none of its points sits above its
@@ -67,6 +70,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, confirmed_roof
 from ert.analysis.levels import NamedLevel, cache_hints, fmt_bytes
 from ert.analysis.plateaus import Plateau, _log_noise, _median_cost_table, _partition
 from ert.hwinfo import CacheInfo
@@ -147,6 +151,7 @@ class JudgedLevel:
     level: NamedLevel
     regimes: tuple[Regime, ...] = ()
     range_gbytes_per_s: tuple[float, float] | None = None
+    confirmed: Confirmed | None = None  # the window's fastest confirmed point (ert.analysis.confirm)
 
 
 def _is_cache(name: str) -> bool:
@@ -154,12 +159,13 @@ def _is_cache(name: str) -> bool:
 
 
 def _memory_modes(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np.ndarray, bw: np.ndarray,
-                  flags: np.ndarray, label: str) -> tuple[JudgedLevel, list[str]]:
+                  flags: np.ndarray, label: str, floor: float = 0.0) -> tuple[JudgedLevel, list[str]]:
     """The memory level, re-valued at its fast mode when the host's bandwidth changed during the run, and
-    without the points below 2 x the last cache that read above its roof (the last cache's transition)."""
-    judged, warning = _memory_fast_mode(lvl, last_cache, taken, wss, bw, flags, label)
+    without the points below 2 x the last cache that read above its roof (the last cache's transition).
+    ``floor`` is the rate the run confirmed from 2 x the last cache on (0: none): the roof is never below it."""
+    judged, warning = _memory_fast_mode(lvl, last_cache, taken, wss, bw, flags, label, floor)
     level = judged.level
-    roof = level.plateau.gbytes_per_s
+    roof = max(level.plateau.gbytes_per_s, floor)
     start = WINDOW_START_FACTOR * last_cache
     above = [i for i in level.plateau.indices if wss[i] < start and bw[i] > roof * (1 + MEMORY_MODE_MARGIN)]
     warnings = [warning] if warning else []
@@ -187,7 +193,7 @@ def _memory_modes(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np.nda
 
 
 def _memory_fast_mode(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np.ndarray, bw: np.ndarray,
-                      flags: np.ndarray, label: str) -> tuple[JudgedLevel, str | None]:
+                      flags: np.ndarray, label: str, floor: float = 0.0) -> tuple[JudgedLevel, str | None]:
     """The memory level, re-valued at its fast mode when the host's bandwidth changed during the run."""
     lo = max(WINDOW_START_FACTOR * last_cache, lvl.plateau.wss_bytes[0])
     points = np.array([i for i in np.flatnonzero(wss >= lo) if i not in taken and np.isfinite(bw[i]) and bw[i] > 0],
@@ -198,15 +204,16 @@ def _memory_fast_mode(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np
     fast = float(np.sort(bw[clean])[-MIN_REGIME_POINTS])
     value = lvl.plateau.gbytes_per_s
     if fast <= value * (1 + MEMORY_MODE_MARGIN):
-        # One or two fast points make no roof, but a point above the roof is never passed over in silence.
-        high = clean[bw[clean] > value * (1 + MEMORY_MODE_MARGIN)]
+        # Fast points nothing confirmed make no roof, but a point above the roof is never passed over in silence.
+        roof = max(value, floor)
+        high = clean[bw[clean] > roof * (1 + MEMORY_MODE_MARGIN)]
         if not high.size:
             return JudgedLevel(lvl), None
         where = ", ".join(f"{float(bw[i]):.4g} GB/s at {fmt_bytes(float(wss[i]))}" for i in high)
         return JudgedLevel(lvl), (
-            f"{label} {lvl.name}: {high.size} clean point(s) read above its roof of {value:.4g} GB/s ({where}): "
-            f"the host's memory bandwidth rose for a moment (a shared host); fewer than "
-            f"{MIN_REGIME_POINTS} points, so not a roof: a kernel can meet it, not count on it")
+            f"{label} {lvl.name}: {high.size} clean point(s) read above its roof of {roof:.4g} GB/s ({where}): "
+            f"the host's memory bandwidth rose for a moment (a shared host); neither measured again nor met by "
+            f"a neighbour within the noise threshold, so not a roof: a kernel can meet it, not count on it")
     held = np.union1d(np.array(lvl.plateau.indices, dtype=int), points)
     values = bw[clean]
     plateau = replace(lvl.plateau, gbytes_per_s=fast, spread=plateau_spread(values), n_points=int(held.size),
@@ -215,51 +222,99 @@ def _memory_fast_mode(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np
     n_fast = int(np.count_nonzero(values >= fast))
     basis = (f"{lvl.basis}; roof: the rate {MIN_REGIME_POINTS} of its clean points from "
              f"{fmt_bytes(lo)} on reach ({n_fast} of {clean.size} points), above its plateau of {value:.4g} GB/s")
+    roof = max(fast, floor)
     warning = warn("bandwidth-changed",
                f"{label} {lvl.name}: the memory read {float(values.min()):.4g} - {float(values.max()):.4g} GB/s "
                f"over {clean.size} clean points from {fmt_bytes(lo)}: the host's memory bandwidth changed during "
-               f"the run (another tenant); the roof is the rate {n_fast} of them reach, {fast:.4g} GB/s, not the "
-               f"{value:.4g} GB/s plateau; the slower mode shows in its range")
+               f"the run (another tenant); the roof is {roof:.4g} GB/s ("
+               + (f"the rate {n_fast} of them reach" if roof == fast else "the fastest rate the run confirmed")
+               + f"), not the {value:.4g} GB/s plateau; the slower mode shows in its range")
     return JudgedLevel(replace(lvl, plateau=plateau, basis=basis), (), (float(values.min()), float(values.max()))), warning
 
 
-def _window(level: NamedLevel, capacities: dict[int, int], taken: set[int], wss: np.ndarray) -> np.ndarray | None:
-    """The curve indices rule 6 judges ``level`` over, or None when the level is not a judged cache level."""
+def _window(level: NamedLevel, capacities: dict[int, int], taken: set[int], wss: np.ndarray,
+            before: NamedLevel | None = None) -> np.ndarray | None:
+    """The curve indices rule 6 judges ``level`` over, or None when the level is not a judged cache level.
+
+    ``before`` is the named level before it: one the hints do not list (L1b) moves the window's start to 2 x its
+    last working set, past its own transition."""
     name = level.name
     if not _is_cache(name):
         return None  # the memory, or a level the hints do not list (L2b)
     k = int(name[1:])
-    if k not in capacities or k - 1 not in capacities:
-        return None  # the first cache, or a level without a known cache before it
-    lo = WINDOW_START_FACTOR * capacities[k - 1]
+    if k not in capacities or (k - 1 not in capacities and k != min(capacities)):
+        return None  # a level without a known cache before it
+    # The first cache's window starts at the sweep's first point (its overhead ramp is slower, never a roof).
+    lo = WINDOW_START_FACTOR * capacities[k - 1] if k - 1 in capacities else 0.0
+    if before is not None and before.name[-1].islower():
+        lo = max(lo, WINDOW_START_FACTOR * before.plateau.wss_bytes[1])
     hi = max(capacities[k], level.plateau.wss_bytes[1])
     inside = np.flatnonzero((wss >= lo) & (wss <= hi))
     return np.array([i for i in inside if i not in taken], dtype=int)
 
 
+def _raised(judged: JudgedLevel, confirmed: Confirmed | None, window: np.ndarray, wss: np.ndarray, bw: np.ndarray,
+            flags: np.ndarray) -> JudgedLevel:
+    """``judged`` with ``confirmed`` attached, its roof raised to the confirmed rate where that is higher."""
+    if confirmed is None:
+        return judged
+    level = judged.level
+    if confirmed.gbytes_per_s <= level.plateau.gbytes_per_s:
+        return replace(judged, confirmed=confirmed)
+    points = np.union1d(np.array(level.plateau.indices, dtype=int), np.array([confirmed.index], dtype=int))
+    plateau = replace(level.plateau, gbytes_per_s=confirmed.gbytes_per_s, n_points=int(points.size),
+                      wss_bytes=(int(wss[points].min()), int(wss[points].max())),
+                      indices=tuple(int(i) for i in points), noisy_points=int(np.count_nonzero(flags[points])))
+    basis = f"{level.basis}; roof: the fastest rate confirmed inside its window, {confirmed.describe()}"
+    lo_hi = judged.range_gbytes_per_s
+    if lo_hi is None and window.size:
+        clean = window[~flags[window]]
+        values = bw[clean if clean.size else window]
+        lo_hi = (float(values.min()), float(values.max()))
+    if lo_hi is not None:  # the range holds its roof
+        lo_hi = (min(lo_hi[0], confirmed.gbytes_per_s), max(lo_hi[1], confirmed.gbytes_per_s))
+    return replace(judged, level=replace(level, plateau=plateau, basis=basis), range_gbytes_per_s=lo_hi,
+                   confirmed=confirmed)
+
+
 def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, workers: int,
                  wss_bytes: Sequence[int], gbytes_per_s: Sequence[float], noisy: Sequence[bool],
-                 label: str) -> tuple[list[JudgedLevel], list[str]]:
-    """Rule 6 over one curve's named levels: each judged cache level valued at its fastest sustained regime."""
+                 label: str, again: Sequence[Sequence[float]] | None = None,
+                 noise_threshold: float = DEFAULT_NOISE_THRESHOLD) -> tuple[list[JudgedLevel], list[str]]:
+    """Rule 6 over one curve's named levels: each judged cache level valued at its fastest sustained regime, and
+    every level with a window roofed by the fastest rate the run confirmed there (ert.analysis.confirm).
+
+    ``again[i]`` are the rates of point i's re-measurements (None: no re-measurements at all)."""
     wss = np.asarray(wss_bytes, dtype=float)
     bw = np.asarray(gbytes_per_s, dtype=float)
     flags = np.asarray(noisy, dtype=bool)
+    rerun = again if again is not None else [()] * wss.size
     capacities = {h.level: h.capacity_bytes for h in cache_hints(caches, workers)}
     judged, warnings = [], []
+
+    def confirm(window) -> Confirmed | None:
+        return confirmed_roof(wss, bw, flags, window, rerun, threshold=noise_threshold) if len(window) else None
+
     for k, lvl in enumerate(named):
         taken = {i for j, other in enumerate(named) if j != k for i in other.plateau.indices}
         if k == len(named) - 1 and not _is_cache(lvl.name) and capacities:
-            level, memory_warnings = _memory_modes(lvl, max(capacities.values()), taken, wss, bw, flags, label)
-            judged.append(level)
+            lo = WINDOW_START_FACTOR * max(capacities.values())
+            window = np.array([i for i in np.flatnonzero(wss >= lo) if i not in taken], dtype=int)
+            confirmed = confirm(window)
+            level, memory_warnings = _memory_modes(lvl, max(capacities.values()), taken, wss, bw, flags, label,
+                                                   floor=confirmed.gbytes_per_s if confirmed else 0.0)
+            judged.append(_raised(level, confirmed, window, wss, bw, flags))
             warnings += memory_warnings
             continue
-        window = _window(lvl, capacities, taken, wss)
-        if window is None or window.size < MIN_REGIME_POINTS:
+        window = _window(lvl, capacities, taken, wss, named[k - 1] if k else None)
+        if window is None:
             judged.append(JudgedLevel(lvl))
             continue
-        regimes = find_regimes(wss, bw, window, noisy=flags)
+        confirmed = confirm(window)
+        first = int(lvl.name[1:]) == min(capacities)  # L1: its ramp rule stands, no regimes
+        regimes = [] if first or window.size < MIN_REGIME_POINTS else find_regimes(wss, bw, window, noisy=flags)
         if not regimes:
-            judged.append(JudgedLevel(lvl))
+            judged.append(_raised(JudgedLevel(lvl), confirmed, window, wss, bw, flags))
             continue
         best = max(regimes, key=lambda r: r.gbytes_per_s)
         points = np.union1d(np.array(lvl.plateau.indices, dtype=int), window)
@@ -270,15 +325,20 @@ def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, worker
                           indices=tuple(int(i) for i in points), noisy_points=int(np.count_nonzero(flags[points])))
         basis = (f"{lvl.basis}; roof: its fastest sustained regime, {best.n_points} points at "
                  f"{fmt_bytes(best.wss_bytes[0])} - {fmt_bytes(best.wss_bytes[1])}")
-        judged.append(JudgedLevel(replace(lvl, plateau=plateau, basis=basis), tuple(regimes),
-                                  (float(values.min()), float(values.max()))))
-        if len(regimes) > 1:
+        level = _raised(JudgedLevel(replace(lvl, plateau=plateau, basis=basis), tuple(regimes),
+                                    (float(values.min()), float(values.max()))), confirmed, window, wss, bw, flags)
+        judged.append(level)
+        roof = level.level.plateau.gbytes_per_s
+        slower = [r for r in regimes if r.gbytes_per_s * (1 + noise_threshold) < roof]
+        if len(regimes) > 1 or slower:
             listing = ", ".join(f"{r.gbytes_per_s:.4g} GB/s at {fmt_bytes(r.wss_bytes[0])} - "
                                 f"{fmt_bytes(r.wss_bytes[1])} ({r.n_points} points)" for r in regimes)
+            why = ("the fastest regime" if roof == best.gbytes_per_s else
+                   f"confirmed at {fmt_bytes(level.confirmed.wss_bytes)}, {level.confirmed.by}")
             warnings.append(warn("regimes",
-                            f"{label} {lvl.name}: {len(regimes)} regimes inside the cache ({listing}); the roof is "
-                            f"the fastest, {best.gbytes_per_s:.4g} GB/s (a kernel can sustain it with its data "
-                            f"in {lvl.name}), the slower ones show in its range"))
+                            f"{label} {lvl.name}: {len(regimes)} regime{'s' if len(regimes) > 1 else ''} inside the "
+                            f"cache ({listing}); the roof is {roof:.4g} GB/s ({why}; a kernel can sustain it with its "
+                            f"data in {lvl.name}), the slower ones show in its range"))
     return judged, warnings
 
 

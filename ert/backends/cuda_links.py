@@ -180,9 +180,28 @@ def link_rated_of(*, name: str, nvml_link: dict, pci_bus_id: str, sysfs_root: st
         if nvml_link.get("current_generation"):
             current = (f"; current Gen{nvml_link['current_generation']} x{nvml_link.get('current_width')} "
                        f"when read (idle links train down)")
-        return hw_links.pcie_rated(generation=int(gen), lanes=int(width),
-                                source=f"NVML maximum link generation and width of this GPU in this system{current}")
+        rated = hw_links.pcie_rated(generation=int(gen), lanes=int(width),
+                                    source=f"NVML maximum link generation and width of this GPU in this system{current}")
+        return _with_current_link(rated, nvml_link, maximum=(int(gen), int(width)))
     return hw_links.pcie_rated_from_sysfs(pci_bus_id.lower() if pci_bus_id else None, root=sysfs_root)
+
+
+def _with_current_link(rated: dict, nvml_link: dict, *, maximum: tuple[int, int]) -> dict:
+    """``rated`` (from NVML's maximum link) with the rate of the link as last read beside it in each derivation.
+
+    Inside a VM NVML's "maximum" can name a generation the slot never trains to; a plateau near the
+    current link's rate and far below the maximum's says which one the copies ran on.
+    """
+    gen, width = nvml_link.get("current_generation"), nvml_link.get("current_width")
+    if not gen or not width or (int(gen), int(width)) == maximum:
+        return rated
+    now = hw_links.pcie_rated(generation=int(gen), lanes=int(width), source="NVML current link")
+    for level, entry in rated.items():
+        value = now.get(level, {}).get("gbytes_per_s")
+        if value is not None and entry.get("derivation"):
+            entry["derivation"] += (f"; at the current link (Gen{gen} x{width} when read): {value:g} GB/s"
+                                    + (" both ways" if level == "link-bidir" else " per direction"))
+    return rated
 
 
 def read_nvml_link(pci_bus_id: str) -> dict:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ert.backends.check import CheckResult
 from ert.backends.cuda_host import DeviceInfo
-from ert.spec import SHAPES, KernelSpec, MmaShape, tensor_shape
+from ert.spec import SHAPES, SM90_SHAPES, KernelSpec, MmaShape, tensor_shape
 
 KERNEL_FILE = "ert_cuda_tensor.cu"
 KERNEL_NAME = "ert_mma"
@@ -35,6 +35,9 @@ WGMMA_KERNEL_FILE = "ert_cuda_wgmma.cu"
 WGMMA_KERNEL_NAME = "ert_wgmma"
 DEFAULT_ITERS = 64
 DEFAULT_SETS = 8
+# sm_90's FP64 m16n8k16 (ert.spec.SM90_SHAPES): 4 chains of 4 f64 accumulators (32 registers) beside its
+# 8 A and 4+4 B doubles, about 80 registers a thread; 8 sets would need about 150.
+WIDE_DMMA_SETS = 4
 # The operand values every A and B element holds (B's sign flips every trial):
 # each MMA adds +-K * A_VALUE * B_VALUE = +-K/2 to every accumulator element,
 # exact in FP32 and FP64 for any trial count.
@@ -55,8 +58,8 @@ def operand_values(shape: MmaShape) -> tuple[float, float]:
 
 
 def shapes_for(compute_capability: tuple[int, int]) -> list[MmaShape]:
-    """The mma.sync shapes a GPU of this compute capability runs natively."""
-    return [s for s in SHAPES.values() if s.supported(compute_capability)]
+    """The mma.sync shapes a GPU of this compute capability runs natively (sm_90: FP64 m16n8k16 too)."""
+    return [s for s in (*SHAPES.values(), *SM90_SHAPES.values()) if s.supported(compute_capability)]
 
 
 def spec_of(shape: MmaShape) -> KernelSpec:
@@ -65,12 +68,19 @@ def spec_of(shape: MmaShape) -> KernelSpec:
 
 
 def shape_of(spec: KernelSpec) -> MmaShape:
-    return tensor_shape(spec.precision, spec.instruction)
+    return tensor_shape(spec.precision, spec.instruction, spec.flops_per_element)
+
+
+def is_wide_dmma(shape: MmaShape) -> bool:
+    return SM90_SHAPES.get(shape.name) is shape
 
 
 def sets_of(shape: MmaShape) -> int:
-    """Independent accumulator sets per thread: 8 for mma.sync, 1 for wgmma (128 registers, one chain)."""
-    return 1 if shape.instruction == "wgmma" else DEFAULT_SETS
+    """Independent accumulator sets per thread: 8 for mma.sync (4 for sm_90's FP64 m16n8k16), 1 for wgmma
+    (128 registers, one chain)."""
+    if shape.instruction == "wgmma":
+        return 1
+    return WIDE_DMMA_SETS if is_wide_dmma(shape) else DEFAULT_SETS
 
 
 def kernel_file(shape: MmaShape) -> str:
@@ -210,26 +220,45 @@ def replay(shape: MmaShape, *, threads: int, trials: int, iters: int = DEFAULT_I
 
 # Threads per SM of every mma.sync launch: 32 warps (8 per SM sub-partition's
 # tensor core at 4 sub-partitions), each with ERT_MMA_SETS independent chains.
+# The first geometry is one block per SM holding all of them: the registers of
+# two such blocks never fit one SM (64K registers), so every SM gets exactly one
+# and the work is even whatever the block scheduler does; the smaller blocks
+# after it are the alternatives the analysis may find faster.
 TENSOR_THREADS_PER_SM = 1024
-TENSOR_THREADS_PER_BLOCK = (256, 128, 512)
+TENSOR_THREADS_PER_BLOCK = (1024, 256, 128)
+# sm_90's FP64 m16n8k16: 16 warps per SM (4 per sub-partition, 4 chains each: 16
+# DMMA.16x8x16 of 4096 FLOPs in flight where the tensor core retires one every
+# 64 cycles), in one block of 512 first (about 80 registers: two never fit).
+WIDE_DMMA_THREADS_PER_SM = 512
+WIDE_DMMA_THREADS_PER_BLOCK = (512, 256, 128)
 # wgmma: 2 warpgroups per SM (the kernel takes 154 registers per thread, so at
 # most 3 fit), each with one chain of asynchronous wgmmas the tensor cores run
-# back to back; in blocks of 1 or 2 warpgroups.
+# back to back; one block of both first (2 x 154 x 256 registers never fit twice),
+# then blocks of one warpgroup.
 WGMMA_THREADS_PER_SM = 256
-WGMMA_THREADS_PER_BLOCK = (128, 256)
+WGMMA_THREADS_PER_BLOCK = (256, 128)
+
+
+def threads_per_sm(shape: MmaShape | None) -> tuple[int, tuple[int, ...]]:
+    """(threads per SM, block sizes, the one-block-per-SM first) of a shape's launches."""
+    if shape is not None and shape.instruction == "wgmma":
+        return WGMMA_THREADS_PER_SM, WGMMA_THREADS_PER_BLOCK
+    if shape is not None and is_wide_dmma(shape):
+        return WIDE_DMMA_THREADS_PER_SM, WIDE_DMMA_THREADS_PER_BLOCK
+    return TENSOR_THREADS_PER_SM, TENSOR_THREADS_PER_BLOCK
 
 
 def tensor_launches(info: DeviceInfo, shape: MmaShape | None = None) -> list[dict]:
     """The launch geometries a tensor point is measured at: the same threads in blocks of several sizes.
 
-    mma.sync: SMs x 1024 threads in blocks of 256, 128, 512; wgmma: SMs x 256
-    threads in blocks of 128 and 256.  Every geometry of a shape runs the same
-    threads, so the MMAs per trial are one number for the point; the analysis
-    keeps the fastest geometry.
+    mma.sync: SMs x 1024 threads in blocks of 1024, 256, 128 (sm_90's FP64
+    m16n8k16: SMs x 512 in blocks of 512, 256, 128); wgmma: SMs x 256 threads
+    in blocks of 256 and 128.  The first is one block per SM, which fills
+    every SM evenly.  Every geometry of a shape runs the same threads, so the
+    MMAs per trial are one number for the point; the analysis keeps the
+    fastest geometry.
     """
-    wgmma = shape is not None and shape.instruction == "wgmma"
-    per_sm, sizes = ((WGMMA_THREADS_PER_SM, WGMMA_THREADS_PER_BLOCK) if wgmma else
-                     (TENSOR_THREADS_PER_SM, TENSOR_THREADS_PER_BLOCK))
+    per_sm, sizes = threads_per_sm(shape)
     total = info.sm_count * per_sm
     return [{"blocks": total // t, "threads": t} for t in sizes if total % t == 0]
 
@@ -279,6 +308,17 @@ def tensor_instructions(sass: str) -> Counter:
     return Counter(_SASS_RE.findall(sass))
 
 
+def _is_mine(shape: MmaShape, op: str) -> bool:
+    """Whether SASS opcode ``op`` is one MMA of ``shape``: its opcode, and for DMMA its size too (DMMA.884 or
+    DMMA.8x8x4 for m8n8k4, DMMA.16x8x16 for m16n8k16: ptxas for sm_100 makes 8 DMMA.8x8x4 of one m16n8k16)."""
+    if op.split(".")[0] != shape.sass:
+        return False
+    if shape.sass != "DMMA":
+        return True
+    size = op.split(".")[1] if "." in op else ""
+    return size in (f"{shape.m}x{shape.n}x{shape.k}", f"{shape.m}{shape.n}{shape.k}")
+
+
 def check_sass(shape: MmaShape, sass: str, *, iters: int = DEFAULT_ITERS) -> CheckResult:
     """Whether the kernel's SASS holds exactly ``iters`` tensor instructions of the shape's opcode and no other.
 
@@ -289,8 +329,8 @@ def check_sass(shape: MmaShape, sass: str, *, iters: int = DEFAULT_ITERS) -> Che
     rate would measure something else, however close to rated it comes.
     """
     counts = tensor_instructions(sass)
-    mine = sum(n for op, n in counts.items() if op.split(".")[0] == shape.sass)
-    other = {op: n for op, n in counts.items() if op.split(".")[0] != shape.sass}
+    mine = sum(n for op, n in counts.items() if _is_mine(shape, op))
+    other = {op: n for op, n in counts.items() if not _is_mine(shape, op)}
     found = ", ".join(f"{n} {op}" for op, n in sorted(counts.items())) or "no tensor instruction"
     if mine == iters and not other:
         return CheckResult(True, f"SASS holds {found}: one {shape.sass} per {shape.instruction} as counted")

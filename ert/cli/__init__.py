@@ -32,6 +32,9 @@ def cmd_validate(args) -> int:
     # Tensor kernels depend on the GPU (which instructions it has, its SMs): counted apart, never planned here.
     tensor = (f"; plus tensor kernels {', '.join(cfg.tensor)} (on the GPU: wgmma and mma.sync on sm_90, one point "
               f"per launch geometry)") if cfg.tensor else ""
+    if not cfg.precisions:  # a tensor-only run (precisions: []): nothing to plan without the GPU
+        print(f"{args.config}: valid: a tensor-only run (no vector kernels){tensor.replace('; plus', ':', 1)}")
+        return 0
     cfg = config_mod.with_overrides(cfg, tensor=[]) if cfg.tensor else cfg
     # The dense grid as this machine would plan it: device backends by their own
     # geometry (noted below), the CPU backend by this CPU's vector width and the

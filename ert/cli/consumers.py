@@ -98,6 +98,8 @@ def cmd_compare(args) -> int:
     from ert.consumers import compare
     from ert.ceilings_io import load_ceilings
 
+    if args.hosts:
+        return _compare_hosts(args)
     if len(args.ceilings) < 2:
         raise ErtError("give at least two ceiling files to compare", key="CEILINGS_JSON")
     paths = [_ceilings_path(p) for p in args.ceilings]
@@ -115,6 +117,38 @@ def cmd_compare(args) -> int:
         print(compare.format_comparison(docs, labels))
     if args.plot:
         compare.plot_comparison(docs, labels, args.plot)
+        print(f"plot: {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _compare_hosts(args) -> int:
+    """`ert compare RUN --hosts`: one run's hosts side by side (its ceilings.json `hosts` section)."""
+    import json
+
+    from ert.ceilings_io import load_ceilings
+    from ert.consumers import compare, hosts_table
+
+    if len(args.ceilings) != 1:
+        raise ErtError(f"--hosts compares the hosts of one run: give one ceilings.json or run directory, "
+                       f"not {len(args.ceilings)}", key="--hosts")
+    path = _ceilings_path(args.ceilings[0])
+    doc = load_ceilings(path)
+    if not doc.get("hosts"):
+        raise ErtError("no per-host ceilings: the run was on one host, or written before schema 1.10 "
+                       "(`ert analyze RUN_DIR -o FILE` re-derives them from a raw.jsonl with host_seconds)",
+                       path=path, key="hosts")
+    if args.labels:
+        raise ErtError("--labels names machines; with --hosts the columns are the run's host names", key="--labels")
+    if args.plot:
+        from ert.consumers.plot import check_output
+
+        check_output(args.plot)
+    if args.json:
+        print(json.dumps(hosts_table.hosts_json(doc), indent=2))
+    else:
+        print(hosts_table.format_hosts_comparison(doc))
+    if args.plot:
+        compare.plot_comparison(*hosts_table.host_docs(doc), args.plot)
         print(f"plot: {args.plot}", file=sys.stderr)
     return 0
 
@@ -287,6 +321,8 @@ def _add_consumer_parsers(sub) -> None:
     p.add_argument("--labels", metavar="A,B,...", help="names of the machines (default: host names)")
     p.add_argument("--plot", metavar="OUT", help="also draw the ratios (.png, .svg or .pdf)")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    p.add_argument("--hosts", action="store_true",
+                   help="one run on 2+ hosts: its hosts side by side, each ceiling against the median of the hosts")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("report", help="one self-contained HTML page: a run's roofline, sweep and tables, or "

@@ -98,6 +98,10 @@ def _rows(docs: list[dict]) -> list[Row]:
     return sorted(rows.values(), key=order)
 
 
+# Public: the rows of one or more ``ceilings`` blocks (ert.consumers.ceiling_values names them).
+ceiling_rows = _rows
+
+
 def mismatches(docs: list[dict], labels: list[str], rows: list[Row]) -> list[str]:
     """Everything that could not be paired, and pairs that may not be like for like."""
     notes = []

@@ -50,8 +50,9 @@ TENSOR_TOTAL_METRIC = "sm__inst_executed_pipe_tensor.sum"
 #   sm_80, sm_86, sm_89, sm_90 (mma.sync SASS): HMMA.16816 (m16n8k16, FP16/BF16) = 2 x 16 x 8 x 16 = 4096;
 #     DMMA.884 (m8n8k4, FP64) = 2 x 8 x 8 x 4 = 512 (PTX ISA, warp-level mma shapes).  The largest HMMA
 #     shape is assumed: a kernel issuing HMMA.1688 (m16n8k8, TF32 or FP16) does half as many FLOPs per
-#     instruction, so its FLOPs come out twice too high (stated in the kernel's notes).  Hopper's wgmma
-#     (HGMMA) instructions are not covered by this table.
+#     instruction, so its FLOPs come out twice too high (stated in the kernel's notes).  Likewise sm_90's
+#     DMMA.16x8x16 (m16n8k16, FP64) does 4096, 8x the DMMA.884 assumed (said in the notes).  Hopper's
+#     wgmma (HGMMA) instructions are not covered by this table.
 FLOPS_PER_TENSOR_INST = {
     (7, 0): {"hmma": 512},
     (8, 0): {"hmma": 4096, "dmma": 512}, (8, 6): {"hmma": 4096}, (8, 9): {"hmma": 4096},
@@ -337,6 +338,8 @@ def _tensor_and_integer_ops(metrics: dict, name: str, path, device: str | None) 
                 continue
             out[key] = out.get(key, 0.0) + value * per
             assumed = " (the largest HMMA shape; HMMA.1688 does half)" if pipe == "hmma" and cc >= (8, 0) else ""
+            if pipe == "dmma" and cc == (9, 0):  # sm_90 has a wider DMMA too (ert measures both shapes)
+                assumed = " (DMMA.8x8x4; sm_90's DMMA.16x8x16, m16n8k16, does 8x as many: 4096)"
             notes.append(f"{key} FLOPs = {metric} x {per} FLOPs per warp-level {pipe.upper()} instruction "
                          f"(sm_{cc[0]}{cc[1]}{assumed})")
     integer = _metric(metrics, INTEGER_METRIC, kinds=("count",), path=path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from ert.consumers.hosts_table import format_hosts_section
 from ert.consumers.notes import Notes, report_width, warnings_section
 from ert.units import human_bytes
 from ert.hardware import NO_RATED
@@ -180,10 +181,46 @@ def _transfer_section(entries: list[dict], *, derivations: bool = True) -> list[
     return lines
 
 
+def _confirmed_note(entries: list[dict]) -> list[str]:
+    """Per level: the roof the run confirmed (schema 1.10 ``confirmed``), how many times, and the slower stretches."""
+    lines = []
+    for e in entries:
+        c = e.get("confirmed")
+        if not isinstance(c, dict) or not isinstance(c.get("gbytes_per_s"), (int, float)):
+            continue
+        text = (f"  {e.get('level', _MISSING)}: confirmed {format_rate(c['gbytes_per_s'])} GB/s at "
+                f"{_format_bytes(c.get('wss_bytes'))} ({c.get('by', _MISSING)}), "
+                f"{_format_count(c.get('times'))} time(s)")
+        roof = e.get("gbytes_per_s")
+        slower = [r for r in e.get("regimes") or [] if isinstance(r, dict) and isinstance(r.get("gbytes_per_s"),
+                  (int, float)) and isinstance(roof, (int, float)) and r["gbytes_per_s"] < 0.95 * roof]
+        span = e.get("range_gbytes_per_s")
+        if slower:
+            text += "; slower: " + "; ".join(f"{format_rate(r['gbytes_per_s'])} GB/s at "
+                                             f"{_format_wss_range(r.get('wss_bytes'))} "
+                                             f"({_format_count(r.get('n_points'))} points)" for r in slower)
+        elif isinstance(span, list) and len(span) == 2 and isinstance(roof, (int, float)) and span[0] < 0.95 * roof:
+            text += f"; its points read {format_rate(span[0])} - {format_rate(span[1])} GB/s"
+        if isinstance(roof, (int, float)) and roof > c["gbytes_per_s"] * 1.0001:
+            text += f"; the roof, {format_rate(roof)} GB/s, is its fast mode"
+        lines.append(text)
+    return lines
+
+
+def _confirmed_cell(confirmed) -> str:
+    """How often, and how, a level's roof was confirmed (``2 re``: measured again, ``3 nb``: by its neighbours)."""
+    if not isinstance(confirmed, dict) or not isinstance(confirmed.get("gbytes_per_s"), (int, float)):
+        return "-"
+    how = "re" if confirmed.get("by") == "measured again" else "nb"
+    return f"{_format_count(confirmed.get('times'))} {how}"
+
+
 def _regimes_note(entries: list[dict]) -> list[str]:
     """A cache level with several regimes inside its cache (rule 6): its range and each regime."""
     lines = []
     for e in entries:
+        if isinstance(e.get("confirmed"), dict):
+            continue  # _confirmed_note names its slower stretches
         regimes, span = e.get("regimes"), e.get("range_gbytes_per_s")
         if not isinstance(regimes, list) or len(regimes) < 2 or not isinstance(span, list) or len(span) != 2:
             continue
@@ -228,6 +265,7 @@ def _memory_sections(entries: list[dict]) -> list[str]:
             rows,
             [False, True, True, False, True, True],
         )
+        lines += _confirmed_note(groups[(access, precision)])
         lines += _regimes_note(groups[(access, precision)])
     return lines
 
@@ -252,14 +290,18 @@ def _memory_table(entries: list[dict], notes: "Notes") -> list[str]:
             rows.append([str(e.get("level", _MISSING)), " ".join(x for x in curve if x),
                          format_rate(e["gbytes_per_s"]) if "gbytes_per_s" in e else _MISSING,
                          _format_spread(e.get("spread")), _format_wss_range(e.get("wss_bytes")),
-                         _format_count(e.get("n_points")), _format_count(e.get("noisy_points"))]
+                         _format_count(e.get("n_points")), _format_count(e.get("noisy_points")),
+                         _confirmed_cell(e.get("confirmed"))]
                         + _rated_cells(e, "gbytes_per_s", notes))
-    # Columns with nothing in them are left out (no rated value for any level: a CPU not in the table, say).
+    # Columns with nothing in them are left out (no rated value for any level: a CPU not in the table, say; no
+    # `confirmed` in a file before 1.10).
     headers, rows, right = _with_rated(
-        ["level", "curve", "GB/s", "spread", "working set", "points", "noisy", "rated", "of rated", "from"], rows,
-        [False, False, True, True, False, True, True, True, True, False], 7)
+        ["level", "curve", "GB/s", "spread", "working set", "points", "noisy", "conf", "rated", "of rated",
+         "from"], rows, [False, False, True, True, False, True, True, False, True, True, False], 7)
     # A cache level's regimes are in its warning (ert show --verbose prints them here as well).
-    return ["Memory bandwidth (rw read+write, ro read-only)"] + _table(headers, rows, right)
+    title = "Memory bandwidth (rw read+write, ro read-only"
+    title += "; conf: N times confirmed, re again or nb neighbours)" if "conf" in headers else ")"
+    return [title] + _table(headers, rows, right)
 
 
 def _is_int_entry(e: dict) -> bool:
@@ -514,6 +556,7 @@ def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = Non
     lines += _compute_section(ceilings.get("compute", []), None if verbose else notes)
     for extra in (_rated_section(doc, notes, screen=not verbose), _sustained_section(ceilings),
                   _scaling_section(doc.get("scaling")),
+                  format_hosts_section(doc, width=width, verbose=verbose),
                   warnings_section(doc, notes, verbose=verbose, width=width)):
         if extra:
             lines += [""] + extra

@@ -182,6 +182,10 @@ _ZEN_L2 = ("AMD Software Optimization Guide for family 17h (55723) and 19h (5666
 _ZEN_L3 = ("AMD Software Optimization Guide for family 17h (55723) and 19h (56665, 57647): the L3 moves 32 B/cycle "
            "per core to the L2 and 32 B/cycle back; corroborated by this project's Zen 4 (read+write L3 "
            "50 B/cycle/core, above one 32-byte path)")
+_ZEN5_L3 = ("AMD Software Optimization Guide for family 1Ah (58455): the L3 moves 32 B/cycle per core to the L2 "
+            "and 32 B/cycle back, as on Zen 4 (only the L1 <-> L2 paths were widened); corroborated by this "
+            "project's Zen 5 guest (read+write L3 380-415 GB/s on 2 cores at 3.97 GHz, 48-52 B/cycle/core, above "
+            "one 32-byte path; read-only 210-233 GB/s, 26-29 B/cycle/core)")
 _INTEL_L2 = ("Intel 64 and IA-32 Architectures Optimization Reference Manual, cache table of the core: L2 peak "
              "64 B/cycle (to the L1)")
 _INTEL_L2_RW = (no_rated_text("Intel's manual gives one L2 figure (64 B/cycle), not whether L1 write-backs "
@@ -206,7 +210,7 @@ LOWER_LEVELS: dict[str, tuple[CacheRates, CacheRates]] = {
                          "64 B/cycle, twice Zen 4's; AIDA64 on a Ryzen 5 9600X (6 cores, up to 5.4 GHz) read "
                          "1875 GB/s and wrote 1795 GB/s from L2 (about 58 and 55 B/cycle/core), so write-backs "
                          "have their own 64-byte path"),
-              _unrated(no_rated_text("AMD publishes no L3 -> L2 width for Zen 5 ert is sure of"))),
+              CacheRates(32, 32, True, _ZEN5_L3)),
     **{name: (CacheRates(64, None, None, _INTEL_L2, _INTEL_L2_RW), _unrated(_INTEL_L3))
        for name in ("Skylake-SP", "Cascade Lake", "Cooper Lake", "Ice Lake-SP", "Sapphire Rapids",
                     "Emerald Rapids", "Granite Rapids", "Granite Rapids-D")},
@@ -250,16 +254,20 @@ def lower_level_entries(*, arch_name: str | None, base: str, cores: int, clock_g
 
 def complete_rated(rated: dict) -> dict:
     """A CPU's ``backend_info.rated`` with the L2 and L3 entries added where it has none (a run made before ert
-    rated them): same table, same measured clock, same cores.  Anything else is returned unchanged."""
+    rated them), and an L2 or L3 entry recorded without a value given the table's value where it has one now (Zen
+    5's L3): same table, same measured clock, same cores.  Anything else is returned unchanged."""
     if not isinstance(rated, dict) or not rated.get("per_core"):
         return rated
     memory = list(rated.get("memory", []))
-    if any(m.get("level") in ("L2", "L3") for m in memory):
-        return rated
     clock, cores = rated.get("clock_ghz"), int(rated.get("cores_per_rank") or 1)
     base = f"{cores} core(s) x {clock:.2f} GHz ({rated.get('clock_source', '')})" if clock else ""
-    memory += lower_level_entries(arch_name=rated.get("microarchitecture"), base=base, cores=cores, clock_ghz=clock)
-    return {**rated, "memory": memory}
+    table = lower_level_entries(arch_name=rated.get("microarchitecture"), base=base, cores=cores, clock_ghz=clock)
+    if not any(m.get("level") in ("L2", "L3") for m in memory):
+        return {**rated, "memory": memory + table}
+    now = {(m["level"], m["access"]): m for m in table if m.get("gbytes_per_s") is not None}
+    filled = [now.get((m.get("level"), m.get("access")), m) if m.get("level") in ("L2", "L3")
+              and m.get("gbytes_per_s") is None else m for m in memory]
+    return rated if filled == memory else {**rated, "memory": filled}
 
 
 # Skylake-SP and Cascade Lake parts with one 512-bit FMA unit per core (Intel ARK's

@@ -9,7 +9,7 @@ against a real GPU's numbers yet (no GPU in this project's sessions).
 from __future__ import annotations
 
 from ert.hardware import no_rated_text
-from ert.spec import SHAPES, WGMMA_SHAPES
+from ert.spec import SHAPES, SM90_SHAPES, WGMMA_SHAPES
 
 # Resident blocks per SM by compute capability (CUDA C++ Programming Guide,
 # "Technical Specifications per Compute Capability"), where the device does not
@@ -220,8 +220,9 @@ def mma_sync_note(compute_capability: tuple[int, int], precision: str) -> str:
 
 def tensor_variants(compute_capability: tuple[int, int], precision: str) -> list:
     """The MMA shapes a GPU of this compute capability measures for one tensor type, the roof first:
-    wgmma (sm_90a) where it exists, then mma.sync where the instruction is native."""
-    return [table[precision] for table in (WGMMA_SHAPES, SHAPES)
+    wgmma (sm_90a) where it exists, then mma.sync where the instruction is native (FP64 on sm_90: m16n8k16,
+    likely the roof, then m8n8k4; the analysis keeps the faster)."""
+    return [table[precision] for table in (WGMMA_SHAPES, SM90_SHAPES, SHAPES)
             if precision in table and table[precision].supported(compute_capability)]
 
 

@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ert.spec import rates
+from ert.measure.confirm import WindowSearch
 from ert.measure.plan import Point
 
 # Neighbouring bandwidth points further apart than this (relative) straddle a
@@ -80,7 +81,8 @@ class AdaptivePlanner:
     """
 
     def __init__(self, candidates: list[Point], *, growth: float, cache_resident_bytes: int,
-                 cache_windows: list[tuple[int, int]] = ()):
+                 cache_windows: list[tuple[int, int]] = (), level_windows: list[tuple[float, float]] = (),
+                 granule_bytes=None, noise_threshold: float = 0.10):
         self._stride = max(1, round(math.log(COARSE_FACTOR) / math.log(growth)))
         # Inside each cache after the first, the coarse pass samples WINDOW_PER_OCTAVE points per octave
         # (the grid's own spacing where it is coarser): a faster regime deep inside a cache lies between
@@ -113,6 +115,12 @@ class AdaptivePlanner:
         for key in sorted(groups, key=lambda k: (k[0] != "fp64", not k[1], k[2:])):
             specs = sorted(groups[key], key=lambda s: s.flops_per_element)
             self._compute.append([(s, grids[s], self._nearest(grids[s], cache_resident_bytes)) for s in specs])
+        # Where the memory's window starts (2 x the last cache): no transitions are bisected past it.
+        self._memory_from = max((lo for lo, hi in level_windows if math.isinf(hi)), default=math.inf)
+        # Each level's roof: its window's maximum searched off the grid, then measured again (ert.measure.confirm).
+        self._search = WindowSearch([[slot.points[0] for slot in grid] for grid in self._curves
+                                     if all(len(slot.points) == 1 for slot in grid)], level_windows,
+                                    granule_bytes=granule_bytes, noise_threshold=noise_threshold)
         self.planned: list[Point] = []
 
     @staticmethod
@@ -135,7 +143,11 @@ class AdaptivePlanner:
             if missing:
                 return missing
             known = {pid: records[pid] for pid in chosen}
-            batch = [p for p in self._refine(known) if p.id not in chosen]
+            # Once each: the search may name a grid point the refinement adds in the same round.
+            batch = list({p.id: p for p in self._refine(known) + self._search.search(known, chosen)
+                          if p.id not in chosen}.values())
+            if not batch:  # the plan has settled: each window's fastest point is measured again
+                batch = [p for p in self._search.again(known, chosen) if p.id not in chosen]
         return []
 
     def _coarse(self) -> list[Point]:
@@ -173,10 +185,15 @@ class AdaptivePlanner:
         noise = {i: math.log1p(_slot_spread(grid[i], known)) for i in measured}
         add: set[int] = set()
         runs: list[list[int]] = [[measured[0]]] if measured else []
+        memory = self._memory_from
         for a, b in zip(measured, measured[1:]):
             # Two points further apart than their own repeats scatter (and than
             # the step) lie on different levels or on the slope between them.
-            if abs(values[a] - values[b]) > max(step, (noise[a] + noise[b]) / 2):
+            # From 2 x the last cache on there is one level, the memory: what changes there is the host's
+            # state (a shared host's modes), which more points do not settle; its fastest point is measured
+            # again instead (ert.measure.confirm).
+            in_memory = grid[a].wss_bytes >= memory
+            if abs(values[a] - values[b]) > max(step, (noise[a] + noise[b]) / 2) and not in_memory:
                 if b - a > 1:
                     add.add((a + b) // 2)  # bisect the transition
                 runs.append([b])
@@ -190,7 +207,8 @@ class AdaptivePlanner:
             scatter = max(level) - min(level)
             own = statistics.median(_slot_spread(grid[i], known) for i in run)
             stable = scatter <= max(step, 2 * math.log1p(own))
-            if len(run) < PLATEAU_MIN_POINTS or (not stable and len(run) < PLATEAU_MAX_POINTS):
+            scattered = not stable and grid[run[0]].wss_bytes < memory
+            if len(run) < PLATEAU_MIN_POINTS or (scattered and len(run) < PLATEAU_MAX_POINTS):
                 _, a, b = max(gaps)
                 add.add((a + b) // 2)  # sample the plateau's widest gap
         return sorted(add)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ert.measure import timing as timing_engine
 from ert.measure.adaptive import AdaptivePlanner
 from ert.config import RunConfig, Timing
 from ert.measure.progress import Progress
-from ert.rawio import RawLog, point_record
+from ert.measure.confirm import level_windows
+from ert.rawio import RawLog, confirm_record, point_record
 from ert.measure.plan import Point, interleaved
 
 
@@ -28,6 +29,7 @@ class Measurement:
     noisy: bool
     remeasured: int               # attempts after the first, set once the loop ends
     rank_seconds: list[list[float]] = field(default_factory=list)  # per repeat: every rank's seconds
+    host_seconds: list[dict[str, float]] = field(default_factory=list)  # per repeat: each host's (2+ hosts)
     serialized: int = 0           # regions (of all attempts) timed over a host's span: its ranks took turns
 
 
@@ -61,12 +63,27 @@ def region_seconds(everyone: list[tuple[float, float]], hosts: list[str] | None)
     return slowest, False
 
 
-def _timed(backend, comm, trials: int) -> tuple[float, list[float], bool]:
+def host_region_seconds(everyone: list[tuple[float, float]], hosts: list[str]) -> dict[str, float]:
+    """Each host's seconds of one region, by the rule of ``region_seconds`` applied to its own ranks.
+
+    Its slowest rank's seconds, or the span of its ranks where they took turns.
+    A host's ceilings (``ert.analysis.hosts``) are its own ranks' work over these.
+    """
+    out: dict[str, list[float]] = {}
+    for (seconds, end), host in zip(everyone, hosts):
+        row = out.setdefault(host, [seconds, end - seconds, end])
+        row[0], row[1], row[2] = max(row[0], seconds), min(row[1], end - seconds), max(row[2], end)
+    return {host: (hi - lo if hi - lo > CONCURRENT_SLACK * slowest else slowest)
+            for host, (slowest, lo, hi) in out.items()}
+
+
+def _timed(backend, comm, trials: int, host_rows: list | None = None) -> tuple[float, list[float], bool]:
     """One timed region on every rank after a barrier: (its seconds, every rank's seconds, serialized).
 
     The slowest rank decides: aggregate rates are all ranks' work over it --
     or over the span of a host whose ranks did not run at the same time
-    (``region_seconds``; ``serialized`` is then true).
+    (``region_seconds``; ``serialized`` is then true).  A run on 2+ hosts
+    appends each host's own seconds of the region to ``host_rows`` when given.
     """
     comm.barrier()
     seconds = backend.run(trials)
@@ -74,7 +91,10 @@ def _timed(backend, comm, trials: int) -> tuple[float, list[float], bool]:
     if comm.size == 1:
         return seconds, [seconds], False
     everyone = comm.allgather((seconds, end))
-    region, serialized = region_seconds(everyone, getattr(comm, "hosts", None))
+    hosts = getattr(comm, "hosts", None)
+    region, serialized = region_seconds(everyone, hosts)
+    if host_rows is not None and hosts and len(hosts) == len(everyone) and len(set(hosts)) > 1:
+        host_rows.append(host_region_seconds(everyone, hosts))
     return region, [s for s, _ in everyone], serialized
 
 
@@ -106,10 +126,11 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
     trials, _ = calibrate(backend, comm, min_seconds=timing.min_seconds, start_trials=start_trials)
     rows: list[list[float]] = []  # every rank's seconds, per timed region, in call order
     serialized = 0                # regions (of all attempts) whose ranks on one host took turns
+    host_rows: list[dict[str, float]] = []  # each host's seconds per timed region (runs on 2+ hosts)
 
     def timed(count: int) -> float:
         nonlocal serialized
-        region, everyone, turns = _timed(backend, comm, count)
+        region, everyone, turns = _timed(backend, comm, count, host_rows)
         rows.append(everyone)
         serialized += turns
         return region
@@ -121,6 +142,7 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
     first, end = got.calls
     return Measurement(got.count, list(got.seconds), got.spread, got.noisy, got.attempts - 1,
                        [list(r) for r in rows[first:end]],
+                       host_seconds=host_rows[first:end] if len(host_rows) == len(rows) else [],
                        serialized=serialized)
 
 
@@ -171,6 +193,16 @@ def cache_windows(caches: list[dict] | None, workers: int) -> list[tuple[int, in
     return [(2 * by_level[a], by_level[b]) for a, b in zip(levels, levels[1:]) if 2 * by_level[a] < by_level[b]]
 
 
+def _capacities(caches: list[dict] | None, workers: int) -> list[int]:
+    """The aggregate capacity of each cache level (data and unified), as the analysis names the levels."""
+    from ert import hwinfo
+
+    by_level: dict[int, int] = {}
+    for c in _cache_infos(caches):
+        by_level[c.level] = max(by_level.get(c.level, 0), hwinfo.aggregate_capacity_bytes(c, workers))
+    return [by_level[k] for k in sorted(by_level)]
+
+
 def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
     """A working set held in each thread's private cache: half the aggregate L2 (L1 without an L2).
 
@@ -209,12 +241,17 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
         end = {"interrupted": interrupted, "measured": measured, "threads_per_rank": threads}
         if planner is not None:
             # An adaptive plan's size is known only once it is done.
-            end.update(sweep="adaptive", complete=not interrupted, planned_points=len(planner.planned))
+            # Points only: re-measurements ("confirm" records) are counted apart.
+            end.update(sweep="adaptive", complete=not interrupted,
+                       planned_points=sum(1 for p in planner.planned if not p.again),
+                       planned_again=sum(1 for p in planner.planned if p.again))
         return end
 
-    frame = log.stage(None, done=lambda data: {r["id"] for r in data.points}, share=comm.bcast, ending=ending)
-    # Rank 0's records (the planner's input): what the file held and every point measured since.
-    records = {r["id"]: r for r in frame.data.points} if frame.data is not None else {}
+    frame = log.stage(None, done=lambda data: {r["id"] for r in data.points + data.confirms}, share=comm.bcast,
+                      ending=ending)
+    # Rank 0's records (the planner's input): what the file held and every point measured since, re-measurements
+    # too (the plan replays them).
+    records = {r["id"]: r for r in frame.data.points + frame.data.confirms} if frame.data is not None else {}
     try:
         with frame:
             if planner is not None:
@@ -228,7 +265,7 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
             while todo:
                 for point in (_interleave_batch(todo) if planner else todo):
                     record = _measure_point(point, backend=backend, comm=comm, config=config,
-                                            last_trials=last_trials, progress=progress)
+                                            last_trials=last_trials, progress=progress, records=records)
                     frame.append(record)
                     records[point.id] = record
                     measured += 1
@@ -251,32 +288,45 @@ def _planner(config: RunConfig, points: list[Point], *, backend, workers: int) -
     caches = backend.describe().get("caches")
     return AdaptivePlanner(points, growth=config.working_set.growth,
                            cache_resident_bytes=_cache_resident_bytes(caches, workers),
-                           cache_windows=cache_windows(caches, workers))
+                           cache_windows=cache_windows(caches, workers),
+                           level_windows=level_windows(_capacities(caches, workers)),
+                           granule_bytes=lambda spec: backend.granule_elements(spec) * spec.itemsize * workers,
+                           noise_threshold=config.timing.noise_threshold)
 
 
-def _measure_point(point: Point, *, backend, comm, config: RunConfig, last_trials: dict, progress) -> dict:
-    """One point: prepared, calibrated from the nearest larger set's trials, timed, checked on every rank."""
+def _measure_point(point: Point, *, backend, comm, config: RunConfig, last_trials: dict, progress,
+                   records: dict) -> dict:
+    """One point: prepared, calibrated from the nearest larger set's trials, timed, checked on every rank; a
+    re-measurement (``point.again``) calibrates afresh and is recorded as a "confirm" record of its point."""
     if progress:
         progress.begin(point)
     backend.prepare(point.spec, elements_per_thread=point.elements_per_thread, launch=point.launch_dict())
     guess = 1
     larger = [w for w in last_trials.get(point.spec, {}) if w >= point.wss_bytes]
-    if config.timing.min_repeats is not None and larger:
+    first = records.get(replace(point, again=0).id) if point.again else None
+    if first is not None and config.timing.min_repeats is not None:
+        # A re-measurement calibrates afresh, from half its first measurement's trial count.
+        guess = max(1, int(first["trials"]) // 2)
+    elif config.timing.min_repeats is not None and larger and not point.again:
         # Trials scale inversely with the working set at equal bandwidth, and
         # bandwidth only rises towards smaller sets, so scaling from the nearest
         # larger set never overshoots; half of it leaves a doubling to warm up.
         w = min(larger)
         guess = int(last_trials[point.spec][w] * w / point.wss_bytes) // 2
     m = measure(backend, comm, timing=config.timing, start_trials=guess)
-    last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
+    if not point.again:
+        last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
     check = backend.check()
     # Every rank's output must pass for the point to be used.
     checks = comm.allgather((check.ok, check.detail))
     ok = all(c[0] for c in checks)
     detail = "; ".join(f"rank {i}: {d}" for i, (good, d) in enumerate(checks) if not good) or check.detail
-    return point_record(point_id=point.id, spec=point.spec.to_dict(), wss_bytes=point.wss_bytes,
-                        elements_per_thread=point.elements_per_thread, launch=point.launch_dict(),
-                        ranks=comm.size, threads_per_rank=backend.threads, trials=m.trials, samples=m.samples,
-                        rank_seconds=m.rank_seconds, spread=m.spread, noisy=m.noisy, remeasured=m.remeasured,
-                        serialized=m.serialized, valid=ok, check=detail,
-                        device=backend.point_info())  # device backends: occupancy, clocks seen during the point
+    record = point_record(point_id=point.id, spec=point.spec.to_dict(), wss_bytes=point.wss_bytes,
+                          elements_per_thread=point.elements_per_thread, launch=point.launch_dict(),
+                          ranks=comm.size, threads_per_rank=backend.threads, trials=m.trials, samples=m.samples,
+                          rank_seconds=m.rank_seconds, host_seconds=m.host_seconds, spread=m.spread, noisy=m.noisy,
+                          remeasured=m.remeasured, serialized=m.serialized, valid=ok, check=detail,
+                          device=backend.point_info())  # device backends: occupancy, clocks seen during the point
+    if point.again:  # a re-measurement: its own record kind, naming the point it repeats
+        record = confirm_record(measured=record, point_id=replace(point, again=0).id, again=point.again)
+    return record

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ert.config import RunConfig
+from ert.rawio import confirm_id
 from ert.spec import KernelSpec
 
 
@@ -26,6 +27,8 @@ class Point:
     # Threads per rank, set only in a thread-scaling run, where the same
     # kernel and working set is measured once per thread count.
     threads: int | None = None
+    # N > 0: the N-th re-measurement of the point (ert.measure.confirm), recorded as a "confirm" record.
+    again: int = 0
 
     @property
     def id(self) -> str:
@@ -34,6 +37,8 @@ class Point:
             base += "-" + "-".join(f"{k[0]}{v}" for k, v in self.launch)
         if self.threads is not None:
             base += f"-t{self.threads}"
+        if self.again:
+            base = confirm_id(base, self.again)
         return base
 
     def launch_dict(self) -> dict | None:

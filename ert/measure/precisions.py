@@ -67,5 +67,8 @@ def _tensor_supported(cfg, backend):
     if not dropped:
         return cfg, None
     why = "; ".join(backend.unsupported_reason(f"{p} tensor") for p in dropped)
+    if len(dropped) == len(cfg.tensor) and not cfg.precisions:  # a tensor-only run with nothing left to measure
+        raise ErtError(f"{why}, and nothing else was asked for (a tensor-only run: precisions is empty)",
+                       key="tensor")
     return with_overrides(cfg, tensor=[p for p in cfg.tensor if p not in dropped]), \
         f"{why}: its {', '.join(dropped)} tensor points are skipped"
