@@ -188,13 +188,21 @@ class RawWriter:
     """Appends records to raw.jsonl; each line is flushed and fsynced before append returns.
 
     A line is written with one write() call, so a kill leaves at worst one
-    truncated last line, which readers skip.
+    truncated last line, which readers skip.  The writer holds its directory's
+    run lock (``ert.runlock``) until ``close``: one writer process per run.
     """
 
     def __init__(self, path: str | Path):
+        from ert import runlock
+
         self.path = Path(path)
-        self._repair_tail()
-        self._fh = open(self.path, "a", encoding="utf-8")
+        self._lock = runlock.hold(self.path.parent)
+        try:
+            self._repair_tail()
+            self._fh = open(self.path, "a", encoding="utf-8")
+        except BaseException:
+            self._lock.release()
+            raise
 
     def _repair_tail(self) -> None:
         """Cut a truncated last line (left by a kill) so new lines start clean."""
@@ -227,7 +235,10 @@ class RawWriter:
         os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        self._fh.close()
+        if self._lock is not None:
+            self._fh.close()
+            self._lock.release()
+            self._lock = None
 
 
 def transfer_gbytes_per_s(record: dict) -> float:
@@ -416,7 +427,8 @@ class StageFrame:
     it quietly with ``frame.interrupted`` set; then ``ending(interrupted)``
     gives the fields of the stage's end record (``end_record``, with its
     ``name`` as ``stage`` and its wall seconds), or None for no end record.
-    Any other error propagates and writes no end.
+    Any other error ends the stage interrupted too, its end record adding
+    ``reason`` (``frame.reason``), and propagates.
     """
 
     def __init__(self, log: RawLog, *, name: str | None, done: Callable[[RawData], set], share=None,
@@ -425,6 +437,7 @@ class StageFrame:
         mine = done(log.data) if log.data is not None else None
         self.done: set = share(mine) if share else (mine or set())
         self.interrupted = False
+        self.reason: str | None = None  # what ended the stage, when an error did
         self.wall_seconds = 0.0
         self._start = 0.0
 
@@ -441,10 +454,28 @@ class StageFrame:
 
     def __exit__(self, kind, value, traceback) -> bool:
         self.wall_seconds = time.perf_counter() - self._start
-        if kind is not None and not issubclass(kind, KeyboardInterrupt):
-            return False
         self.interrupted = kind is not None
+        failed = kind is not None and not issubclass(kind, KeyboardInterrupt)
+        if not failed:
+            self._end()
+            return True
+        # An error (a MemoryError, an injected fault): the stage ends interrupted, its end record saying why,
+        # and the error goes on to the CLI.  The file stays resumable: every point before it is on disk.
+        self.reason = failure_reason(value)
+        try:
+            self._end(reason=self.reason)
+        except Exception:  # noqa: BLE001 - the disk that failed the stage may fail this too; the error goes on
+            pass
+        return False
+
+    def _end(self, **extra) -> None:
         fields = self.ending(self.interrupted) if self.ending else None
         if fields is not None:
-            self.log.append(end_record(wall_seconds=round(self.wall_seconds, 3), stage=self.name, **fields))
-        return True
+            self.log.append(end_record(wall_seconds=round(self.wall_seconds, 3), stage=self.name, **fields, **extra))
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line saying what ended a stage: the exception's type and the first line of its message."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text[:200]

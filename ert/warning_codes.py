@@ -32,6 +32,7 @@ CODES = {
     "busy-machine": "act",          # most points stayed noisy: other work shared the cores
     "bandwidth-changed": "act",     # a level's bandwidth changed during the run (host changed under it)
     "oversubscribed": "act",        # ranks share cores or a device, or took turns
+    "threads-oversubscribed": "act",  # more threads than the cpus a rank may use: not the machine's ceilings
     "partial-run": "act",           # fewer points measured than planned
     "output-check-failed": "act",   # points or records whose results were wrong, not used
     "test-only": "act",             # a test override was in force
@@ -103,6 +104,7 @@ _FALLBACK = (
     ("test only:", "test-only"),
     ("output check", "output-check-failed"),
     ("data check", "output-check-failed"),
+    ("oversubscribed; these are not", "threads-oversubscribed"),
     ("took turns", "oversubscribed"),
     ("share cores", "oversubscribed"),
     ("cpu binding overlaps", "oversubscribed"),

@@ -11,7 +11,10 @@
 # Each "host" (node1, node2) is a Linux network namespace with its own veth
 # address on a bridge (10.77.0.0/24) and a UTS namespace with its own host
 # name; its slurmd (and so every task Slurm starts there) runs inside both and
-# is pinned to its share of this machine's cores.  slurmctld runs as host
+# is pinned to its share of this machine's cores.  Each host has its own
+# /dev/shm (a tmpfs in its mount namespace), as separate machines have: MPI's
+# shared-memory segments that a killed job leaves there go with the host at
+# 'down', and never reach the next run's.  slurmctld runs as host
 # "ertctl" on the bridge's address.  MPI between the hosts goes over the veth
 # link (TCP), within a host through shared memory.  Slurm 22.05 from Debian,
 # proctrack/linuxproc, no cgroups, MPI through Slurm's PMI-2 (srun --mpi=pmi2,
@@ -156,13 +159,17 @@ EOF
 }
 
 make_hosts() {
+    # Each made thing is marked in $DIR as it is made, so that a failed 'up' undoes exactly its own work
+    # (never the bridge or namespaces of a rig that was up before it).
     ip link add "$BRIDGE" type bridge
+    touch "$DIR/made-bridge"
     ip addr add "$NET.1/24" dev "$BRIDGE"
     ip link set "$BRIDGE" up
     local i=0 node
     for node in "${NODES[@]}"; do
         i=$(( i + 1 ))
         ip netns add "$PREFIX$node"
+        touch "$DIR/made-ns-$node"
         ip link add "$PREFIX$node" type veth peer name "$PREFIX$node-in"
         ip link set "$PREFIX$node" master "$BRIDGE" up
         ip link set "$PREFIX$node-in" netns "$PREFIX$node"
@@ -199,6 +206,7 @@ start_slurm() {
         nsenter --net="/run/netns/$PREFIX$node" unshare --uts --mount --propagation private --fork sh -c \
             "set -e; mount --rbind /sys/fs/cgroup '$DIR/cgroup-$node'; mount -t sysfs sysfs /sys;
              mount --rbind '$DIR/cgroup-$node' /sys/fs/cgroup; umount -l '$DIR/cgroup-$node';
+             mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm;
              hostname $node; exec taskset -c $(node_cpus $i) slurmd -D -f '$SLURM_CONF' -N $node" \
             >>"$DIR/slurmd-$node.out" 2>&1 &
     done
@@ -230,7 +238,9 @@ add_names() {  # the hosts resolve each other by name, as a cluster's do (MPI la
         lines+="$NET.1$i $node $HOSTS_MARK"$'\n'
     done
     lines+="$NET.1 $CTL $HOSTS_MARK"$'\n'
-    if ! printf '%s' "$lines" 2>/dev/null >>/etc/hosts; then
+    if printf '%s' "$lines" 2>/dev/null >>/etc/hosts; then
+        touch "$DIR/added-names"
+    else
         say "note: /etc/hosts is not writable here: the hosts do not resolve each other by name (Slurm uses their addresses; for mpiexec give -hosts $NET.11,$NET.12)"
     fi
 }
@@ -243,6 +253,40 @@ link_conf() {  # /etc/slurm/slurm.conf -> ours when the machine has none, so pla
     fi
 }
 
+undo_failed_up() {  # what this 'up' made before it failed, and only that; its logs stay in $DIR
+    local node
+    for node in "${NODES[@]}"; do
+        if [ -e "$DIR/made-ns-$node" ]; then
+            for pid in $(ns_pids "$PREFIX$node"); do kill -KILL "$pid" 2>/dev/null || true; done
+            ip netns delete "$PREFIX$node" 2>/dev/null || true
+            ip link delete "$PREFIX$node" 2>/dev/null || true
+        fi
+    done
+    pkill -KILL -f "slurmctld -D -f $DIR/slurm.conf" 2>/dev/null || true
+    if [ -e "$DIR/made-bridge" ]; then ip link delete "$BRIDGE" 2>/dev/null || true; fi
+    if [ -e "$DIR/added-names" ]; then remove_names; fi
+    if [ -e "$DIR/started-munge" ]; then pkill -x munged 2>/dev/null || true; fi
+    if [ -e "$DIR/made-munge-key" ]; then rm -f /etc/munge/munge.key; fi
+    if [ -e "$DIR/linked-etc" ] && [ -L /etc/slurm/slurm.conf ]; then rm -f /etc/slurm/slurm.conf; fi
+    rm -f "$DIR"/made-* "$DIR/added-names" "$DIR/started-munge" "$DIR/linked-etc"
+    echo "$ME: up failed: undid what it made (logs kept in $DIR)" >&2
+}
+
+on_up_exit() {
+    local rc=$?
+    [ "$rc" = 0 ] || undo_failed_up
+    return "$rc"
+}
+
+remove_names() {
+    if grep -q "$HOSTS_MARK" /etc/hosts 2>/dev/null; then
+        # In place (not sed -i's rename): /etc/hosts may be a bind mount.
+        grep -v "$HOSTS_MARK" /etc/hosts >"/tmp/ert-cluster-hosts.$$" || true
+        cat "/tmp/ert-cluster-hosts.$$" >/etc/hosts
+        rm -f "/tmp/ert-cluster-hosts.$$"
+    fi
+}
+
 cmd_up() {
     need_root
     if [ -e "$DIR/up" ]; then
@@ -250,7 +294,11 @@ cmd_up() {
         cmd_status
         return 0
     fi
+    if ip link show "$BRIDGE" >/dev/null 2>&1 || ip netns list 2>/dev/null | grep -qw "$PREFIX${NODES[0]}"; then
+        die "another local cluster is up (bridge $BRIDGE or namespace $PREFIX${NODES[0]} exists, not made from $DIR): take it down with its own ERT_CLUSTER_DIR first"
+    fi
     mkdir -p "$DIR"
+    trap on_up_exit EXIT
     install_missing
     need_tools
     start_munge
@@ -260,6 +308,7 @@ cmd_up() {
     link_conf
     start_slurm
     touch "$DIR/up"
+    trap - EXIT
     say "up: hosts ${NODES[*]} ($NET.11, $NET.12), $(cat "$DIR/cpus") CPUs each; controller $CTL at $NET.1"
     say "for sbatch/srun/sinfo:  export SLURM_CONF=$DIR/slurm.conf"
 }
@@ -286,12 +335,8 @@ cmd_down() {
     done
     pkill -KILL -f "slurmctld -D -f $DIR/slurm.conf" 2>/dev/null || true   # if TERM to its pid file's pid did not end it
     ip link delete "$BRIDGE" 2>/dev/null || true
-    if grep -q "$HOSTS_MARK" /etc/hosts 2>/dev/null; then
-        # In place (not sed -i's rename): /etc/hosts may be a bind mount.
-        grep -v "$HOSTS_MARK" /etc/hosts >"/tmp/ert-cluster-hosts.$$" || true
-        cat "/tmp/ert-cluster-hosts.$$" >/etc/hosts
-        rm -f "/tmp/ert-cluster-hosts.$$"
-    fi
+    remove_names
+    remove_hydra_leftovers
     if [ -e "$DIR/started-munge" ]; then
         pkill -x munged 2>/dev/null || true
     fi
@@ -303,6 +348,19 @@ cmd_down() {
     fi
     rm -rf "$DIR"
     say "down: no hosts, no Slurm daemons, no $DIR"
+}
+
+remove_hydra_leftovers() {
+    # MPICH's hydra (mpiexec and its proxies, run on the hosts) writes /tmp/hydra_hwloc_xmlfile_* and
+    # removes it when it ends, but not when it is killed; /tmp is shared by the hosts (run directories live
+    # there).  Removed: those made while this rig was up that no process holds open, a few seconds old (a
+    # job elsewhere on this machine reads its own within milliseconds of making it).  The hosts' /dev/shm
+    # needs nothing: it goes with their namespaces.
+    [ -e "$DIR/up" ] || return 0
+    local f
+    for f in $(find /tmp -maxdepth 1 -name 'hydra_*' -newer "$DIR/up" ! -newermt '5 seconds ago' 2>/dev/null); do
+        if ! ls -l /proc/[0-9]*/fd 2>/dev/null | grep -qF -- "$f"; then rm -f -- "$f"; fi
+    done
 }
 
 cmd_status() {

@@ -174,3 +174,19 @@ def test_ert_analyze_of_a_bare_zen4_run_shows_rated_l2_l3_and_why_no_dram(tmp_pa
     assert got[("L3", "rw")]["gbytes_per_s"] == pytest.approx(472.6)
     assert got[("DRAM", "ro")]["derivation"].startswith("no rated value: the run recorded none")
     assert "[" in proc.stdout and "no rated value: the run recorded none" in proc.stdout
+
+
+def test_a_low_ceiling_of_more_threads_than_cpus_blames_the_oversubscription_not_the_kernel():
+    cfg = from_dict({"backend": "numba-cpu", "precisions": ["fp64"], "threads": 2})
+    meta = {"threads_per_rank": 2, "ranks": 1, "caches_reported": CACHES, "config": cfg.to_dict(),
+            "backend_info": {"rated": RATED}, "cpus_usable": 1}
+    doc = build(RawData(path=None, header={"metadata": meta, "planned_points": 1},
+                        points=[_point(FMA, 65536, 100.0)], ends=[]))
+    (warning,) = [w for w in doc["warnings"] if "of the rated" in w]
+    assert warning.endswith("2 threads took turns on 1 cpus (oversubscribed), so this is not the hardware's "
+                            "limit; measure with at most 1 threads")
+    assert "the kernel, not the hardware" not in warning
+    meta["cpus_usable"] = 2  # as many threads as cpus: the kernel's, as before
+    doc = build(RawData(path=None, header={"metadata": meta, "planned_points": 1},
+                        points=[_point(FMA, 65536, 100.0)], ends=[]))
+    assert any(w.endswith("the kernel, not the hardware, limits it") for w in doc["warnings"])

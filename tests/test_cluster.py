@@ -258,9 +258,36 @@ def test_a_bad_watchdog_setting_is_one_line_before_anything_runs(cluster, tmp_pa
     assert not (tmp_path / "run" / "raw.jsonl").exists()
 
 
+def test_each_host_has_its_own_dev_shm(cluster):
+    # MPICH leaves its segments in /dev/shm when a job is killed; real hosts do not share them (issue 35).
+    name = f"mpich_shm_ert_test_{os.getpid()}"
+    try:
+        made = subprocess.run(["bash", str(SCRIPT), "exec", "node1", "touch", f"/dev/shm/{name}"], env=_env(),
+                              cwd=REPO, capture_output=True, text=True, timeout=30)
+        assert made.returncode == 0, made.stderr
+        seen = {node: subprocess.run(["bash", str(SCRIPT), "exec", node, "ls", "/dev/shm"], env=_env(), cwd=REPO,
+                                     capture_output=True, text=True, timeout=30).stdout.split()
+                for node in ("node1", "node2")}
+        assert name in seen["node1"] and name not in seen["node2"]
+        assert not Path(f"/dev/shm/{name}").exists()  # nor this machine's
+    finally:
+        Path(f"/dev/shm/{name}").unlink(missing_ok=True)
+
+
 def test_down_removes_everything_and_is_idempotent(cluster):
     # Last in this module: the rig goes down here (and again, harmlessly, in the fixture's teardown).
+    # What a killed hydra leaves in /tmp while the rig is up goes with it; older files are not the rig's.
+    left = Path(f"/tmp/hydra_hwloc_xmlfile_erttest{os.getpid()}")
+    older = Path(f"/tmp/hydra_hwloc_xmlfile_ertold{os.getpid()}")
+    left.write_text("<topology/>")
+    older.write_text("<topology/>")
+    since = (STATE / "up").stat().st_mtime
+    time.sleep(max(0.0, since + 7 - time.time()))  # made while the rig was up, and by now 5 s old
+    os.utime(left, (since + 1, since + 1))
+    os.utime(older, (since - 60, since - 60))
     first = _rig("down", timeout=60)
+    assert not left.exists() and older.exists()
+    older.unlink()
     second = _rig("down", timeout=60)
     assert first.returncode == 0 and second.returncode == 0
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -270,3 +297,25 @@ def test_down_removes_everything_and_is_idempotent(cluster):
     assert "ert local-cluster" not in Path("/etc/hosts").read_text()
     status = _rig("status")
     assert status.returncode == 3 and "down" in status.stdout
+
+
+def test_a_failed_up_leaves_no_bridge_or_munged_behind():
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    if subprocess.run(["ip", "link", "show", "ertbr0"], capture_output=True).returncode == 0:
+        pytest.skip("a local cluster is up")
+    munge_before = subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0
+    env = _env(ERT_CLUSTER_NET="10.77.999")  # no such network: up fails after the bridge and munged started
+    proc = subprocess.run(["bash", str(SCRIPT), "up"], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=REPO)
+    try:
+        assert proc.returncode != 0
+        assert "up failed: undid what it made" in proc.stderr
+        assert subprocess.run(["ip", "link", "show", "ertbr0"], capture_output=True).returncode != 0
+        assert "ert-node" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        munge_after = subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0
+        assert munge_after == munge_before
+        assert "ert local-cluster" not in Path("/etc/hosts").read_text()
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True, timeout=60, env=env, cwd=REPO)

@@ -91,6 +91,17 @@ def test_an_error_before_the_sweep_is_printed_once(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("variable, value, levels", [("ERT_INJECT_FAULT", "rank=1,pt=3", "memory"),
+                                                    ("ERT_TEST_NODE_ID", "a,b,c", "network")])
+def test_a_bad_test_override_is_printed_once_not_by_every_rank(tmp_path, variable, value, levels):
+    proc = mpiexec(ert_run(), TINY, "--out", tmp_path / "r", "-q", "--levels", levels, env={variable: value},
+                   timeout=120)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"ert-run: error: {variable}: expected "), proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()
+
+
 def test_a_failure_on_one_rank_aborts_the_job_with_one_message(tmp_path):
     run_dir = tmp_path / "run"
     start = time.monotonic()
@@ -99,7 +110,8 @@ def test_a_failure_on_one_rank_aborts_the_job_with_one_message(tmp_path):
     assert time.monotonic() - start < 30
     assert proc.returncode != 0
     ours = [line for line in proc.stderr.splitlines() if line.startswith("ert-run: error")]
-    assert ours == ["ert-run: error: rank 1: InjectedFault: injected fault (ERT_INJECT_FAULT) in point 3"], proc.stderr
+    assert ours == ["ert-run: error: rank 1: InjectedFault: injected fault (ERT_INJECT_FAULT) in point 3; the points "
+                    f"measured are kept: resume with: ert-run --resume {run_dir}"], proc.stderr
     assert "Traceback" not in proc.stderr
     # The two points finished before the fault are on disk; no ceilings were written.
     assert len(point_records(run_dir)) == 2

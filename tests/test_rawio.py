@@ -148,20 +148,23 @@ def test_a_stage_frame_appends_files_its_records_and_ends_with_its_stage(tmp_pat
     assert on_disk.ends[0]["stage"] == "transfers" and "stage" not in end_record(wall_seconds=1.0)
 
 
-def test_ctrl_c_inside_a_frame_is_an_interrupted_stage_and_an_error_writes_no_end(tmp_path):
+def test_ctrl_c_or_an_error_inside_a_frame_is_an_interrupted_stage_and_an_error_says_why(tmp_path):
     log = _new_log(tmp_path)
     with log.stage(None, done=lambda data: set(),
                    ending=lambda interrupted: {"interrupted": interrupted}) as frame:
         raise KeyboardInterrupt
-    assert frame.interrupted
-    with pytest.raises(RuntimeError):
-        with log.stage("transfers", done=lambda data: set(), ending=lambda interrupted: {}):
-            raise RuntimeError("a failing stage")
+    assert frame.interrupted and frame.reason is None
+    with pytest.raises(MemoryError):  # the error goes on to the CLI, after the end record says why
+        with log.stage("transfers", done=lambda data: set(),
+                       ending=lambda interrupted: {"interrupted": interrupted}) as failed:
+            raise MemoryError("Unable to allocate 1.00 PiB\nsecond line")
+    assert failed.interrupted and failed.reason == "MemoryError: Unable to allocate 1.00 PiB"
     with log.stage("sustain", done=lambda data: set(), ending=lambda interrupted: None):
         raise KeyboardInterrupt  # a stage that writes no end record when cut short
     log.close()
     assert [{k: v for k, v in e.items() if k != "wall_seconds"} for e in read_raw(tmp_path).ends] == [
-        {"type": "end", "interrupted": True}]
+        {"type": "end", "interrupted": True},
+        {"type": "end", "stage": "transfers", "interrupted": True, "reason": "MemoryError: Unable to allocate 1.00 PiB"}]
 
 
 def test_only_the_writing_rank_holds_the_records_and_every_rank_gets_the_done_ids(tmp_path):

@@ -313,3 +313,129 @@ def test_resume_refuses_other_threads(tiny_copy):
     proc = run_cmd("ert-run", "--resume", tiny_copy, "--threads", threads + 1)
     lines = stderr_lines(proc)
     assert proc.returncode == 2 and len(lines) == 1 and "--threads" in lines[0]
+
+
+# --------------------------------------------------------------------------- one run per directory (issue 35)
+# Five points of one kernel: seconds, not a minute, for the tests that run whole sweeps.
+MICRO = {"backend": "numba-cpu", "precisions": ["fp64"], "flops_per_element": [1], "fma": "on", "access": ["rw"],
+         "working_set": {"min_bytes": 16384, "max_bytes": 262144, "growth": 2.0},
+         "timing": {"min_seconds": 0.002, "repeats": 3, "noise_threshold": 0.25, "max_remeasure": 0},
+         "threads": "auto"}
+
+
+def start(*args, env=None) -> subprocess.Popen:
+    return subprocess.Popen([command("ert-run"), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **(env or {})})
+
+
+def test_two_concurrent_resumes_one_runs_the_other_exits_2_and_nothing_is_measured_twice(tiny_copy):
+    raw = tiny_copy / "raw.jsonl"
+    lines = raw.read_text().splitlines(keepends=True)
+    raw.write_text("".join(lines[:-7]))  # as if killed: 6 points and the end missing
+    (tiny_copy / "ceilings.json").unlink()
+    procs = [start("--resume", tiny_copy, "-q") for _ in range(2)]
+    results = [(proc.wait(timeout=240), *proc.communicate()) for proc in procs]
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 2], results
+    loser = next(err for code, _, err in results if code == 2)
+    winner = next(proc for proc, (code, _, _) in zip(procs, results) if code == 0)
+    assert loser.strip().splitlines() == [
+        f"ert-run: error: {tiny_copy}: --resume: in use by another ert-run (pid {winner.pid} on host "
+        f"{__import__('socket').gethostname()}); wait for it to end, or choose another directory"]
+    counts = Counter(r["id"] for r in point_records(tiny_copy))
+    assert max(counts.values()) == 1 and len(counts) == len(planned_ids(tiny_copy))
+    assert sum(1 for r in raw_records(tiny_copy) if r["type"] == "header") == 1
+    assert not (tiny_copy / ".ert-run.lock").exists()  # let go at the end
+
+
+def test_two_runs_into_one_out_one_runs_the_other_exits_2(tmp_path):
+    cfg = write_config(tmp_path / "micro.yaml", MICRO)
+    out = tmp_path / "run"
+    procs = [start(cfg, "--out", out, "-q") for _ in range(2)]
+    results = [(proc.wait(timeout=240), proc.communicate()[1]) for proc in procs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    loser = next(err for code, err in results if code == 2).strip().splitlines()
+    assert len(loser) == 1 and loser[0].startswith(f"ert-run: error: {out}: --out: "), loser
+    assert "in use by another ert-run (pid" in loser[0] or "already holds a run" in loser[0]
+    records = raw_records(out)
+    assert sum(1 for r in records if r["type"] == "header") == 1
+    assert len({r["id"] for r in records if r["type"] == "point"}) == len(point_records(out))
+
+
+def test_resume_with_an_edited_config_yaml_exits_2_naming_the_key(tiny_copy):
+    config = tiny_copy / "config.yaml"
+    import yaml
+
+    data = yaml.safe_load(config.read_text())
+    data["working_set"]["max_bytes"] = 8388608  # a user's edit between the kill and the resume
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = (tiny_copy / "raw.jsonl").read_text()
+    proc = run_cmd("ert-run", "--resume", tiny_copy, "-q")
+    assert proc.returncode == 2
+    assert stderr_lines(proc) == [f"ert-run: error: {config}: working_set.max_bytes: 8388608 here, 4194304 in the "
+                                  f"run's header (raw.jsonl): resuming would mix two sweeps; restore it, delete it "
+                                  f"(rebuilt from the header), or start a new run"]
+    assert (tiny_copy / "raw.jsonl").read_text() == before
+
+
+def test_resume_rebuilds_a_deleted_config_yaml_from_the_header(tiny_copy):
+    original = load(tiny_copy / "config.yaml")
+    (tiny_copy / "config.yaml").unlink()
+    proc = resume(tiny_copy)
+    assert f"ert-run: {tiny_copy / 'config.yaml'} was missing: rebuilt from raw.jsonl's header" in proc.stderr
+    assert load(tiny_copy / "config.yaml") == original
+
+
+@pytest.mark.parametrize("how", ["--resume", "--restart"])
+def test_a_run_killed_before_its_header_is_no_dead_end(tmp_path, how):
+    from ert.config import from_dict
+    from ert.measure import rundir
+
+    run = tmp_path / "run"
+    rundir.create(run, from_dict({**MICRO, "threads": 2}))  # config.yaml (resolved) written, then killed (or the disk full) mid-header
+    (run / "raw.jsonl").write_text('{"type":"header","raw_version":"1.0","meta')
+    args = ("--resume", run) if how == "--resume" else (write_config(tmp_path / "micro.yaml", MICRO), "--out", run,
+                                                           "--restart")
+    proc = run_cmd("ert-run", *args, "-q", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    records = raw_records(run)
+    assert records[0]["type"] == "header" and records[-1]["type"] == "end"
+    assert (run / "ceilings.json").exists()
+
+
+def test_a_sweep_that_raises_ends_interrupted_with_why_in_one_line_and_resumes(tmp_path):
+    cfg = write_config(tmp_path / "micro.yaml", MICRO)
+    out = tmp_path / "run"
+    proc = run_cmd_env(("ert-run", cfg, "--out", out, "-q"), {"ERT_INJECT_FAULT": "rank=0,point=3"})
+    assert proc.returncode == 2
+    reason = "InjectedFault: injected fault (ERT_INJECT_FAULT) in point 3"
+    assert stderr_lines(proc)[-1] == (f"ert-run: error: {reason}; the points measured are kept: resume with: "
+                                      f"ert-run --resume {out}")
+    assert "Traceback" not in proc.stderr and sum("error" in line for line in stderr_lines(proc)) == 1
+    end = raw_records(out)[-1]
+    assert end["type"] == "end" and end["interrupted"] is True and end["reason"] == reason
+    before = {r["id"]: r for r in point_records(out)}
+    assert len(before) == 2
+    resume(out)
+    assert_complete_and_unchanged(out, before)
+
+
+def run_cmd_env(args, env) -> subprocess.CompletedProcess:
+    return subprocess.run([command(args[0]), *map(str, args[1:])], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **env})
+
+
+def test_more_threads_than_cpus_is_a_warning_in_the_run_and_in_ceilings_json(tmp_path):
+    from ert.warning_codes import coded_warnings
+
+    cpus = len(os.sched_getaffinity(0))
+    cfg = write_config(tmp_path / "micro.yaml", MICRO)
+    proc = run_cmd("ert-run", cfg, "--out", tmp_path / "run", "--threads", 2 * cpus, "-q", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    text = f"{2 * cpus} threads on {cpus} cpus: oversubscribed; these are not the machine's ceilings"
+    assert f"ert-run: warning: {text}" in stderr_lines(proc)
+    doc = load_ceilings(tmp_path / "run" / "ceilings.json")
+    assert doc["metadata"]["cpus_usable"] == cpus
+    coded = {w.text: w for w in coded_warnings(doc)}
+    assert coded[text].code == "threads-oversubscribed" and coded[text].group == "act"
+    assert not any("the kernel, not the hardware" in w for w in doc["warnings"]), doc["warnings"]

@@ -84,12 +84,17 @@ def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
             factor *= occupied / (ranks * cores)
             note = (f" (for {occupied} core(s) in all: {ranks} ranks x {cores} core(s), but ranks of one host "
                     f"share cores)")
+    cpus = meta.get("cpus_usable")
+    # More threads than cpus: they took turns, so a ceiling below rated says nothing of the kernel or the chip.
+    over = (f"{threads_per_rank} threads took turns on {cpus} cpus (oversubscribed), so this is not the "
+            f"hardware's limit; measure with at most {cpus} threads"
+            if rated.get("per_core") and isinstance(cpus, int) and 0 < cpus < threads_per_rank else None)
     out = {"compute": {}, "memory": {}}
     for entry in rated.get("compute", []):
         value = entry.get("gflops_per_s")
         out["compute"][compute_key(entry)] = {
             "gflops_per_s": round(value * factor, 1) if value else None,
-            "derivation": _rescaled(entry, factor, note)}
+            "derivation": _rescaled(entry, factor, note), "oversubscribed": over}
     # Tensor-core peaks: one GPU per rank, keyed by the MMA's input type.
     out["tensor"] = {}
     for entry in rated.get("tensor", []):
@@ -104,7 +109,7 @@ def scaled_rated(meta: dict, *, threads_per_rank: int) -> dict | None:
                       else (factor, note))
         out["memory"][(entry.get("level"), entry.get("access"))] = {
             "gbytes_per_s": round(value * scale, 1) if value else None,
-            "derivation": _rescaled(entry, scale, why), "scope": entry.get("scope")}
+            "derivation": _rescaled(entry, scale, why), "scope": entry.get("scope"), "oversubscribed": over}
     return out
 
 
@@ -285,7 +290,8 @@ def _attach(ceiling: dict, rated_entry: dict | None, key: str, name: str, unit: 
     ceiling["rated"] = {key: value, "ratio": ratio, "derivation": rated_entry.get("derivation", "")}
     if warn and ratio is not None and ratio < BELOW_RATED:
         noisy = ceiling.get("noisy") or (ceiling.get("noisy_points", 0) * 2 > ceiling.get("n_points", 1))
-        cause = ("most of its points stayed noisy: other work sharing the cores may be the limit; measure again"
+        cause = rated_entry.get("oversubscribed") or (
+                 "most of its points stayed noisy: other work sharing the cores may be the limit; measure again"
                  if noisy else "other work sharing the host's memory (a shared or virtual host?) or the kernel "
                  "limits it" if rated_entry.get("scope") == "host" else "the kernel, not the hardware, limits it")
         return [warning_codes.warn("below-rated",

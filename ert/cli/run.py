@@ -24,6 +24,9 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", metavar="NAME", help="override the config's backend (see `ert backends`)")
     p.add_argument("--out", metavar="DIR", help="the run directory to create (refused if it already holds a run)")
     p.add_argument("--resume", metavar="RUN_DIR", help="measure only the points missing from RUN_DIR/raw.jsonl")
+    p.add_argument("--restart", action="store_true",
+                   help="with --out DIR: start DIR afresh although a run began there, provided it measured nothing "
+                        "(its raw.jsonl holds no header: it ended first)")
     p.add_argument("--threads", metavar="N[,N...]", type=_thread_counts,
                    help="threads per rank (overrides the config); a list such as 1,2 sweeps each count "
                         "(thread scaling; the largest gives the top-level ceilings)")
@@ -144,21 +147,36 @@ def _agreed(comm, func):
 
 
 def _prepare_run(args, comm, placement):
-    """(resolved config, run directory, resume?) from the command line; ErtError for every user fault."""
+    """(resolved config, run directory, resume?) from the command line; ErtError for every user fault.
+
+    No collectives here (it runs under ``_agreed``).  A resume's config is read
+    later (``_resumed_config``), once rank 0 holds the directory and has checked
+    it; a new run without ``--out`` gets its directory from ``_claim``.
+    """
     if args.resume and args.config:
         raise ErtError("give either CONFIG or --resume RUN_DIR, not both", key="--resume")
     if args.resume and args.out:
         raise ErtError("--out names a new run; --resume continues an existing one", key="--out")
+    if args.restart and not args.out:
+        raise ErtError("--restart starts an --out DIR afresh; give --out DIR", key="--restart")
     if args.resume:
-        return _resumed_run(args), Path(args.resume), True
-    return (*_new_run(args, comm, placement), False)
+        return None, Path(args.resume), True
+    return (*_new_run(args, placement), False)
 
 
-def _resumed_run(args):
+def _claim(cfg, run_dir: Path | None, *, resume: bool, restart: bool, comm):
+    """Rank 0 takes the run directory for this run alone (``ert.measure.rundir.claim``); None on other ranks."""
+    from ert.measure import rundir
+
+    if comm.rank != 0:
+        return None
+    return rundir.claim(run_dir, output_dir=cfg.output_dir if cfg else None, resume=resume, restart=restart)
+
+
+def _resumed_config(args, run_dir: Path):
     """The config of the run to resume; ErtError if the command line asks to change it."""
     from ert.measure import rundir
 
-    run_dir = Path(args.resume)
     cfg = rundir.load_config(run_dir)
     if args.backend and args.backend != cfg.backend:
         raise ErtError(f"the run used backend '{cfg.backend}'; a resume cannot switch to '{args.backend}'",
@@ -178,8 +196,8 @@ def _resumed_run(args):
     return cfg
 
 
-def _new_run(args, comm, placement):
-    """(resolved config, new run directory) from CONFIG (or the packaged default) and the flags."""
+def _new_run(args, placement):
+    """(resolved config, ``--out`` DIR or None) from CONFIG (or the packaged default) and the flags."""
     from ert import config as config_mod
     from ert.cli import select
     from ert.measure import rundir
@@ -197,12 +215,13 @@ def _new_run(args, comm, placement):
     cfg = select.resolve(cfg, source=source, backend_flag=bool(args.backend), placement=placement)
     if args.device:
         cfg = select.with_device(cfg, args.device)
-    if args.out:
-        run_dir = Path(args.out)
-        rundir.check_new(run_dir)
+    if not args.out:
+        return cfg, None  # rank 0 names and creates it (``_claim``): clocks and host names differ between ranks
+    run_dir = Path(args.out)
+    if args.restart:
+        rundir.check_restart(run_dir)
     else:
-        # Rank 0 names the directory (clock and host name differ between ranks).
-        run_dir = comm.bcast(rundir.new_run_dir(cfg.output_dir) if comm.rank == 0 else None)
+        rundir.check_new(run_dir)  # early, before a backend starts; again under the lock (``_claim``)
     return cfg, run_dir
 
 
@@ -216,10 +235,41 @@ def cmd_run(args) -> int:
         # Before anything starts threads: this rank's own cores, pinned.
         placement = placement_mod.place(comm)
         placement_mod.apply(placement)
+    from ert.measure.metadata import usable_cpus
+
+    usable_cpus()  # read now, before a backend's threads bind this one to a cpu
     cfg, run_dir, resume = _agreed(comm, lambda: _prepare_run(args, comm, placement))
+    claim = _agreed(comm, lambda: _claim(cfg, run_dir, resume=resume, restart=args.restart, comm=comm))
+    try:
+        if comm.size > 1:  # rank 0 holds the directory; every rank learns its name (and whether it starts afresh)
+            run_dir, fresh = comm.bcast((claim.run_dir, claim.fresh) if claim else None)
+        else:
+            run_dir, fresh = claim.run_dir, claim.fresh
+        if claim:
+            for note in claim.notes:
+                print(f"ert-run: {note}", file=sys.stderr)
+        if resume:
+            cfg = _agreed(comm, lambda: _resumed_config(args, run_dir))
+            resume = not fresh
+        return _run_claimed(args, cfg, run_dir, claim, comm=comm, resume=resume, placement=placement)
+    finally:
+        if claim:
+            claim.let_go()
+
+
+def _run_claimed(args, cfg, run_dir: Path, claim, *, comm, resume: bool, placement) -> int:
+    """The run, once rank 0 holds its directory: measured, analysed and reported; a failure ends every rank."""
+    raw = claim.raw if claim else None
     if comm.size == 1:
-        return _report(args, run_dir, _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet,
-                                               placement=placement, verbose=args.verbose), rank=comm.rank)
+        try:
+            code = _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement,
+                            verbose=args.verbose, raw=raw)
+        except (ErtError, OSError):
+            raise  # the user's to fix (a full disk, a bad file): one line from the CLI
+        except Exception as exc:  # noqa: BLE001 - a sweep that raised (MemoryError, a fault): one line, resumable
+            print(f"ert-run: error: {_one_line(exc)}{_resume_hint(run_dir)}", file=sys.stderr)
+            return 2
+        return _report(args, run_dir, code, rank=comm.rank)
     from ert.measure import watchdog
 
     # Over several hosts: a host that dies or is cut off ends the job within seconds, named.
@@ -232,7 +282,7 @@ def cmd_run(args) -> int:
         print(f"ert-run: {'warning: ' if not guard.proc else ''}{guard.note}", file=sys.stderr)
     try:
         result = _execute(cfg, run_dir, comm=comm, resume=resume, quiet=args.quiet, placement=placement,
-                          verbose=args.verbose)
+                          verbose=args.verbose, raw=raw)
         guard.close()
         return _report(args, run_dir, result, rank=comm.rank)
     except QuietExit:
@@ -243,10 +293,18 @@ def cmd_run(args) -> int:
         # Abort, which ends every rank (and mpiexec) instead of hanging it.
         guard.close()
         interrupted = isinstance(exc, KeyboardInterrupt)
-        what = "interrupted" if interrupted else f"error: rank {comm.rank}: {_one_line(exc)}"
+        what = "interrupted" if interrupted else f"error: rank {comm.rank}: {_one_line(exc)}{_resume_hint(run_dir)}"
         print(f"ert-run: {what}", file=sys.stderr)
         comm.abort(130 if interrupted else 2)
         raise  # not reached
+
+
+def _resume_hint(run_dir: Path) -> str:
+    """The tail of an error line after the sweep began: how to go on from the points raw.jsonl keeps."""
+    from ert.rawio import RAW_NAME
+
+    return f"; the points measured are kept: resume with: ert-run --resume {run_dir}" if (
+        run_dir / RAW_NAME).exists() else ""
 
 
 def _report(args, run_dir: Path, code: int, *, rank: int) -> int:
@@ -259,11 +317,15 @@ def _report(args, run_dir: Path, code: int, *, rank: int) -> int:
     return code
 
 
-def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None, verbose: bool = False) -> int:
-    """One run, stage by stage: backend, plan, run directory, measuring, analysis and report."""
+def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=None, verbose: bool = False,
+             raw=None) -> int:
+    """One run, stage by stage: backend, plan, run directory, measuring, analysis and report.
+
+    ``raw``: a resumed run's raw data (rank 0 read it, holding the directory's lock).
+    """
     from ert.rawio import RawLog
 
-    cfg, backend, skipped_warning, raw = _open_backend(cfg, run_dir, comm=comm, resume=resume)
+    cfg, backend, skipped_warning = _open_backend(cfg, run_dir, comm=comm, raw=raw)
     points = _plan(cfg, backend, comm=comm) if "memory" in cfg.levels else []
     rank_warnings = _rank_warnings(backend, skipped_warning, comm=comm, placement=placement)
     header = None if resume else _start_run_dir(cfg, run_dir, backend, comm=comm, placement=placement,
@@ -296,29 +358,31 @@ def _make_backend(cfg, threads: int, comm):
     return backend
 
 
-def _open_backend(cfg, run_dir: Path, *, comm, resume: bool):
-    """(config with the precisions it can run, the backend, a warning or None, the resumed run's raw data or
-    None), agreed on by every rank.
+def _open_backend(cfg, run_dir: Path, *, comm, raw=None):
+    """(config with the precisions it can run, the backend, a warning or None), agreed on by every rank.
 
-    A resume is refused here (rank 0) when the hardware differs from the run's;
-    the raw file read for that is the run's one read (``ert.rawio.RawLog``).
+    A resume (``raw``: the run's raw data, on rank 0) is refused here when the
+    hardware differs from the run's; a test override that cannot be read is
+    refused here too, once, for every rank.
     """
-    from ert.measure import faults, rundir
+    from ert.measure import faults, network, rundir
     from ert.measure.precisions import supported_precisions
-    from ert.rawio import read_raw
 
     def setup():
+        faults.check()
+        if "network" in cfg.levels and comm.size > 1 and network.node_override():
+            network.node_id(comm.rank, comm.size, "", network.node_override())  # ErtError if malformed
         backend = _make_backend(cfg, cfg.threads, comm)
-        raw = None
-        if resume and comm.rank == 0:
-            raw = read_raw(run_dir)
-            rundir.refuse_other_hardware(raw.header["metadata"], run_dir, threads=cfg.threads,
-                                         ranks=comm.size, device=backend.describe().get("device", ""))
-        return backend, raw
+        if raw is not None:
+            notes = rundir.refuse_other_hardware(raw.header["metadata"], run_dir, threads=cfg.threads,
+                                                 ranks=comm.size, device=backend.describe().get("device", ""))
+            for note in notes:
+                print(f"ert-run: warning: {note}", file=sys.stderr)
+        return backend
 
-    backend, raw = _agreed(comm, setup)
+    backend = _agreed(comm, setup)
     cfg, skipped_warning = _agreed(comm, lambda: supported_precisions(cfg, backend))
-    return cfg, faults.maybe_wrap(backend, rank=comm.rank), skipped_warning, raw
+    return cfg, faults.maybe_wrap(backend, rank=comm.rank), skipped_warning
 
 
 def _plan(cfg, backend, *, comm):
@@ -336,11 +400,25 @@ def _rank_warnings(backend, skipped_warning, *, comm, placement) -> list:
     from ert.measure.comm import merge_rank_warnings, shared_device_warnings
 
     own_warnings = list(placement.warnings if placement else []) + list(backend.warnings)
+    own_warnings += _oversubscribed(backend)
     own_warnings += [skipped_warning] if skipped_warning else []
     # Whether ranks share a device, from the device each rank really holds.
     own_warnings += shared_device_warnings(comm.allgather((socket.gethostname(), backend.device_id)),
                                            comm.rank)
     return merge_rank_warnings(comm.allgather(own_warnings))
+
+
+def _oversubscribed(backend) -> list:
+    """This rank's warning when its CPU backend runs more threads than the cpus it may use: the threads take
+    turns, and the rates are shares of those cpus, not the machine's ceilings."""
+    from ert.measure.metadata import usable_cpus
+    from ert.warning_codes import warn
+
+    cpus = usable_cpus()
+    if getattr(backend, "name", "") != "numba-cpu" or backend.threads <= cpus:
+        return []
+    return [warn("threads-oversubscribed", f"{backend.threads} threads on {cpus} cpus: oversubscribed; these are "
+                                           f"not the machine's ceilings")]
 
 
 def _start_run_dir(cfg, run_dir: Path, backend, *, comm, placement, rank_warnings, planned_points) -> dict:

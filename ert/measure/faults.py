@@ -54,6 +54,14 @@ class _Faulty:
         return self._inner.run(trials)
 
 
+def check() -> None:
+    """ErtError if ERT_INJECT_FAULT is set but malformed: every rank checks it before the sweep, and the CLI
+    says it once (``ert.cli.run._agreed``), not once per rank."""
+    text = os.environ.get(VARIABLE)
+    if text:
+        parse(text)
+
+
 def maybe_wrap(backend, *, rank: int):
     """``backend`` itself, or a failing wrapper where ERT_INJECT_FAULT names this rank."""
     text = os.environ.get(VARIABLE)

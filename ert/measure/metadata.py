@@ -8,6 +8,7 @@ the network's nodes and pairs, and the planned size of the sweep.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import socket
@@ -76,6 +77,19 @@ def load_average() -> dict:
     return {"load_average_at_start": {"load1": round(load1, 2), "cpus": os.cpu_count() or 1}}  # the whole host
 
 
+@functools.lru_cache(maxsize=None)
+def usable_cpus() -> int:
+    """The cpus this process may run on (its affinity mask; the whole host where there is none).
+
+    Read once, before a backend starts threads (``ert-run`` asks first thing, after placing the rank): an
+    OpenMP runtime binds the calling thread to one cpu, and the mask then reads 1.
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def run_header(cfg, *, backend, comm, placement, rank_warnings: list, planned_points: int) -> dict:
     """The header of a new run: {"metadata", "planned_points", ...} (``ert.rawio.header_record`` adds its type).
 
@@ -88,6 +102,8 @@ def run_header(cfg, *, backend, comm, placement, rank_warnings: list, planned_po
     meta = collect(config=cfg, backend_info=backend.describe(), ranks=comm.size, threads_per_rank=cfg.threads,
                    hosts=sorted(set(hosts)))
     meta["ranks_per_host"] = {h: hosts.count(h) for h in sorted(set(hosts))}
+    # The fewest cpus any rank may use: more threads than this take turns (the analysis says so, schema 1.10).
+    meta["cpus_usable"] = min(comm.allgather(usable_cpus()))
     if comm.size > 1:
         meta["mpi_library"] = comm.library()
         meta["placement"] = placements
