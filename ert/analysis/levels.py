@@ -22,7 +22,7 @@ memory level.  The rules, applied in this order (docs/method.md states them too)
 3. Ramp: in the first cache's level, the plateaus before its fastest one that
    end below the first cache's capacity / 1.5 are the kernel's fixed per-call
    overhead at tiny working sets; so are the leading points of its first
-   plateau that lie significantly below the rest (plateaus.split_ramp: the
+   plateau that lie significantly below the rest (level_spans.split_ramp: the
    last more than 2 sigma, all of them more than 1 sigma below the median
    of the points past them), and the points before the level that the fit
    made no plateau of when their median is clearly slower.  The ramp is left
@@ -49,7 +49,8 @@ from typing import Sequence
 from ..hwinfo import CacheInfo, aggregate_capacity_bytes
 from ..units import human_bytes as fmt_bytes
 from ..warning_codes import warn
-from .plateaus import Plateau, cover_to_end, local_noise, merge_plateaus, points_before, split_ramp
+from .level_spans import cover_to_end, merge_plateaus, points_before, split_ramp
+from .plateaus import Curve, Plateau, local_noise
 
 # A break within this factor of a cache's aggregate capacity matches it.
 # Beyond it the hint and the measurement disagree and a warning says so: a VM
@@ -430,6 +431,7 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
                  first: bool, ramp_below: float, curve: tuple) -> tuple[NamedLevel, list[str]]:
     """One level from its draft: rules 3-5 (ramp, merged cache level, memory modes); (level, its warnings)."""
     wss_bytes, gbytes_per_s, noisy = curve
+    points = Curve.of(wss_bytes, gbytes_per_s, noisy) if wss_bytes is not None and gbytes_per_s is not None else None
     pieces = [plateaus[k] for k in d.positions]
     warnings: list[str] = []
     ramp: list[Plateau] = []
@@ -451,20 +453,20 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
                 ramp.append(pieces[len(ramp)])
             pieces = pieces[len(ramp):]
             # A smooth rise can also sit inside the first plateau left (needs the curve's points).
-            if wss_bytes is not None and gbytes_per_s is not None and pieces[0].wss_bytes[0] < ramp_below:
-                sustained, inner = split_ramp(wss_bytes, gbytes_per_s, pieces[0], noisy=noisy)
+            if points is not None and pieces[0].wss_bytes[0] < ramp_below:
+                sustained, inner = split_ramp(points, pieces[0])
                 if inner is not None:
                     ramp.append(inner)
                     pieces[0] = sustained
             # Points before the level that the fit made no plateau of: a ramp too, when clearly slower.
-            if not ramp and wss_bytes is not None and gbytes_per_s is not None:
-                lead = points_before(wss_bytes, gbytes_per_s, pieces[0], noisy=noisy)
+            if not ramp and points is not None:
+                lead = points_before(points, pieces[0])
                 slow = max(2 * pieces[0].spread / _SPREAD_TO_SIGMA, _RAMP_MIN_DROP)
                 if lead is not None and lead.gbytes_per_s < pieces[0].gbytes_per_s * (1 - slow):
                     ramp.append(lead)
-            elif ramp and wss_bytes is not None and gbytes_per_s is not None:
+            elif ramp and points is not None:
                 # The ramp starts at the sweep's first point, whether or not the fit kept it.
-                lead = points_before(wss_bytes, gbytes_per_s, ramp[0], noisy=noisy, min_points=1)
+                lead = points_before(points, ramp[0], min_points=1)
                 if lead is not None:
                     ramp.insert(0, lead)
         value_from = max(pieces, key=lambda p: p.gbytes_per_s)
@@ -484,9 +486,9 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
                          f"({speeds} GB/s): a ramp of {name}, not a level; {name} is its sustained "
                          f"{value_from.gbytes_per_s:.4g} GB/s from {fmt_bytes(pieces[0].wss_bytes[0])}"))
     plateau = merge_plateaus(pieces, value_from=value_from, gbytes_per_s=gbytes_per_s, noisy=noisy)
-    if d.cache == _MEMORY and wss_bytes is not None and gbytes_per_s is not None:
+    if d.cache == _MEMORY and points is not None:
         # Rule 5: every point from the memory's first one to the sweep's end is the memory's, outliers too.
-        plateau = cover_to_end(wss_bytes, gbytes_per_s, plateau, noisy=noisy)
+        plateau = cover_to_end(points, plateau)
     return NamedLevel(name, plateau, basis, tuple(pieces) if len(pieces) > 1 else (), tuple(ramp)), warnings
 
 

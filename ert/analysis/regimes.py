@@ -72,7 +72,8 @@ import numpy as np
 
 from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, confirmed_roof
 from ert.analysis.levels import NamedLevel, cache_hints, fmt_bytes
-from ert.analysis.plateaus import Plateau, _log_noise, _median_cost_table, _partition
+from ert.analysis.plateaus import Plateau
+from ert.analysis.stepfit import log_noise, median_cost_table, optimal_partition
 from ert.hwinfo import CacheInfo
 from ert.spec import plateau_spread
 from ert.warning_codes import warn
@@ -122,8 +123,8 @@ def find_regimes(wss_bytes: Sequence[int], gbytes_per_s: Sequence[float], indice
     if fit.size < MIN_REGIME_POINTS:
         return []
     y = np.log(bw[fit])
-    sigma = max(_log_noise(y), _MIN_SIGMA)
-    segments = _partition(_median_cost_table(y), _PENALTY_SIGMAS_PER_LOG_N * sigma * math.log(max(y.size, 3)))
+    sigma = max(log_noise(y), _MIN_SIGMA)
+    segments = optimal_partition(median_cost_table(y), _PENALTY_SIGMAS_PER_LOG_N * sigma * math.log(max(y.size, 3)))
     same = max(_SAME_REGIME, _SAME_REGIME_SIGMAS * sigma)
     merged: list[list[int]] = []
     for start, end in segments:
