@@ -70,12 +70,14 @@ from typing import Sequence
 
 import numpy as np
 
+from ert.analysis.cache_match import cache_hints
 from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, confirmed_roof
-from ert.analysis.levels import NamedLevel, cache_hints, fmt_bytes
+from ert.analysis.levels import NamedLevel
 from ert.analysis.plateaus import Plateau
 from ert.analysis.stepfit import log_noise, median_cost_table, optimal_partition
 from ert.hwinfo import CacheInfo
 from ert.spec import plateau_spread
+from ert.units import human_bytes as fmt_bytes
 from ert.warning_codes import warn
 
 # A regime is at least this many neighbouring points: with one point in a
