@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ert.analysis.ceilings import build, caches_by_access  # noqa: E402
 from ert.analysis.confirm import mark_not_reproduced, noise_threshold  # noqa: E402
-from ert.analysis.levels import cache_hints  # noqa: E402
+from ert.analysis.cache_match import cache_hints  # noqa: E402
 from ert.measure.confirm import level_windows  # noqa: E402
 from ert.rawio import read_raw  # noqa: E402
 from ert.spec import rates  # noqa: E402

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from ert.backends import cuda as cuda_mod
+from ert.backends import cuda_device
 from ert.backends import cuda_host as host
 from ert.hardware import nvidia
 from ert.backends.check import NUMPY_DTYPE, replay_rw
@@ -571,7 +572,7 @@ def test_read_only_sums_are_zeroed_on_the_kernels_stream():
     """
     log: list = []
     fake = type("cupy", (), {"zeros": staticmethod(lambda count, dtype: _Array(count, log)), "float64": "f8"})
-    dev = object.__new__(cuda_mod.CupyDevice)
+    dev = object.__new__(cuda_device.CupyDevice)
     dev._cp, dev._stream, dev._sums = fake, _Stream("kernel stream"), None
     dev.zeroed_sums(100)   # allocates zeros
     dev.zeroed_sums(50)    # reuses: fill(0)
@@ -583,7 +584,7 @@ def test_install_names_the_cuda_headers():
     import tomllib
     from pathlib import Path
 
-    assert "cupy-cuda13x[ctk]" in cuda_mod.INSTALL_HINT and "toolkit" in cuda_mod.INSTALL_HINT
+    assert "cupy-cuda13x[ctk]" in cuda_device.INSTALL_HINT and "toolkit" in cuda_device.INSTALL_HINT
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     assert any(dep.startswith("cupy-cuda13x[ctk]") for dep in project["project"]["optional-dependencies"]["cuda"])
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()

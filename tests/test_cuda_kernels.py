@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ert.backends import cuda as cuda_mod
+from ert.backends import cuda_device
 from ert.backends import cuda_host as host
 from ert.hardware import nvidia
 from ert.spec import KernelSpec
@@ -161,7 +161,7 @@ def _ptxas_registers(arch: str, max_threads_per_sm: int) -> dict[str, tuple[int,
         # The options CuPy compiles with for such a GPU, beside the -D defines: the backend's and the ones
         # CuPy appends itself (-ftz=true, with which FP32 read+write spilled 8 bytes at 2 and 4 FLOPs).
         options = [o for o in host.compile_options(all_specs()[0], max_threads_per_sm=max_threads_per_sm)
-                   if not o.startswith("-D")] + [o.replace("--std=", "-std=") for o in cuda_mod.COMPILE_OPTIONS]
+                   if not o.startswith("-D")] + [o.replace("--std=", "-std=") for o in cuda_device.COMPILE_OPTIONS]
         options += cupy_appended_options()
         proc = subprocess.run([NVCC, "-cubin", "-std=c++17", f"-arch={arch}", *options, "-Xptxas", "-v", str(source),
                                "-o", str(Path(tmp) / "all.cubin")], capture_output=True, text=True, timeout=600)

@@ -9,6 +9,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 from ert.backends import cuda as cuda_mod
+from ert.backends import cuda_device
 from ert.backends import cuda_host as host
 
 compiler = pytest.importorskip("cupy.cuda.compiler")
@@ -63,7 +64,7 @@ def test_missing_cuda_headers_make_the_backend_unavailable_with_the_install_hint
     assert "pip install 'cupy-cuda13x[ctk]'" in reason and "CUDA_PATH" in reason
     # It compiled what the kernels include, with their options, once for this module however often asked.
     assert len(compiled) == 1 and "#include <cuda_fp16.h>" in compiled[0][0]
-    assert compiled[0][1] == cuda_mod.COMPILE_OPTIONS
+    assert compiled[0][1] == cuda_device.COMPILE_OPTIONS
     cuda_mod.probe()
     assert len(compiled) == 1
 
@@ -93,7 +94,7 @@ def test_a_compiling_setup_or_another_compile_error_keeps_the_backend(monkeypatc
 
 def test_the_kernels_compile_error_carries_the_hint():
     fake, _ = _cupy(_nvrtc_log("vector_types.h"))
-    device = object.__new__(cuda_mod.CupyDevice)  # no GPU: only the compile path
+    device = object.__new__(cuda_device.CupyDevice)  # no GPU: only the compile path
     device._cp, device.index = fake, 0
     with pytest.raises(RuntimeError, match=r"ert_cuda\.cu: NVRTC cannot open the CUDA header 'vector_types.h'"):
         device._module(host.KERNEL_FILE, ())
@@ -101,4 +102,4 @@ def test_the_kernels_compile_error_carries_the_hint():
     device._cp = _cupy(plain)[0]
     with pytest.raises(compiler.CompileException):
         device._module(host.KERNEL_FILE, ("-DX",))
-    assert cuda_mod.compile_hint(ValueError("unrelated")) is None
+    assert cuda_device.compile_hint(ValueError("unrelated")) is None

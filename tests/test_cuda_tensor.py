@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from ert.backends import cuda as cuda_mod
+from ert.backends import cuda_device
 from ert.backends import cuda_tensor as tc
 from ert.backends.cuda_host import DeviceInfo
 from ert.hardware import nvidia
@@ -603,14 +604,14 @@ def test_nvrtc_builds_what_the_backend_loads(shape, cc):
     """CupyDevice.tensor_function's build without its GPU: NVRTC with the backend's options for the target
     (sm_90a for wgmma), the image completed, its SASS counted."""
     source = (KERNEL.parent / tc.kernel_file(shape)).read_text()  # the worktree's (ert.kernels may be installed)
-    cubin = cuda_mod.nvrtc_cubin(source, tc.compile_defines(shape) + cuda_mod.COMPILE_OPTIONS,
+    cubin = cuda_device.nvrtc_cubin(source, tc.compile_defines(shape) + cuda_device.COMPILE_OPTIONS,
                                  tc.target_arch(shape, cc))
     verdict = tc.sass_verdict(shape, tc.complete_cubin(cubin))
     assert verdict["ok"] is True, verdict
     assert sum(verdict["instructions"].values()) == tc.DEFAULT_ITERS
     if shape.instruction == "wgmma":
         with pytest.raises(RuntimeError, match="needs the architecture-specific target sm_90a"):
-            cuda_mod.nvrtc_cubin(source, tc.compile_defines(shape), "sm_90")
+            cuda_device.nvrtc_cubin(source, tc.compile_defines(shape), "sm_90")
 
 
 # ----------------------------------------------------------------------------- on a GPU (never run yet)
@@ -618,7 +619,7 @@ def _gpu_shape(name: str, instruction: str):
     """(cupy, the device, shape), skipping where this GPU does not measure that kernel."""
     import cupy
 
-    device = cuda_mod.CupyDevice(0)
+    device = cuda_device.CupyDevice(0)
     cc = device.info.compute_capability
     # "m16n8k16" names sm_90's FP64 mma.sync beside m8n8k4 ("mma.sync").
     offered = {("m16n8k16" if s is WIDE_DMMA else s.instruction): s for s in nvidia.tensor_variants(cc, name)}

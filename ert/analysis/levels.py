@@ -3,7 +3,7 @@
 The plateau fit finds every flat stretch of a curve; not every one is a
 memory level.  The rules, applied in this order (docs/method.md states them too):
 
-1. Match: each plateau is matched to the cache whose aggregate capacity lies
+1. Match (ert.analysis.cache_match): each plateau is matched to the cache whose aggregate capacity lies
    nearest (in log) to the break after it, never to a cache below one matched
    before.  A break within 1.5x of a cache's capacity is that cache's
    boundary: the plateaus after it belong to later levels.  Every plateau
@@ -22,7 +22,7 @@ memory level.  The rules, applied in this order (docs/method.md states them too)
 3. Ramp: in the first cache's level, the plateaus before its fastest one that
    end below the first cache's capacity / 1.5 are the kernel's fixed per-call
    overhead at tiny working sets; so are the leading points of its first
-   plateau that lie significantly below the rest (plateaus.split_ramp: the
+   plateau that lie significantly below the rest (level_spans.split_ramp: the
    last more than 2 sigma, all of them more than 1 sigma below the median
    of the points past them), and the points before the level that the fit
    made no plateau of when their median is clearly slower.  The ramp is left
@@ -46,20 +46,13 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..hwinfo import CacheInfo, aggregate_capacity_bytes
+from ..hwinfo import CacheInfo
 from ..units import human_bytes as fmt_bytes
 from ..warning_codes import warn
-from .plateaus import Plateau, cover_to_end, local_noise, merge_plateaus, points_before, split_ramp
+from .cache_match import BOUNDARY_FACTOR, MEMORY, CacheHint, CacheMatch, cache_hints, match_caches
+from .level_spans import cover_to_end, merge_plateaus, points_before, split_ramp
+from .plateaus import Curve, Plateau, local_noise
 
-# A break within this factor of a cache's aggregate capacity matches it.
-# Beyond it the hint and the measurement disagree and a warning says so: a VM
-# may report its host's caches, and victim or non-inclusive caches move the
-# break away from the nominal size.
-_MATCH_FACTOR = 2.0
-# A break this close to a cache's capacity is that cache's boundary (rule 1):
-# strong enough evidence that what follows is a later level.  Transitions
-# blur a break by about this much, so a closer match means nothing more.
-_BOUNDARY_FACTOR = 1.5
 # Rule 2: an extra level the hints do not list needs a plateau at least this
 # wide (working-set ratio) on both sides of the step ...
 _EXTRA_MIN_WIDTH = 2.0
@@ -81,7 +74,6 @@ _NOISE_FLOOR = 0.005
 # A level faster than the one before it by more than this is no memory level
 # (bandwidth only falls as working sets grow): warn.
 _RISE_FACTOR = 1.12
-_MEMORY = -1  # stands for the memory where a cache index is expected
 
 
 @dataclass(frozen=True)
@@ -100,55 +92,6 @@ class NamedLevel:
     basis: str  # one short sentence: what evidence named it
     pieces: tuple[Plateau, ...] = ()
     ramp: tuple[Plateau, ...] = ()
-
-
-@dataclass(frozen=True)
-class _Hint:
-    level: int
-    cache: CacheInfo
-    capacity_bytes: int  # aggregate over the workers of the run
-    instances: int
-
-    @property
-    def label(self) -> str:
-        return f"L{self.level}{'d' if self.cache.kind == 'Data' else ''}"
-
-    def describe(self) -> str:
-        shared = f" shared by {self.cache.shared_cpu_count} cpus" if self.cache.shared_cpu_count > 1 else ""
-        return f"{self.instances} x {fmt_bytes(self.cache.size_bytes)} {self.label}{shared}"
-
-
-@dataclass(frozen=True)
-class _Match:
-    """What rule 1 made of one plateau."""
-
-    cache: int  # index into the hints, or _MEMORY
-    basis: str
-    warning: str | None  # the break after it disagrees with the hint
-    right_break: float | None  # bytes; None for the last plateau
-
-
-def cache_hints(caches: Sequence[CacheInfo], workers: int) -> list[_Hint]:
-    """One hint per cache level (the data cache where a level has several), by level."""
-    by_level: dict[int, CacheInfo] = {}
-    for cache in caches:
-        if cache.kind == "Instruction":
-            continue
-        known = by_level.get(cache.level)
-        # Prefer the data cache, then the larger one, when a level is listed twice.
-        if known is None or (cache.kind == "Data", cache.size_bytes) > (known.kind == "Data", known.size_bytes):
-            by_level[cache.level] = cache
-    hints = []
-    for level in sorted(by_level):
-        cache = by_level[level]
-        instances = math.ceil(workers / max(cache.shared_cpu_count, 1))
-        hints.append(_Hint(level, cache, aggregate_capacity_bytes(cache, workers), instances))
-    return hints
-
-
-def _ratio(a: float, b: float) -> float:
-    """How many times apart a and b are (>= 1)."""
-    return max(a, b) / min(a, b)
 
 
 def _disambiguate(names: list[str]) -> list[str]:
@@ -176,95 +119,6 @@ def _positional(plateaus: list[Plateau], memory_name: str) -> tuple[list[NamedLe
     warning = warn("no-cache-sizes",
             f"no cache sizes known: the {n} levels are named by position, the last one {memory_name}")
     return levels, [warning]
-
-
-def _match_caches(plateaus: list[Plateau], hints: list[_Hint]) -> list[_Match]:
-    """Rule 1: the cache (or the memory) each plateau belongs to, from the break after it."""
-    # On a tie the higher level counts as the largest: nothing lies beyond it.
-    largest = max(range(len(hints)), key=lambda j: (hints[j].capacity_bytes, j))
-    cap_max = hints[largest].capacity_bytes
-    breaks = [math.sqrt(a.wss_bytes[1] * b.wss_bytes[0]) for a, b in zip(plateaus, plateaus[1:])]
-    matches: list[_Match] = []
-    previous = -1  # index of the last cache matched so far
-    floor = 0  # the lowest cache the next plateau may belong to
-    for k, plateau in enumerate(plateaus):
-        left = breaks[k - 1] if k > 0 else None
-        right = breaks[k] if k < len(breaks) else None
-        if matches and matches[-1].cache in (largest, _MEMORY):
-            basis = f"follows the break at {fmt_bytes(left)} past the largest cache ({hints[largest].describe()})"
-            matches.append(_Match(_MEMORY, basis, None, right))
-            continue
-        if right is not None:
-            nearest = min(range(len(hints)), key=lambda j: abs(math.log(right / hints[j].capacity_bytes)))
-            j = max(nearest, previous, floor)
-            hint = hints[j]
-            off = _ratio(right, hint.capacity_bytes)
-            warning = None
-            if off <= _MATCH_FACTOR:
-                basis = f"break at {fmt_bytes(right)} matches {hint.describe()}"
-            else:
-                basis = f"break at {fmt_bytes(right)} is {off:.1f}x off {hint.describe()}; named by order"
-                warning = (f"the break at {fmt_bytes(right)} is {off:.1f}x off the L{hint.level} hint "
-                           f"({fmt_bytes(hint.capacity_bytes)} = {hint.describe()}); named L{hint.level} by order")
-                if j == largest and right > hint.capacity_bytes:
-                    warning += _past_last_cache(right, hints)
-            matches.append(_Match(j, basis, warning, right))
-            previous = j
-            # A break at the cache's boundary: what follows lies beyond this cache.
-            floor = j + 1 if off <= _BOUNDARY_FACTOR else j
-            continue
-        # The last plateau, before which no plateau was matched to the largest cache.
-        lo, hi = plateau.wss_bytes
-        start = left if left is not None else lo
-        # Share of the plateau's (log) extent lying beyond the largest cache.
-        beyond = 1.0 if start >= cap_max else max(0.0, math.log(hi / cap_max)) / max(math.log(hi / start), 1e-12)
-        if beyond > 0.5:
-            matches.append(_Match(_MEMORY, f"lies mostly beyond the largest cache ({hints[largest].describe()})",
-                                  None, None))
-            continue
-        j = min(max(previous + 1, floor), len(hints) - 1)
-        # Named by where it lies, never below the order: a plateau that starts inside a cache but lies mostly
-        # past it is the next cache's, whose rate it has (the first cache's own points read slow, as on a busy
-        # host, so that no plateau of its own formed).  Its (log) middle picks the cache.
-        middle = math.sqrt(lo * hi)
-        inside = [i for i in range(len(hints)) if hints[i].capacity_bytes >= middle]
-        by_extent = min(inside, key=lambda i: hints[i].capacity_bytes) if inside else largest
-        skipped = None
-        if by_extent > j and lo < hints[j].capacity_bytes:
-            skipped = hints[j]
-            j = by_extent
-        if hi <= cap_max:
-            basis = f"sweep ended at {fmt_bytes(hi)}, within {hints[j].describe()}"
-            warning = (f"the last plateau ends at {fmt_bytes(hi)}, short of memory: the largest cache is "
-                       f"L{hints[largest].level} ({fmt_bytes(cap_max)} aggregate), so no level is named "
-                       f"{{memory_name}}")
-        else:
-            basis = f"no break from {fmt_bytes(start)} to the sweep's end; the level after the last named"
-            warning = (f"no drop seen up to {fmt_bytes(hi)}, {hi / cap_max:.1f}x the "
-                       f"L{hints[largest].level} hint ({fmt_bytes(cap_max)} aggregate): memory was not reached or "
-                       f"the hint is wrong, so no level is named {{memory_name}}")
-        if skipped is not None:
-            basis += f"; it lies mostly past {skipped.describe()} (its middle, {fmt_bytes(middle)}, is in L{hints[j].level})"
-            warning = ((warning + "; ") if warning else "") + (
-                f"no plateau of L{skipped.level}'s own ({fmt_bytes(skipped.capacity_bytes)} aggregate): the points "
-                f"there read like L{hints[j].level}, so the plateau from {fmt_bytes(lo)} to {fmt_bytes(hi)} is named "
-                f"L{hints[j].level}, where most of it lies (a busy host, or L{skipped.level} as slow as "
-                f"L{hints[j].level}); measure again for an L{skipped.level} roof")
-        matches.append(_Match(j, basis, warning, None))
-        previous = j
-    return matches
-
-
-def _past_last_cache(brk: float, hints: list[_Hint]) -> str:
-    """What a last-level break far past the largest cache's hint suggests, from the numbers at hand."""
-    last = hints[-1]
-    with_l2 = last.capacity_bytes + (hints[-2].capacity_bytes if len(hints) > 1 else 0)
-    reasons = [f"an exclusive or victim L{last.level} adds the L{hints[-2].level}s to it "
-               f"({fmt_bytes(with_l2)} together)" if len(hints) > 1 else None,
-               f"the cores sit on {max(2, round(brk / last.capacity_bytes))} dies (CCDs) with an "
-               f"L{last.level} each (the guest reports one)",
-               f"the guest reports a cache size other than the one its cores use"]
-    return ". What the data suggests: " + "; or ".join(r for r in reasons if r)
 
 
 def _extra_level_evidence(a: Plateau, b: Plateau, curve: tuple) -> str | None:
@@ -358,20 +212,20 @@ def name_levels(
         levels, positional = _positional(plateaus, memory_name)
         return levels, positional + _rises(levels)
 
-    matches = _match_caches(plateaus, hints)
+    matches = match_caches(plateaus, hints)
     groups: list[list[int]] = []  # runs of neighbouring plateaus matched to one cache
     for k, m in enumerate(matches):
         if groups and matches[groups[-1][-1]].cache == m.cache:
             groups[-1].append(k)
         else:
             groups.append([k])
-    ramp_below = hints[0].capacity_bytes / _BOUNDARY_FACTOR
+    ramp_below = hints[0].capacity_bytes / BOUNDARY_FACTOR
     curve = (wss_bytes, gbytes_per_s, noisy)
 
     drafts: list[_Draft] = []
     for g, group in enumerate(groups):
         cache = matches[group[0]].cache
-        if cache == _MEMORY:
+        if cache == MEMORY:
             drafts.append(_Draft(group, cache, memory_name))  # rule 5: never split
             continue
         parts = _split_group(group, plateaus, ramp_below=ramp_below if g == 0 else None, curve=curve)
@@ -400,15 +254,15 @@ def name_levels(
                                     ramp_below=ramp_below, curve=curve)
         levels.append(level)
         closing = matches[d.positions[-1]].warning
-        if closing is not None and d.cache != _MEMORY:
+        if closing is not None and d.cache != MEMORY:
             warnings.append(closing.replace("{memory_name}", memory_name))
         warnings.extend(level_warnings)
     warnings = _rises(levels) + warnings
 
     # Cache levels between named ones that no level ends at.
-    named = sorted({d.cache for d in drafts if d.cache != _MEMORY})
+    named = sorted({d.cache for d in drafts if d.cache != MEMORY})
     reached = max(named) if named else -1
-    if any(d.cache == _MEMORY for d in drafts):
+    if any(d.cache == MEMORY for d in drafts):
         reached = len(hints) - 1
     for j, hint in enumerate(hints[: reached + 1]):
         if j not in named:
@@ -426,14 +280,15 @@ def name_levels(
     return levels, warnings
 
 
-def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_Match], hints: list[_Hint], *,
+def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[CacheMatch], hints: list[CacheHint], *,
                  first: bool, ramp_below: float, curve: tuple) -> tuple[NamedLevel, list[str]]:
     """One level from its draft: rules 3-5 (ramp, merged cache level, memory modes); (level, its warnings)."""
     wss_bytes, gbytes_per_s, noisy = curve
+    points = Curve.of(wss_bytes, gbytes_per_s, noisy) if wss_bytes is not None and gbytes_per_s is not None else None
     pieces = [plateaus[k] for k in d.positions]
     warnings: list[str] = []
     ramp: list[Plateau] = []
-    if d.cache == _MEMORY:
+    if d.cache == MEMORY:
         value_from = pieces[-1]
         basis = matches[d.positions[0]].basis
         if len(pieces) > 1:
@@ -451,20 +306,20 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
                 ramp.append(pieces[len(ramp)])
             pieces = pieces[len(ramp):]
             # A smooth rise can also sit inside the first plateau left (needs the curve's points).
-            if wss_bytes is not None and gbytes_per_s is not None and pieces[0].wss_bytes[0] < ramp_below:
-                sustained, inner = split_ramp(wss_bytes, gbytes_per_s, pieces[0], noisy=noisy)
+            if points is not None and pieces[0].wss_bytes[0] < ramp_below:
+                sustained, inner = split_ramp(points, pieces[0])
                 if inner is not None:
                     ramp.append(inner)
                     pieces[0] = sustained
             # Points before the level that the fit made no plateau of: a ramp too, when clearly slower.
-            if not ramp and wss_bytes is not None and gbytes_per_s is not None:
-                lead = points_before(wss_bytes, gbytes_per_s, pieces[0], noisy=noisy)
+            if not ramp and points is not None:
+                lead = points_before(points, pieces[0])
                 slow = max(2 * pieces[0].spread / _SPREAD_TO_SIGMA, _RAMP_MIN_DROP)
                 if lead is not None and lead.gbytes_per_s < pieces[0].gbytes_per_s * (1 - slow):
                     ramp.append(lead)
-            elif ramp and wss_bytes is not None and gbytes_per_s is not None:
+            elif ramp and points is not None:
                 # The ramp starts at the sweep's first point, whether or not the fit kept it.
-                lead = points_before(wss_bytes, gbytes_per_s, ramp[0], noisy=noisy, min_points=1)
+                lead = points_before(points, ramp[0], min_points=1)
                 if lead is not None:
                     ramp.insert(0, lead)
         value_from = max(pieces, key=lambda p: p.gbytes_per_s)
@@ -484,9 +339,9 @@ def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[_M
                          f"({speeds} GB/s): a ramp of {name}, not a level; {name} is its sustained "
                          f"{value_from.gbytes_per_s:.4g} GB/s from {fmt_bytes(pieces[0].wss_bytes[0])}"))
     plateau = merge_plateaus(pieces, value_from=value_from, gbytes_per_s=gbytes_per_s, noisy=noisy)
-    if d.cache == _MEMORY and wss_bytes is not None and gbytes_per_s is not None:
+    if d.cache == MEMORY and points is not None:
         # Rule 5: every point from the memory's first one to the sweep's end is the memory's, outliers too.
-        plateau = cover_to_end(wss_bytes, gbytes_per_s, plateau, noisy=noisy)
+        plateau = cover_to_end(points, plateau)
     return NamedLevel(name, plateau, basis, tuple(pieces) if len(pieces) > 1 else (), tuple(ramp)), warnings
 
 

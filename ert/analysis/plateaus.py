@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from ert.analysis.stepfit import log_noise, median_cost_table, optimal_partition
 from ert.spec import plateau_spread
 
-# Scale from a median absolute deviation to a Gaussian sigma.
-_MAD_TO_SIGMA = 1.4826
 # Relative noise is never taken below this: on near-noiseless data a zero
 # estimate would make every tiny wiggle worth a segment of its own.
 _NOISE_FLOOR = 0.005
@@ -43,7 +41,7 @@ class Plateau:
     not flag noisy (of all members if every one was flagged); ``spread`` is
     ``(p90 - p10) / median`` over the same points, or ``(max - min) / median``
     for fewer than three.  (A level merged from several plateaus by
-    ``merge_plateaus`` takes its value from one of them; see there.)  ``indices`` point into the caller's arrays, sorted;
+    ``level_spans.merge_plateaus`` takes its value from one of them; see there.)  ``indices`` point into the caller's arrays, sorted;
     they need not be contiguous, because outliers inside a level are left out.
     ``wss_bytes`` is the (lowest, highest) working set among the members.
     """
@@ -56,6 +54,40 @@ class Plateau:
     noisy_points: int
 
 
+
+@dataclass(frozen=True)
+class Curve:
+    """One bandwidth curve as arrays, indexed like ``Plateau.indices``: working sets, GB/s, noisy flags."""
+
+    wss: np.ndarray
+    bw: np.ndarray
+    flags: np.ndarray  # the points the caller flagged noisy (all False when it flagged none)
+
+    @classmethod
+    def of(cls, wss_bytes: Sequence[int], gbytes_per_s: Sequence[float],
+           noisy: Sequence[bool] | None = None) -> "Curve":
+        bw = np.asarray(gbytes_per_s, dtype=float)
+        flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+        return cls(wss=np.asarray(wss_bytes, dtype=float), bw=bw, flags=flags)
+
+    def usable(self, where: np.ndarray) -> np.ndarray:
+        """Indices of the points where ``where`` holds and the rate is finite and positive."""
+        return np.flatnonzero(where & np.isfinite(self.bw) & (self.bw > 0))
+
+    def level(self, idx: np.ndarray, *, min_points: int, value) -> Plateau:
+        """A Plateau of the points ``idx``: ``value`` and spread over the clean ones when there are enough."""
+        clean = idx[~self.flags[idx]]
+        values = self.bw[clean if clean.size >= min_points else idx]
+        return Plateau(
+            gbytes_per_s=float(value(values)),
+            spread=plateau_spread(values),
+            wss_bytes=(int(self.wss[idx].min()), int(self.wss[idx].max())),
+            n_points=int(idx.size),
+            indices=tuple(int(i) for i in np.sort(idx)),
+            noisy_points=int(np.count_nonzero(self.flags[idx])),
+        )
+
+
 def robust_noise(values: Sequence[float]) -> float:
     """Relative point-to-point noise of positive ``values``: a sigma of their logs.
 
@@ -66,15 +98,8 @@ def robust_noise(values: Sequence[float]) -> float:
     """
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v) & (v > 0)]
-    return _log_noise(np.log(v))
+    return log_noise(np.log(v))
 
-
-def _log_noise(y: np.ndarray) -> float:
-    if y.size < 3:
-        return 0.0
-    d = np.diff(y)
-    mad = float(np.median(np.abs(d - np.median(d))))
-    return _MAD_TO_SIGMA * mad / math.sqrt(2.0)
 
 
 # local_noise reads the scatter at this quantile of the absolute deviations:
@@ -105,71 +130,6 @@ def local_noise(wss_bytes: Sequence[int], gbytes_per_s: Sequence[float], wss_ran
     return float(np.quantile(np.abs(y - np.median(y)), _LOCAL_QUANTILE)) / _LOCAL_QUANTILE_SIGMAS
 
 
-def _median_cost_table(y: np.ndarray) -> np.ndarray:
-    """cost[i, j] = sum |y[i:j] - median(y[i:j])| for all 0 <= i < j <= n (inf elsewhere).
-
-    Two heaps per start index keep the running median and the sums of the
-    lower and upper halves, so the whole table costs O(n^2 log n).
-    """
-    n = y.size
-    cost = np.full((n + 1, n + 1), np.inf)
-    push, pop = heapq.heappush, heapq.heappop
-    values = [float(v) for v in y]
-    for i in range(n):
-        lower: list[float] = []  # max-heap of the lower half, stored negated
-        upper: list[float] = []  # min-heap of the upper half
-        n_lower = n_upper = 0
-        sum_lower = sum_upper = 0.0
-        row = []
-        for x in values[i:]:
-            if n_lower and x > -lower[0]:
-                push(upper, x)
-                sum_upper += x
-                n_upper += 1
-            else:
-                push(lower, -x)
-                sum_lower += x
-                n_lower += 1
-            # Keep n_lower == n_upper or n_upper + 1, so the median is -lower[0].
-            if n_lower > n_upper + 1:
-                moved = -pop(lower)
-                push(upper, moved)
-                sum_lower -= moved
-                sum_upper += moved
-                n_lower -= 1
-                n_upper += 1
-            elif n_upper > n_lower:
-                moved = pop(upper)
-                push(lower, -moved)
-                sum_upper -= moved
-                sum_lower += moved
-                n_upper -= 1
-                n_lower += 1
-            med = -lower[0]
-            row.append((sum_upper - med * n_upper) + (med * n_lower - sum_lower))
-        cost[i, i + 1 :] = row
-    return cost
-
-
-def _partition(cost: np.ndarray, penalty: float) -> list[tuple[int, int]]:
-    """Optimal partition into constant segments, as [(start, end)] with end exclusive.
-
-    Minimises total L1 misfit plus ``penalty`` per segment by dynamic
-    programming over all split points (optimal partitioning, O(n^2)).
-    """
-    n = cost.shape[0] - 1
-    best = np.zeros(n + 1)
-    back = np.zeros(n + 1, dtype=int)
-    for j in range(1, n + 1):
-        total = best[:j] + cost[:j, j]
-        back[j] = int(np.argmin(total))
-        best[j] = total[back[j]] + penalty
-    segments = []
-    j = n
-    while j > 0:
-        segments.append((int(back[j]), j))
-        j = int(back[j])
-    return segments[::-1]
 
 
 def _merge_similar(anchors: list[list[int]], y: np.ndarray, step_log: float) -> None:
@@ -365,10 +325,10 @@ def find_plateaus(
         fit_pos = np.arange(order.size)
     y = y_all[fit_pos]
 
-    cost = _median_cost_table(y)
+    cost = median_cost_table(y)
     log_n = math.log(max(y.size, 3))
-    sigma = max(_log_noise(y), _NOISE_FLOOR)
-    segments = _partition(cost, _PENALTY_SIGMAS_PER_LOG_N * sigma * log_n)
+    sigma = max(log_noise(y), _NOISE_FLOOR)
+    segments = optimal_partition(cost, _PENALTY_SIGMAS_PER_LOG_N * sigma * log_n)
 
     step_log = math.log1p(min_step)
     anchors = [[s, e] for s, e in segments if e - s >= min_points]
@@ -404,19 +364,6 @@ def find_plateaus(
     return plateaus
 
 
-def _level_of(idx: np.ndarray, wss: np.ndarray, bw: np.ndarray, flags: np.ndarray, *,
-              min_points: int, value) -> Plateau:
-    """A Plateau of the points ``idx``: ``value`` and spread over the clean ones when there are enough."""
-    clean = idx[~flags[idx]]
-    values = bw[clean if clean.size >= min_points else idx]
-    return Plateau(
-        gbytes_per_s=float(value(values)),
-        spread=plateau_spread(values),
-        wss_bytes=(int(wss[idx].min()), int(wss[idx].max())),
-        n_points=int(idx.size),
-        indices=tuple(int(i) for i in np.sort(idx)),
-        noisy_points=int(np.count_nonzero(flags[idx])),
-    )
 
 
 def scattered_tail(
@@ -439,16 +386,14 @@ def scattered_tail(
     when there are fewer than ``min_points`` such points.  The caller must say
     that the level is scattered.
     """
-    wss = np.asarray(wss_bytes, dtype=float)
-    bw = np.asarray(gbytes_per_s, dtype=float)
-    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
+    curve = Curve.of(wss_bytes, gbytes_per_s, noisy)
     start = plateaus[-1].wss_bytes[1] * transition_factor if plateaus else 0.0
-    tail = np.flatnonzero((wss >= start) & np.isfinite(bw) & (bw > 0))
+    tail = curve.usable(curve.wss >= start)
     if plateaus:
         tail = tail[~np.isin(tail, plateaus[-1].indices)]
     if tail.size < min_points:
         return None
-    return _level_of(tail, wss, bw, flags, min_points=min_points, value=np.median)
+    return curve.level(tail, min_points=min_points, value=np.median)
 
 
 def _densest_median(values: np.ndarray, *, window: float) -> float:
@@ -486,155 +431,8 @@ def level_over_range(
     is over all of them, so disturbed points still widen it.  None when fewer than ``min_points`` points
     fall in the range.
     """
-    wss = np.asarray(wss_bytes, dtype=float)
-    bw = np.asarray(gbytes_per_s, dtype=float)
-    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
-    inside = np.flatnonzero((wss >= wss_range[0]) & (wss <= wss_range[1]) & np.isfinite(bw) & (bw > 0))
+    curve = Curve.of(wss_bytes, gbytes_per_s, noisy)
+    inside = curve.usable((curve.wss >= wss_range[0]) & (curve.wss <= wss_range[1]))
     if inside.size < min_points:
         return None
-    return _level_of(inside, wss, bw, flags, min_points=min_points,
-                     value=lambda values: _densest_median(values, window=0.08))
-
-
-def merge_plateaus(
-    pieces: Sequence[Plateau],
-    *,
-    value_from: Plateau,
-    gbytes_per_s: Sequence[float] | None = None,
-    noisy: Sequence[bool] | None = None,
-) -> Plateau:
-    """One level made of several plateaus of the fit: its points, range and spread are theirs together.
-
-    The value is ``value_from``'s (which piece stands for the level is the
-    naming's decision: ert.analysis.levels).  The spread is over the clean
-    points of all pieces (all points if none is clean) when the caller gives
-    the curve's ``gbytes_per_s`` (indexed like ``Plateau.indices``);
-    without them each piece counts as ``n_points`` points at its own value,
-    so the spread still shows how far the pieces lie apart.
-    """
-    if not pieces:
-        raise ValueError("no plateaus to merge")
-    if len(pieces) == 1 and value_from is pieces[0]:
-        return pieces[0]
-    indices = np.array(sorted({i for p in pieces for i in p.indices}), dtype=int)
-    if gbytes_per_s is not None:
-        bw = np.asarray(gbytes_per_s, dtype=float)
-        flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
-        clean = indices[~flags[indices]]
-        values = bw[clean if clean.size else indices]
-    else:
-        values = np.repeat([p.gbytes_per_s for p in pieces], [p.n_points for p in pieces])
-    return Plateau(
-        gbytes_per_s=value_from.gbytes_per_s,
-        spread=plateau_spread(values),
-        wss_bytes=(min(p.wss_bytes[0] for p in pieces), max(p.wss_bytes[1] for p in pieces)),
-        n_points=int(indices.size),
-        indices=tuple(int(i) for i in indices),
-        noisy_points=sum(p.noisy_points for p in pieces),
-    )
-
-
-def cover_to_end(
-    wss_bytes: Sequence[int],
-    gbytes_per_s: Sequence[float],
-    plateau: Plateau,
-    *,
-    noisy: Sequence[bool] | None = None,
-) -> Plateau:
-    """``plateau`` widened to every usable point from its lowest working set to the sweep's end.
-
-    For the last level (the memory): nothing lies beyond it, so points the
-    fit left out at its end (an outlier at the largest working set, the knee
-    between two memory modes) are still the memory's.  The value stays the
-    plateau's; the spread is over the clean points of the widened range.
-    """
-    wss = np.asarray(wss_bytes, dtype=float)
-    bw = np.asarray(gbytes_per_s, dtype=float)
-    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
-    idx = np.flatnonzero((wss >= plateau.wss_bytes[0]) & np.isfinite(bw) & (bw > 0))
-    idx = np.union1d(idx, np.array(plateau.indices, dtype=int))
-    if idx.size == plateau.n_points:
-        return plateau
-    return _level_of(idx, wss, bw, flags, min_points=1, value=lambda _: plateau.gbytes_per_s)
-
-
-def points_before(
-    wss_bytes: Sequence[int],
-    gbytes_per_s: Sequence[float],
-    plateau: Plateau,
-    *,
-    noisy: Sequence[bool] | None = None,
-    min_points: int = 2,
-) -> Plateau | None:
-    """The usable points below ``plateau``'s lowest working set, as one Plateau (median value), or None.
-
-    For the first level: a ramp the fit made no plateau of (too short, or too
-    steep to look flat) still lies there.  None with fewer than ``min_points``.
-    """
-    wss = np.asarray(wss_bytes, dtype=float)
-    bw = np.asarray(gbytes_per_s, dtype=float)
-    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
-    idx = np.flatnonzero((wss < plateau.wss_bytes[0]) & np.isfinite(bw) & (bw > 0))
-    if idx.size < min_points:
-        return None
-    return _level_of(idx, wss, bw, flags, min_points=1, value=np.median)
-
-
-# Rule 3 of ert.analysis.levels inside one plateau.  A leading point is on
-# the ramp only when it lies significantly below the level's sustained value:
-# more than _RAMP_SIGMAS sigmas of the plateau's noise (robust_noise of its
-# points, at least _RAMP_MIN_SIGMA); the points before it may be less far
-# below, but at least _RAMP_LEAD_SIGMAS.  A ramp needs _RAMP_MIN_POINTS such
-# points (one slow point at the start is an outlier, not a ramp).
-_RAMP_SIGMAS = 2.0
-_RAMP_LEAD_SIGMAS = 1.0
-_RAMP_MIN_SIGMA = 0.015
-_RAMP_MIN_POINTS = 2
-
-
-def split_ramp(
-    wss_bytes: Sequence[int],
-    gbytes_per_s: Sequence[float],
-    plateau: Plateau,
-    *,
-    noisy: Sequence[bool] | None = None,
-    min_points: int = 3,
-) -> tuple[Plateau, Plateau | None]:
-    """(sustained part, ramp or None) of a plateau whose first points rise towards its level.
-
-    A fixed per-call overhead makes bandwidth rise with the working set at
-    the smallest sizes; a smooth rise can end up inside the first plateau
-    and pull its median down.  The reference is the median of the points
-    past the ramp (found by iterating from the whole plateau's median until
-    the ramp no longer changes), sigma the plateau's point-to-point noise
-    (``robust_noise``, at least 1.5 %).  The ramp is the longest leading run
-    of points that all lie more than 1 sigma below the reference and whose
-    last point lies more than 2 sigma below it: only points significantly
-    slower than the level are cut, so a flat noisy plateau keeps its points.
-    It needs at least 2 points and must leave ``min_points``.  The sustained
-    part's value is the median of all its points (those past the ramp), its
-    spread over the same points.
-    """
-    wss = np.asarray(wss_bytes, dtype=float)
-    bw = np.asarray(gbytes_per_s, dtype=float)
-    flags = np.zeros(bw.size, dtype=bool) if noisy is None else np.asarray(noisy, dtype=bool)
-    idx = np.array(plateau.indices, dtype=int)
-    idx = idx[np.argsort(wss[idx], kind="stable")]
-    y = np.log(bw[idx])
-    sigma = max(_log_noise(y), _RAMP_MIN_SIGMA)
-    n_ramp, seen = 0, set()
-    while n_ramp not in seen:  # the reference is the median of the points past the ramp: iterate to agree
-        seen.add(n_ramp)
-        below = float(np.median(y[n_ramp:])) - y
-        n_ramp = 0
-        for k in range(idx.size):
-            if below[k] <= _RAMP_LEAD_SIGMAS * sigma:
-                break
-            if below[k] > _RAMP_SIGMAS * sigma:
-                n_ramp = k + 1
-        n_ramp = min(n_ramp, idx.size - 1)
-    if n_ramp < _RAMP_MIN_POINTS or idx.size - n_ramp < min_points:
-        return plateau, None
-    rest, ramp = idx[n_ramp:], idx[:n_ramp]
-    return (_level_of(rest, wss, bw, flags, min_points=1, value=np.median),
-            _level_of(ramp, wss, bw, flags, min_points=1, value=np.median))
+    return curve.level(inside, min_points=min_points, value=lambda values: _densest_median(values, window=0.08))

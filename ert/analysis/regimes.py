@@ -70,11 +70,14 @@ from typing import Sequence
 
 import numpy as np
 
+from ert.analysis.cache_match import cache_hints
 from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, confirmed_roof
-from ert.analysis.levels import NamedLevel, cache_hints, fmt_bytes
-from ert.analysis.plateaus import Plateau, _log_noise, _median_cost_table, _partition
+from ert.analysis.levels import NamedLevel
+from ert.analysis.plateaus import Plateau
+from ert.analysis.stepfit import log_noise, median_cost_table, optimal_partition
 from ert.hwinfo import CacheInfo
 from ert.spec import plateau_spread
+from ert.units import human_bytes as fmt_bytes
 from ert.warning_codes import warn
 
 # A regime is at least this many neighbouring points: with one point in a
@@ -122,8 +125,8 @@ def find_regimes(wss_bytes: Sequence[int], gbytes_per_s: Sequence[float], indice
     if fit.size < MIN_REGIME_POINTS:
         return []
     y = np.log(bw[fit])
-    sigma = max(_log_noise(y), _MIN_SIGMA)
-    segments = _partition(_median_cost_table(y), _PENALTY_SIGMAS_PER_LOG_N * sigma * math.log(max(y.size, 3)))
+    sigma = max(log_noise(y), _MIN_SIGMA)
+    segments = optimal_partition(median_cost_table(y), _PENALTY_SIGMAS_PER_LOG_N * sigma * math.log(max(y.size, 3)))
     same = max(_SAME_REGIME, _SAME_REGIME_SIGMAS * sigma)
     merged: list[list[int]] = []
     for start, end in segments:

@@ -6,15 +6,13 @@ import hashlib
 import math
 from importlib import resources
 
-import numpy as np
-
-from ert.backends import close_attr, grow_buffer
+from ert.backends import close_attr, grow_buffer, opencl_check
+from ert.backends.check import A, A_INT, C, C_INT, CheckResult
+from ert.backends.opencl_check import HOST_DTYPE, SUM_DTYPE
 from ert.backends.opencl_devices import (EXTENSION_OF, build_program, cache_hints, device_info,
                                          fused_multiply_adds, is_pocl, precisions_of, probe, select_device,
                                          type_name)
 from ert.errors import ErtError
-from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, initial_values, replay_rw, ro_errors, ro_tolerance,
-                                rw_errors, rw_tolerance, verdict)
 from ert.spec import KernelSpec, is_integer
 
 __all__ = ["probe", "create", "OpenCLBackend"]
@@ -22,9 +20,6 @@ __all__ = ["probe", "create", "OpenCLBackend"]
 NAME = "opencl"
 KERNEL_FILE = "ert_opencl.cl"
 BITS = {"fp64": 64, "fp32": 32, "fp16": 16, "int32": 32, "int64": 64}
-HOST_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "int32": "int32", "int64": "int64"}
-# The load-only sums are FP32 for FP16 data (see ert_ro in the kernel).
-SUM_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float32"}
 # Independent vectors per work-item.  A CPU needs latency x issue width in
 # flight: a separate multiply and add is ~6 cycles deep on 2 pipes, so 12
 # AVX2 registers; 6 vectors of 2 registers each leave room for the constants
@@ -35,8 +30,6 @@ SUM_DTYPE = {"fp64": "float64", "fp32": "float32", "fp16": "float32"}
 # 0.96 / 0.97 / 0.99 (one run each, 256-512 KiB, under the measurement lock).
 # GPUs hide latency with other warps and need fewer.
 DEFAULT_CHAINS = {"cpu": 6, "cpu-512": 16, "other": 4}
-# Elements read back per step of the check (bounded host memory for 1 GiB sets).
-CHECK_CHUNK_ELEMENTS = 1 << 22
 
 # Built programs, keyed by a hash of source, build options, device and context (a
 # program belongs to the context it was built in: another backend instance's
@@ -290,69 +283,13 @@ class OpenCLBackend:
 
     def check(self) -> CheckResult:
         if self._spec.access == "ro":
-            return self._check_ro()
-        return self._check_rw()
-
-    def _check_rw(self) -> CheckResult:
-        np, spec = self._np, self._spec
-        dtype = np.dtype(HOST_DTYPE[spec.precision])
-        expected16 = replay_rw(spec, trials=self._trials_done)
-        chunk = min(self._n, CHECK_CHUNK_ELEMENTS)
-        host = np.empty(chunk, dtype=dtype)
-        worst, worst_at = 0.0, -1
-        for start in range(0, self._n, chunk):
-            part = host[:min(chunk, self._n - start)]
-            self._cl.enqueue_copy(self.queue, part, self._buf, src_offset=start * dtype.itemsize).wait()
-            if is_integer(spec.precision):  # exact: every element equals the replay
-                idx = (np.arange(part.size, dtype=np.int64) + start) % 16
-                wrong = np.flatnonzero(part != expected16[idx])
-                err, i = (float("inf"), int(wrong[0])) if wrong.size else (0.0, 0)
-            else:
-                err, i = rw_errors(part, first_element=start, expected16=expected16)
-            if err > worst or worst_at < 0:
-                worst, worst_at = err, start + i
-            if worst == float("inf"):
-                break
-        return verdict(error=worst, tolerance=rw_tolerance(spec), what=f"element {worst_at}",
-                       got=self._read_one(worst_at, dtype), expected=expected16[worst_at % 16],
-                       trials=self._trials_done)
-
-    def _read_one(self, index: int, dtype):
-        one = self._np.empty(1, dtype=dtype)
-        self._cl.enqueue_copy(self.queue, one, self._buf, src_offset=index * dtype.itemsize).wait()
-        return one[0]
-
-    def expected_sums(self) -> "np.ndarray":
-        """Per work-item, the sum of its elements in one load-only trial (float64, exact)."""
-        np = self._np
-        pattern = initial_values(np.float64)
-        prefix = np.concatenate([[0.0], np.cumsum(pattern)])
-
-        def summed(first, count):  # sum of the pattern over elements [first, first + count)
-            def upto(x):
-                return (x // 16) * pattern.sum() + prefix[x % 16]
-            return upto(first + count) - upto(first)
-
-        gid = np.arange(self._global, dtype=np.int64)
-        if self.contiguous:
-            group = self._vw * self.chains
-            groups = self._n_vectors // self.chains
-            lo, hi = groups * gid // self._global, groups * (gid + 1) // self._global
-            return summed(lo * group, (hi - lo) * group)
-        # Interleaved: work-item g owns vectors g, g + G, g + 2G, ...; since
-        # G * vw % 16 == 0 they all start at the same place in the pattern.
-        owned = np.maximum(0, (self._n_vectors - gid + self._global - 1) // self._global)
-        return owned * summed(gid * self._vw, self._vw)
-
-    def _check_ro(self) -> CheckResult:
-        np, spec = self._np, self._spec
-        sums = np.empty(2 * self._global, dtype=SUM_DTYPE[spec.precision])
-        self._cl.enqueue_copy(self.queue, sums, self._sums).wait()
-        got = sums[0::2].astype(np.float64)
-        expected = self.expected_sums() * self._trials_done
-        err, g = ro_errors(got, expected)
-        return verdict(error=err, tolerance=ro_tolerance(spec), what=f"load-only sum of work-item {g}",
-                       got=got[g], expected=expected[g], trials=self._trials_done)
+            expected = opencl_check.expected_sums(global_size=self._global, n_vectors=self._n_vectors,
+                                                  vector_width=self._vw, chains=self.chains,
+                                                  contiguous=self.contiguous) * self._trials_done
+            return opencl_check.check_ro(cl=self._cl, queue=self.queue, sums=self._sums, spec=self._spec,
+                                         expected=expected, trials=self._trials_done)
+        return opencl_check.check_rw(cl=self._cl, queue=self.queue, buf=self._buf, spec=self._spec,
+                                     n_elements=self._n, trials=self._trials_done)
 
     def corrupt_for_test(self) -> None:
         """Test-only: damage one value that check() examines (an element, or a load-only sum)."""
