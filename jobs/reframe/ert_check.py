@@ -68,7 +68,7 @@ class ert_check(rfm.RunOnlyRegressionTest):
     tags = {"ert", "roofline", "acceptance"}
 
     @run_after("init")
-    def _paths(self):
+    def ert_paths(self):
         # Relative paths are the caller's (where reframe was started), as ert-run would read them.
         if self.config:
             self.config = os.path.abspath(self.config)
@@ -78,7 +78,7 @@ class ert_check(rfm.RunOnlyRegressionTest):
                 raise ValueError(f"ert_check: reference_file {self.reference_file}: no such file")
 
     @run_before("run")
-    def _job(self):
+    def ert_job(self):
         self.num_tasks_per_node = self.ranks_per_node
         self.num_tasks = self.nodes * self.ranks_per_node
         cpus = self.current_partition.processor.num_cpus
@@ -92,24 +92,24 @@ class ert_check(rfm.RunOnlyRegressionTest):
         self.postrun_cmds = [f"ert show {RUN}"]
 
     @sanity_function
-    def _ran(self):
+    def ert_ran(self):
         path = os.path.join(self.stagedir, RUN, "ceilings.json")
         sn.evaluate(sn.assert_true(os.path.isfile(path), f"ert-run wrote no {RUN}/ceilings.json"))
         doc = _load(path)
         hosts = (doc.get("metadata") or {}).get("hosts") or []
         sn.evaluate(sn.assert_eq(len(set(hosts)), self.nodes, f"ert-run ran on hosts {sorted(set(hosts))}"))
         if self.reference_file:
-            gone = [name for name in missing(doc, _load(self.reference_file)) if self._kept(name)]
+            gone = [name for name in missing(doc, _load(self.reference_file)) if self.ert_kept(name)]
             sn.evaluate(sn.assert_false(gone, f"ceilings of the reference missing in this run: {', '.join(gone)}"))
         return True
 
-    def _kept(self, name: str) -> bool:
+    def ert_kept(self, name: str) -> bool:
         return not self.select or re.search(self.select, name) is not None
 
     @run_before("performance")
-    def _ceilings(self):
+    def ert_ceilings(self):
         doc = _load(os.path.join(self.stagedir, RUN, "ceilings.json"))
-        values = {name: vu for name, vu in perf_values(doc).items() if self._kept(name)}
+        values = {name: vu for name, vu in perf_values(doc).items() if self.ert_kept(name)}
         self.perf_variables = {name: sn.make_performance_function(sn.defer(value), unit)
                                for name, (value, unit) in values.items()}
         if self.reference_file:
