@@ -47,4 +47,6 @@ site_configuration = {
         }
     ],
     "environments": [{"name": "ert", "target_systems": ["ert-local-cluster"]}],
+    # squeue here is a local call: ask every second (ReFrame's default slows to once in 10 s).
+    "general": [{"poll_rate_min": 1.0, "target_systems": ["ert-local-cluster"]}],
 }
