@@ -166,8 +166,30 @@ def test_compare_hosts_lists_one_runs_hosts(base, tmp_path):
     row = next(line for line in lines if line.startswith("DRAM fp64 read+write GB/s"))
     assert row.split()[-2:] == ["1.25", "0.75*"]
     assert "  - node2: DRAM fp64 read+write GB/s 0.75" in lines
+    assert lines[-1] == "  named slow, beyond the scatter of the values (the slow-host warning): node2"
     assert format_hosts_comparison(json.loads((run / "ceilings.json").read_text())) == proc.stdout.rstrip("\n")
     data = json.loads(run_cmd("ert", "compare", str(run), "--hosts", "--json").stdout)
     assert [h["host"] for h in data["hosts"]] == ["node1", "node2"]
     bad = run_cmd("ert", "compare", str(run), str(run), "--hosts")
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "--hosts" in bad.stderr
+
+
+def test_hosts_apart_only_within_the_scatter_are_listed_not_named(base):
+    # Two healthy hosts on a busy machine: every region's seconds scattered by 40 %.
+    doc = build(fan_out(base, ["node1", "node2"], 1, lambda h, r: 1.0, jitter=0.4, seed=3))
+    lows = [c for h in doc["hosts"] for kind in ("memory", "compute") for c in h["ceilings"][kind]
+            if c["ratio_to_median"] < 0.9]
+    assert lows  # the noise alone puts some host ceilings more than 10 % below the median ...
+    assert not [w for w in doc["warnings"] if getattr(w, "code", None) == "slow-host"]  # ... but names no host
+    listed = [w for w in doc["warnings"] if "only within their scatter" in w]
+    assert len(listed) == 1 and listed[0].code == "noisy-level" and listed[0].startswith(f"{len(lows)} host ")
+
+
+def test_the_threshold_key_is_checked():
+    from ert.config import from_dict
+    from ert.errors import ErtError
+
+    assert from_dict({"slow_host_threshold": 0.2}).slow_host_threshold == 0.2
+    with pytest.raises(ErtError) as bad:
+        from_dict({"slow_host_threshold": 1.5}, source="c.yaml")
+    assert bad.value.key == "slow_host_threshold" and "c.yaml" in str(bad.value)

@@ -21,14 +21,17 @@ Same analysis, per host:
 
 Each host's value is set beside the median of the hosts (``ratio_to_median``);
 a host more than ``slow_host_threshold`` (config, default 0.10) below the
-median on any ceiling is named in a ``slow-host`` warning, with the number of
-the ceiling's points at which it set the aggregate's time (``limiting_hosts``
-on every aggregate ceiling).  Cost: one pass over the points, then one numpy
+median on any ceiling, by more than the scatter of the values (NOISE_SIGMAS),
+is named in a ``slow-host`` warning, with the number of the ceiling's points
+at which it set the aggregate's time (``limiting_hosts`` on every aggregate
+ceiling); one below it only within the scatter is listed in a ``noisy-level``
+line instead.  Cost: one pass over the points, then one numpy
 row per (ceiling, host): linear in hosts x points.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections import Counter
@@ -42,6 +45,10 @@ from ert.spec import is_integer, rates
 from ert.warning_codes import warn
 
 DEFAULT_SLOW_HOST_THRESHOLD = 0.10
+# A host is named slow on a ceiling only when its shortfall is beyond this many sigmas of the scatter of its
+# value and of a typical host's (on a busy machine, 3-point levels of two healthy hosts differ by 30 % and more).
+NOISE_SIGMAS = 2.0
+_SPREAD_TO_SIGMA = 2.563  # p90 - p10 of a Gaussian, in sigmas (ert.analysis.ceilings)
 
 
 def _natural(name: str) -> list:
@@ -204,16 +211,26 @@ def host_ceilings(points: list[dict], memory: list[dict], compute: list[dict], m
 
     threshold = float((meta.get("config") or {}).get("slow_host_threshold", DEFAULT_SLOW_HOST_THRESHOLD))
     below: dict[int, list[tuple[float, str, dict]]] = {}
+    within: list[tuple[str, str, float, float]] = []  # below the threshold, but inside the scatter
     for name, entry, values in compared:
         field = "gbytes_per_s" if "gbytes_per_s" in entry else "gflops_per_s"
-        present = [v[field] for v in values if v is not None]
-        median = statistics.median(present) if present else 0.0
+        present = [v for v in values if v is not None]
+        median = statistics.median(v[field] for v in present) if present else 0.0
+        typical_spread = statistics.median(v["spread"] for v in present) if present else 0.0
         for j, v in enumerate(values):
             if v is None or median <= 0:
                 continue
-            v["ratio_to_median"] = round(v[field] / median, 4)
-            if v[field] < (1.0 - threshold) * median:
-                below.setdefault(j, []).append((v[field] / median, name, entry))
+            ratio = v[field] / median
+            v["ratio_to_median"] = round(ratio, 4)
+            if ratio >= 1.0 - threshold:
+                continue
+            # Beyond the noise: the shortfall must exceed NOISE_SIGMAS of the host's and a typical host's
+            # scatter together (a spread is p90 - p10, or max - min: about 2.56 sigmas).
+            sigma = math.hypot(v["spread"], typical_spread) / _SPREAD_TO_SIGMA
+            if ratio <= 0 or math.log(1.0 / ratio) > NOISE_SIGMAS * sigma:
+                below.setdefault(j, []).append((ratio, name, entry))
+            else:
+                within.append((hosts[j], name, ratio, v["spread"]))
     warnings = []
     for j, found in sorted(below.items()):
         found.sort(key=lambda t: round(t[0], 3))  # stable: ties keep the report's order
@@ -230,4 +247,9 @@ def host_ceilings(points: list[dict], memory: list[dict], compute: list[dict], m
         warnings.append(warn("slow-host", text))
         sections[j]["slow"] = {"ceiling": name, "ratio_to_median": round(ratio, 4),
                                "ceilings_below": len(found)}
+    if within:
+        listed = "; ".join(f"{h} {n} {r:.2f} (spread {sp:.0%})" for h, n, r, sp in within[:4])
+        warnings.append(warn("noisy-level", f"{len(within)} host ceiling(s) below {1 - threshold:.2f} of the median "
+                             f"of {len(hosts)} hosts only within their scatter, no host named slow for them: "
+                             f"{listed}" + ("; ..." if len(within) > 4 else "")))
     return sections, warnings

@@ -126,6 +126,9 @@ def format_hosts_comparison(doc: dict) -> str:
     if slow:
         lines += ["", f"* more than {1 - low:.0%} below the median of the hosts (slow_host_threshold):"]
         lines += [f"  - {host}: {name} {r:.2f}" for host, name, r in slow]
+        named = [str(h.get("host")) for h in doc.get("hosts") or [] if isinstance(h, dict) and h.get("slow")]
+        lines.append(f"  named slow, beyond the scatter of the values (the slow-host warning): {', '.join(named)}"
+                     if named else "  none beyond the scatter of the values (their spread): no host named slow")
     return "\n".join(lines)
 
 
