@@ -13,8 +13,8 @@ The unthrottled runs use one rank per host (the default slow_host_threshold,
 tests run on is shared, and there two ranks taking turns on a host's one core
 scattered a host's memory ceilings to 0.55-0.72 of the median, enough to be
 named slow in one unthrottled run of two; one rank per host named none in
-five (docs/cluster.md, "A slow node"), while the throttle takes node2 to
-0.3-0.7.
+eight (ert's scatter test; docs/cluster.md, "A slow node"), while the
+throttle takes node2 to 0.3-0.7.
 """
 
 from __future__ import annotations
