@@ -7,6 +7,8 @@
 #   sbatch --wait --nodes=2 jobs/slurm-cpu.sh configs/tiny.yaml
 #   sudo bash jobs/local-cluster.sh status
 #   sudo bash jobs/local-cluster.sh down      # removes every process, namespace and file it made
+#   sudo bash jobs/local-cluster.sh throttle node2   # a slow node: a real-time process takes half its core
+#   sudo bash jobs/local-cluster.sh unthrottle node2
 #
 # Each "host" (node1, node2) is a Linux network namespace with its own veth
 # address on a bridge (10.77.0.0/24) and a UTS namespace with its own host
@@ -406,11 +408,52 @@ cmd_ssh() {  # ssh's calling convention, for launchers (hydra: mpiexec -launcher
     cmd_exec "$node" sh -c "$*"
 }
 
+# A slow host for the tests: a competing process pinned to the host's cores, as a noisy neighbour or a
+# runaway daemon would be, at real-time priority (SCHED_FIFO 1), busy BUSY_US then asleep IDLE_US, over and
+# over (default 500/500: half of every millisecond).  A plain busy loop at normal priority slowed no
+# ceiling: the scheduler hands out whole slices of milliseconds, so each region of ~1 ms ran untouched
+# and only the run's wall time grew.  This one wakes up inside the regions, as OS noise does.
+THROTTLE_HOG='import sys, time
+busy, idle, clock = float(sys.argv[1]) / 1e6, float(sys.argv[2]) / 1e6, time.perf_counter
+while True:
+    end = clock() + busy
+    while clock() < end:
+        pass
+    time.sleep(idle)'
+
+cmd_throttle() {
+    local node=${1:-} busy=${2:-500} idle=${3:-500} pid
+    [ -n "$node" ] || die "usage: $ME throttle HOST [BUSY_US IDLE_US]"
+    case "$busy$idle" in *[!0-9]*) die "throttle: BUSY_US and IDLE_US are whole microseconds, got '$busy' '$idle'" ;; esac
+    need_root
+    [ -e "$DIR/up" ] || die "the cluster is down: '$ME up' first"
+    [ ! -e "$DIR/throttle-$node.pid" ] || die "$node is throttled already ('$ME unthrottle $node' first)"
+    command -v python3 >/dev/null || die "throttle needs python3"
+    # Inside the host (its namespaces, on its cores: cmd_exec); `down` ends it with the host's other processes.
+    bash "${BASH_SOURCE[0]}" exec "$node" chrt -f 1 python3 -c "$THROTTLE_HOG" "$busy" "$idle" </dev/null >/dev/null 2>&1 &
+    pid=$!
+    sleep 0.3
+    kill -0 "$pid" 2>/dev/null || die "throttle: the process on $node did not start (chrt -f needs CAP_SYS_NICE; host name right?)"
+    echo "$pid" >"$DIR/throttle-$node.pid"
+    say "$node throttled: pid $pid busy ${busy} us of every $(( busy + idle )) us on its cores, real-time priority"
+}
+
+cmd_unthrottle() {
+    local node=${1:?usage: $ME unthrottle HOST} pid
+    need_root
+    pid=$(cat "$DIR/throttle-$node.pid" 2>/dev/null) || { say "$node is not throttled"; return 0; }
+    kill -TERM "$pid" 2>/dev/null || true
+    rm -f "$DIR/throttle-$node.pid"
+    say "$node unthrottled"
+}
+
 case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
     exec) shift; cmd_exec "$@" ;;
     ssh) shift; cmd_ssh "$@" ;;
-    *) echo "usage: $ME up|down|status | exec HOST COMMAND... | ssh [-opts] HOST COMMAND..." >&2; exit 2 ;;
+    throttle) shift; cmd_throttle "$@" ;;
+    unthrottle) shift; cmd_unthrottle "$@" ;;
+    *) echo "usage: $ME up|down|status | exec HOST COMMAND... | ssh [-opts] HOST COMMAND... | throttle HOST [BUSY_US IDLE_US] | unthrottle HOST" >&2; exit 2 ;;
 esac
