@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from ert.ceilings_io import load_ceilings
-from ert.consumers import report
+from ert.consumers import report, report_cells
 from ert.errors import ErtError
 from ert.files import CEILINGS_NAME
 
@@ -43,9 +43,9 @@ def ceiling_rows(doc: dict) -> list[dict]:
     """One row per compute and memory ceiling (links and network included), in ``ert show``'s order."""
     ceilings = doc.get("ceilings", {})
     warnings = [str(w) for w in doc.get("warnings", [])]
-    entries = [(_tensor_named(report._compute_name(e), e), report._unit(e), "gflops_per_s", e)
+    entries = [(_tensor_named(report_cells.compute_name(e), e), report_cells.unit_of(e), "gflops_per_s", e)
                for e in ceilings.get("compute", [])]
-    entries += [(report._memory_name(e), "GB/s", "gbytes_per_s", e) for e in ceilings.get("memory", [])]
+    entries += [(report_cells.memory_name(e), "GB/s", "gbytes_per_s", e) for e in ceilings.get("memory", [])]
     rows = []
     for name, unit, key, e in entries:
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}

@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ert.analysis.ceilings import build, caches_by_access  # noqa: E402
+from ert.analysis.ceilings import build  # noqa: E402
+from ert.analysis.memory import caches_by_access  # noqa: E402
 from ert.analysis.confirm import mark_not_reproduced, noise_threshold  # noqa: E402
 from ert.analysis.cache_match import cache_hints  # noqa: E402
 from ert.measure.confirm import level_windows  # noqa: E402

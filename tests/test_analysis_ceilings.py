@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from ert.analysis.ceilings import build, compute_ceilings, memory_ceilings
+from ert.analysis.ceilings import build, compute_ceilings
+from ert.analysis.memory import memory_ceilings
 from ert.spec import rates
 from ert.analysis.plateaus import _densest_median, level_over_range
 from ert.hwinfo import CacheInfo
@@ -133,7 +134,7 @@ def test_build_counts_and_warns_about_partial_runs():
 
 
 def test_best_launch_per_working_set_is_used_and_others_kept_as_evidence():
-    from ert.analysis.ceilings import best_launches
+    from ert.rawio import best_launches
 
     curve = sweep(RW, [(400.0, 64 << 10), (50.0, None)], hi=64 << 20, seed=3)
     measured = []

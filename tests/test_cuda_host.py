@@ -654,7 +654,7 @@ def test_read_write_curves_are_never_named_against_the_l1():
     "L1"; read+write never shows an L1 (write-through), so it is the L2.
     The read-only curve keeps its L1.
     """
-    from ert.analysis.ceilings import caches_by_access, memory_ceilings
+    from ert.analysis.memory import caches_by_access, memory_ceilings
 
     backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(A100))
     info = backend.describe()

@@ -94,15 +94,15 @@ def test_the_configs_rated_dram_is_validated_and_absent_by_default():
 def test_the_rated_dram_flag_overrides_the_config(tmp_path):
     import argparse
 
-    from ert.cli.run import _add_run_arguments, _new_run
-    from ert.measure.comm import world
+    from ert.cli.prepare import new_run
+    from ert.cli.run import _add_run_arguments
 
     cfg = write_config(tmp_path / "c.yaml", dict(MICRO, rated={"dram_gbytes_per_s": 50}), backend="numba-cpu")
     parser = argparse.ArgumentParser()
     _add_run_arguments(parser)
     for argv, want in (([], 50.0), (["--rated-dram", "75.5"], 75.5)):
         args = parser.parse_args([str(cfg), "--out", str(tmp_path / f"run{len(argv)}")] + argv)
-        resolved, _ = _new_run(args, world(), None)
+        resolved, _ = new_run(args, None)
         assert resolved.rated.dram_gbytes_per_s == want
     with pytest.raises(SystemExit):
         parser.parse_args(["--rated-dram", "0"])

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
 from ert.ceilings_io import load_ceilings
-from ert.consumers.report import format_rate
+from ert.consumers.report_cells import format_rate
 
 pytestmark = pytest.mark.slow  # runs ert, and a browser
 

@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from ert.analysis.ceilings import memory_ceilings
+from ert.analysis.memory import memory_ceilings
 from ert.hwinfo import CacheInfo
 from ert.spec import KernelSpec
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ert.analysis.ceilings import build, memory_ceilings
+from ert.analysis.ceilings import build
+from ert.analysis.memory import memory_ceilings
 from ert.analysis.levels import NamedLevel
 from ert.analysis.plateaus import Plateau
 from ert.analysis.regimes import MIN_REGIME_POINTS, find_regimes, judge_levels, unassigned_points
@@ -205,7 +206,7 @@ def _entry(level, precision, access, gbs, spread):
 
 
 def test_dram_that_changed_during_the_run_is_said_plainly():
-    from ert.analysis.ceilings import _changed_under_run
+    from ert.analysis.memory import _changed_under_run
 
     # Zen 5, one run: read-only DRAM 53 GB/s on one precision and 90 on the other, both curves flat.
     changed = [_entry("L3", "fp64", "ro", 240.0, 0.05), _entry("L3", "fp32", "ro", 236.0, 0.05),

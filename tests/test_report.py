@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ert.ceilings_io import validate
-from ert.consumers.report import format_ceilings, format_rate, human_bytes
+from ert.consumers.report import format_ceilings
+from ert.consumers.report_cells import format_rate
+from ert.units import human_bytes
 
 
 def make_doc() -> dict:

@@ -183,7 +183,7 @@ def invalidate_above_rated(points: list[dict], rated: dict | None, *, caches=Non
                            memory_name: str = "DRAM") -> tuple[list[dict], list[str]]:
     """Points above ABOVE_RATED x rated marked invalid (copies), and one warning per kind of excess.
 
-    ``caches`` (per access pattern, as ert.analysis.ceilings.caches_by_access
+    ``caches`` (per access pattern, as ert.analysis.memory.caches_by_access
     gives them) let a point inside L2, L3 or DRAM be held to that level's rated
     value too; without them only the compute and L1 limits apply.
     """

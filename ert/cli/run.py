@@ -3,10 +3,11 @@
 The command line read into a config and a run directory, then one step per
 stage (backend, plan, run directory, measuring, analysis and report); MPI
 ranks placed, errors before the sweep agreed on, a failure during it ending
-every rank.  The run directory, backend selection and precision policy live
-in their stages (ert.measure.rundir, ert.cli.select,
-ert.measure.precisions).  Only argparse and ert.errors are imported at module
-level.
+every rank.  The command line's checks and the run's config and directory
+(new, resumed or restarted) are prepared in ert.cli.prepare; the run
+directory, backend selection and precision policy live in their stages
+(ert.measure.rundir, ert.cli.select, ert.measure.precisions).  Only argparse
+and ert.errors are imported at module level.
 """
 
 from __future__ import annotations
@@ -27,22 +28,26 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restart", action="store_true",
                    help="with --out DIR: start DIR afresh although a run began there, provided it measured nothing "
                         "(its raw.jsonl holds no header: it ended first)")
-    p.add_argument("--threads", metavar="N[,N...]", type=_thread_counts,
-                   help="threads per rank (overrides the config); a list such as 1,2 sweeps each count "
-                        "(thread scaling; the largest gives the top-level ceilings)")
-    p.add_argument("--sustain", metavar="SECONDS", type=_positive_seconds,
-                   help="after the sweep, hold the FP64 peak and DRAM points this long each and report "
-                        "sustained beside burst values")
-    p.add_argument("--device", metavar="SELECTOR",
-                   help="device of the opencl backend: gpu|cpu|accelerator, an index, PLATFORM:DEVICE "
-                        "(index or name substring), or a name substring; of the cuda backend: a GPU index. "
-                        "Default: the rank's index on its node picks among the matching devices")
-    p.add_argument("--levels", metavar="NAME[,NAME...]", type=_level_names,
-                   help="what to measure (overrides the config's levels): memory (the sweep), links "
-                        "(host<->device copies, device backends), network (MPI, 2+ ranks); e.g. links,network")
-    p.add_argument("--rated-dram", metavar="GBPS", type=_gbytes_per_s,
-                   help="the host's rated DRAM bandwidth in GB/s (channels x MT/s x 8 B); sets the config's "
-                        "rated.dram_gbytes_per_s, which takes precedence over what SMBIOS (dmidecode) shows")
+    # The options that take a value, in --help's order: (flag, metavar, type or None, help).
+    for flag, metavar, kind, text in (
+        ("--threads", "N[,N...]", _thread_counts,
+         "threads per rank (overrides the config); a list such as 1,2 sweeps each count "
+         "(thread scaling; the largest gives the top-level ceilings)"),
+        ("--sustain", "SECONDS", _positive_seconds,
+         "after the sweep, hold the FP64 peak and DRAM points this long each and report "
+         "sustained beside burst values"),
+        ("--device", "SELECTOR", None,
+         "device of the opencl backend: gpu|cpu|accelerator, an index, PLATFORM:DEVICE "
+         "(index or name substring), or a name substring; of the cuda backend: a GPU index. "
+         "Default: the rank's index on its node picks among the matching devices"),
+        ("--levels", "NAME[,NAME...]", _level_names,
+         "what to measure (overrides the config's levels): memory (the sweep), links "
+         "(host<->device copies, device backends), network (MPI, 2+ ranks); e.g. links,network"),
+        ("--rated-dram", "GBPS", _gbytes_per_s,
+         "the host's rated DRAM bandwidth in GB/s (channels x MT/s x 8 B); sets the config's "
+         "rated.dram_gbytes_per_s, which takes precedence over what SMBIOS (dmidecode) shows"),
+    ):
+        p.add_argument(flag, metavar=metavar, type=kind, help=text)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.add_argument("--report", action="store_true", help="at the end, also write RUN_DIR/report.html (ert report)")
     p.add_argument("-v", "--verbose", action="store_true", help="the report in full: every warning whole, every "
@@ -146,85 +151,6 @@ def _agreed(comm, func):
     raise QuietExit(2)
 
 
-def _prepare_run(args, comm, placement):
-    """(resolved config, run directory, resume?) from the command line; ErtError for every user fault.
-
-    No collectives here (it runs under ``_agreed``).  A resume's config is read
-    later (``_resumed_config``), once rank 0 holds the directory and has checked
-    it; a new run without ``--out`` gets its directory from ``_claim``.
-    """
-    if args.resume and args.config:
-        raise ErtError("give either CONFIG or --resume RUN_DIR, not both", key="--resume")
-    if args.resume and args.out:
-        raise ErtError("--out names a new run; --resume continues an existing one", key="--out")
-    if args.restart and not args.out:
-        raise ErtError("--restart starts an --out DIR afresh; give --out DIR", key="--restart")
-    if args.resume:
-        return None, Path(args.resume), True
-    return (*_new_run(args, placement), False)
-
-
-def _claim(cfg, run_dir: Path | None, *, resume: bool, restart: bool, comm):
-    """Rank 0 takes the run directory for this run alone (``ert.measure.rundir.claim``); None on other ranks."""
-    from ert.measure import rundir
-
-    if comm.rank != 0:
-        return None
-    return rundir.claim(run_dir, output_dir=cfg.output_dir if cfg else None, resume=resume, restart=restart)
-
-
-def _resumed_config(args, run_dir: Path):
-    """The config of the run to resume; ErtError if the command line asks to change it."""
-    from ert.measure import rundir
-
-    cfg = rundir.load_config(run_dir)
-    if args.backend and args.backend != cfg.backend:
-        raise ErtError(f"the run used backend '{cfg.backend}'; a resume cannot switch to '{args.backend}'",
-                       path=run_dir, key="--backend")
-    if args.threads and args.threads != (cfg.thread_counts or cfg.threads):
-        raise ErtError(f"the run used {cfg.thread_counts or cfg.threads} threads; a resume cannot change that",
-                       path=run_dir, key="--threads")
-    if args.device:
-        raise ErtError("a resume runs on the run's own device (see its config.yaml)", path=run_dir,
-                       key="--device")
-    if args.levels and args.levels != cfg.levels:
-        raise ErtError(f"the run measures levels {','.join(cfg.levels)}; a resume cannot change that",
-                       path=run_dir, key="--levels")
-    if args.sustain and args.sustain != cfg.sustain_seconds:
-        raise ErtError(f"the run's sustain time is {cfg.sustain_seconds}; a resume cannot change that",
-                       path=run_dir, key="--sustain")
-    return cfg
-
-
-def _new_run(args, placement):
-    """(resolved config, ``--out`` DIR or None) from CONFIG (or the packaged default) and the flags."""
-    from ert import config as config_mod
-    from ert.cli import select
-    from ert.measure import rundir
-
-    source = args.config or config_mod.default_path()
-    cfg = config_mod.load(source)
-    data = cfg.to_dict()
-    if args.threads is not None:  # N: one count, as before; N,M,...: thread scaling up to the largest
-        counts = args.threads if isinstance(args.threads, list) else None
-        data.update(threads=max(counts) if counts else args.threads, thread_counts=counts)
-    if getattr(args, "rated_dram", None) is not None:  # the flag wins over the config's value
-        data["rated"] = {**(data.get("rated") or {}), "dram_gbytes_per_s": args.rated_dram}
-    cfg = config_mod.with_overrides(config_mod.from_dict(data, source="command line"), backend=args.backend,
-                                    sustain_seconds=args.sustain, levels=args.levels)
-    cfg = select.resolve(cfg, source=source, backend_flag=bool(args.backend), placement=placement)
-    if args.device:
-        cfg = select.with_device(cfg, args.device)
-    if not args.out:
-        return cfg, None  # rank 0 names and creates it (``_claim``): clocks and host names differ between ranks
-    run_dir = Path(args.out)
-    if args.restart:
-        rundir.check_restart(run_dir)
-    else:
-        rundir.check_new(run_dir)  # early, before a backend starts; again under the lock (``_claim``)
-    return cfg, run_dir
-
-
 def cmd_run(args) -> int:
     from ert.measure import placement as placement_mod
     from ert.measure.comm import world
@@ -238,8 +164,10 @@ def cmd_run(args) -> int:
     from ert.measure.metadata import usable_cpus
 
     usable_cpus()  # read now, before a backend's threads bind this one to a cpu
-    cfg, run_dir, resume = _agreed(comm, lambda: _prepare_run(args, comm, placement))
-    claim = _agreed(comm, lambda: _claim(cfg, run_dir, resume=resume, restart=args.restart, comm=comm))
+    from ert.cli.prepare import claim_run_dir, prepare_run, resumed_config
+
+    cfg, run_dir, resume = _agreed(comm, lambda: prepare_run(args, comm, placement))
+    claim = _agreed(comm, lambda: claim_run_dir(cfg, run_dir, resume=resume, restart=args.restart, comm=comm))
     try:
         if comm.size > 1:  # rank 0 holds the directory; every rank learns its name (and whether it starts afresh)
             run_dir, fresh = comm.bcast((claim.run_dir, claim.fresh) if claim else None)
@@ -249,7 +177,7 @@ def cmd_run(args) -> int:
             for note in claim.notes:
                 print(f"ert-run: {note}", file=sys.stderr)
         if resume:
-            cfg = _agreed(comm, lambda: _resumed_config(args, run_dir))
+            cfg = _agreed(comm, lambda: resumed_config(args, run_dir))
             resume = not fresh
         return _run_claimed(args, cfg, run_dir, claim, comm=comm, resume=resume, placement=placement)
     finally:

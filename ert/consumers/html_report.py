@@ -19,7 +19,8 @@ from ert.consumers import compare as compare_mod
 from ert.consumers import html_charts, html_sweep
 from ert.consumers import html_tips as tips
 from ert.consumers import roofs as roofs_mod
-from ert.consumers.report import format_ceilings, format_rate
+from ert.consumers.report import format_ceilings
+from ert.consumers.report_cells import format_rate
 from ert.consumers.svg_chart import attr, text
 
 MISSING = "-"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ert.consumers import html_tips as tips
 from ert.consumers import roofs as roofs_mod
 from ert.consumers.html_charts import NO_FMA_DASH, PRECISION_COLORS
-from ert.consumers.report import format_rate
+from ert.consumers.report_cells import format_rate
 from ert.consumers.svg_chart import Chart, bytes_tick
 from ert.rawio import best_launches
 from ert.spec import ops_unit, rates
