@@ -122,8 +122,10 @@ def read_handwritten(text: str, *, path, as_json: bool) -> list[KernelData]:
     else:
         import yaml
 
+        from ert import yamlsafe
+
         try:
-            doc = yaml.safe_load(text)
+            doc = yamlsafe.load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise ErtError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", path=path,
