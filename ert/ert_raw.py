@@ -25,6 +25,7 @@ from pathlib import Path
 from ert.config import from_dict
 from ert.ert_results import _literal, gcc_o3_warning
 from ert.errors import ErtError
+from ert.rawcheck import fault
 from ert.rawio import RawData, header_record
 from ert.spec import KernelSpec
 
@@ -98,12 +99,16 @@ def _records(max_file: Path, spec: KernelSpec) -> list[dict]:
                            key=f"line {number}") from None
         if wss < spec.itemsize or trials < 1 or usec[0] <= 0 or not math.isfinite(usec[-1]) \
                 or wss >= 1 << 63 or trials >= 1 << 63:
-            raise ErtError("working set, trials and times must be positive", path=max_file, key=f"line {number}")
+            raise ErtError("working set, trials and times must be positive and finite", path=max_file,
+                           key=f"line {number}")
         seconds = {"min": usec[0] / 1e6, "median": usec[1] / 1e6, "max": usec[2] / 1e6}
         out.append({"type": "point", "id": f"{spec.key}-w{wss}", "spec": spec.to_dict(), "wss_bytes": wss,
                     "elements": wss // spec.itemsize, "trials": trials, "seconds": seconds,
                     "spread": round((seconds["max"] - seconds["min"]) / seconds["min"], 6), "noisy": False,
                     "valid": True, "check": "measured by ERT (not checked by ert)", "remeasured": 0})
+        bad = fault(out[-1])  # the ranges every raw record is read with (1e-300 us is no time)
+        if bad:
+            raise ErtError(f"{bad[0]}: {bad[1]}", path=max_file, key=f"line {number}")
     return out
 
 

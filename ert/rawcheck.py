@@ -25,6 +25,11 @@ def _count(value, *, minimum: int = 1) -> str | None:
     return None
 
 
+# A timed region lasts from a nanosecond (one small transfer) to hours; 1e-308 seconds would
+# give bandwidths no float holds.
+SECONDS_RANGE = (1e-12, 1e9)
+
+
 def _number(value, *, positive: bool = True) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"expected a number, got {_shown(value)}"
@@ -52,13 +57,20 @@ def _flag(value) -> str | None:
     return None if isinstance(value, bool) else f"expected true or false, got {_shown(value)}"
 
 
+def _duration(value) -> str | None:
+    fault = _number(value)
+    if fault is None and not SECONDS_RANGE[0] <= value <= SECONDS_RANGE[1]:
+        fault = f"expected seconds from {SECONDS_RANGE[0]:g} to {SECONDS_RANGE[1]:g}, got {_shown(value)}"
+    return fault
+
+
 def _seconds(value) -> tuple[str, str] | None:
     if not isinstance(value, dict):
         return "", f"expected {{min, median, max}}, got {_shown(value)}"
     for part in ("min", "median", "max"):
         if part not in value:
             return f".{part}", "missing"
-        fault = _number(value[part])
+        fault = _duration(value[part])
         if fault:
             return f".{part}", fault
     return None
@@ -68,7 +80,7 @@ def _samples(value) -> tuple[str, str] | None:
     if not isinstance(value, list):
         return "", f"expected a list of seconds, got {_shown(value)}"
     for i, sample in enumerate(value):
-        fault = _number(sample)
+        fault = _duration(sample)
         if fault:
             return f"[{i}]", fault
     return None
@@ -111,7 +123,7 @@ def fault(record: dict) -> tuple[str, str] | None:
     if kind == "header":
         if not isinstance(record.get("metadata"), dict):
             return "metadata", "a header needs its metadata (a mapping)"
-        if "planned_points" in record and _count(record["planned_points"], minimum=0):
+        if record.get("planned_points") is not None and _count(record["planned_points"], minimum=0):
             return "planned_points", _count(record["planned_points"], minimum=0)
         return None
     for key, check in _SCALARS.get(kind, {}).items():
