@@ -396,7 +396,10 @@ def _first_error(exc: ValidationError) -> tuple[str, str]:
         got = _quoted(err["input"])
         if got not in msg:  # a value error that names the value already says it
             msg += f" (got {got})"
-    return _key_path(loc), msg
+    key = _key_path(loc)
+    if len(key) > QUOTED_CHARS:  # an unknown key of 500 characters is quoted in part too
+        key = key[:QUOTED_CHARS - 3] + "..."
+    return key, msg
 
 
 def _quoted(value: object) -> str:

@@ -398,3 +398,9 @@ def test_validate_of_a_tiny_growth_answers_at_once(tmp_path):
     proc = run_cmd("ert", "validate", write(tmp_path, "working_set:\n  growth: 1.0000001\n"), timeout=30)
     assert proc.returncode == 2 and "working_set.growth" in proc.stderr
     assert time.perf_counter() - start < 10  # the old plan() took minutes over 10^8 working sets
+
+
+def test_a_long_unknown_key_is_quoted_in_part(tmp_path):
+    path = write(tmp_path, "y" * 500 + ": 1\n")
+    err = load_error(path)
+    assert err.message == "unknown key" and len(err.key) <= 80
