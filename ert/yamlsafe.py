@@ -88,6 +88,13 @@ def _loader_class():
             finally:
                 self._depth -= 1
 
+        def fetch_flow_collection_start(self, TokenClass):
+            # The scanner reads a whole line ahead of the composer (a `[` might open a simple key), so a line
+            # of 20 000 `[` took seconds before the composer's depth check saw the first 100: stop here.
+            super().fetch_flow_collection_start(TokenClass)
+            if self.flow_level > MAX_DEPTH:
+                raise LimitError(f"nested more than {MAX_DEPTH} deep", self.get_mark())
+
         def construct_mapping(self, node, deep=False):
             if isinstance(node, MappingNode):
                 seen = set()

@@ -17,6 +17,7 @@ from ert.errors import ErtError
 LAUGHS = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
 BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + LAUGHS + "threads: *i\n"
 DEEP_FLOW = "threads: " + "[" * 600 + "]" * 600 + "\n"
+DEEP_LINE = "threads: " + "[" * 20000 + "]" * 20000 + "\n"  # the scanner reads a line ahead: it stops too
 DEEP_BLOCK = "threads:\n" + "".join("  " * (i + 1) + "a:\n" for i in range(600))
 
 
@@ -45,6 +46,7 @@ def _load_fault(tmp_path, text: str) -> tuple[ErtError, float]:
 
 
 @pytest.mark.parametrize("text, words", [(BOMB, "alias bomb"), (DEEP_FLOW, "nested more than"),
+                                         (DEEP_LINE, "nested more than"),
                                          (DEEP_BLOCK, "nested more than"), ("threads: 2\nthreads: 3\n",
                                                                             "duplicate key 'threads'")])
 def test_a_bomb_deep_nesting_or_a_repeated_key_is_one_line_at_once(tmp_path, text, words):
