@@ -36,13 +36,21 @@ def _deadline(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _load_fault(tmp_path, text: str) -> tuple[ErtError, float]:
+def _load_fault(tmp_path, text: str) -> tuple[str, float]:
+    """The one error line of loading ``text`` as a config, and the seconds the load took, in a child process
+    under a timeout: an old loader spent minutes in pydantic's Rust code, where no signal interrupts it."""
+    import subprocess
+    import sys
+
     path = tmp_path / "c.yaml"
     path.write_text(text)
-    start = time.perf_counter()
-    with _deadline(10), pytest.raises(ErtError) as info:
-        load(path)
-    return info.value, time.perf_counter() - start
+    code = ("import sys, time\nfrom ert.config import load\nfrom ert.errors import ErtError\n"
+            "start = time.perf_counter()\ntry:\n    load(sys.argv[1])\nexcept ErtError as exc:\n"
+            "    print(f'{time.perf_counter() - start:.3f} {exc}')\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout.count("\n") == 1, proc.stderr[-500:]
+    seconds, line = proc.stdout.strip().split(" ", 1)
+    return line, float(seconds)
 
 
 @pytest.mark.parametrize("text, words", [(BOMB, "alias bomb"), (DEEP_FLOW, "nested more than"),
@@ -50,8 +58,8 @@ def _load_fault(tmp_path, text: str) -> tuple[ErtError, float]:
                                          (DEEP_BLOCK, "nested more than"), ("threads: 2\nthreads: 3\n",
                                                                             "duplicate key 'threads'")])
 def test_a_bomb_deep_nesting_or_a_repeated_key_is_one_line_at_once(tmp_path, text, words):
-    err, seconds = _load_fault(tmp_path, text)
-    assert words in err.message and err.key.startswith("line ")
+    line, seconds = _load_fault(tmp_path, text)
+    assert words in line and ": line " in line, line
     assert seconds < 1.0, f"{seconds:.2f} s"  # parsing stops at the limit, nothing is expanded
 
 
