@@ -55,6 +55,9 @@ def parse_number(text: str, *, where: str, path, decimal_comma: bool = False) ->
         raise ErtError(f"not a number: {text!r}", path=path, key=where) from None
     if not math.isfinite(number):
         raise ErtError(f"not a finite number: {text!r}", path=path, key=where)
+    if number != 0 and not _MAGNITUDES[0] <= abs(number) <= _MAGNITUDES[1]:
+        raise ErtError(f"{number:g} is out of range (ert reads magnitudes from {_MAGNITUDES[0]:g} to "
+                       f"{_MAGNITUDES[1]:g})", path=path, key=where)
     return number
 
 
