@@ -108,17 +108,27 @@ def _check_version(doc: Any, path: object) -> None:
         )
 
 
-def _first_non_finite(doc: Any) -> list | None:
-    """Key path of the first NaN or infinity in document order, or None.
+# No quantity in a ceilings file (GB/s, GFLOP/s, bytes, seconds, dates) comes near these magnitudes; past them
+# the consumers' arithmetic (log axes, ratios, int(...)) overflows or divides by zero.
+MAGNITUDE_RANGE = (1e-30, 1e30)
+
+
+def _first_non_finite(doc: Any) -> tuple[list, str] | None:
+    """(key path, fault) of the first NaN, infinity or number out of ``MAGNITUDE_RANGE``, or None.
 
     JSON has no NaN or Infinity (Python's json writes them anyway unless told
     not to), and a NaN passes every JSON Schema bound check, so look for them here.
     """
+    low, high = MAGNITUDE_RANGE
     stack: list[tuple[list, Any]] = [([], doc)]
     while stack:
         parts, value = stack.pop()
         if isinstance(value, float) and not math.isfinite(value):
-            return parts
+            return parts, "not a finite number (NaN or infinity)"
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0 \
+                and not low <= abs(value) <= high:
+            shown = f"{value:.3g}" if isinstance(value, float) else f"an integer of {len(str(abs(value)))} digits"
+            return parts, f"{shown} is out of range (ert reads magnitudes from {low:g} to {high:g})"
         if isinstance(value, dict):
             children = [(parts + [k], v) for k, v in value.items()]
         elif isinstance(value, list):
@@ -191,7 +201,7 @@ def validate(doc: dict, *, path: object = None) -> None:
     _check_version(doc, path)
     bad = _first_non_finite(doc)
     if bad is not None:
-        raise ErtError("not a finite number (NaN or infinity)", path=path, key=_key_path(bad))
+        raise ErtError(bad[1], path=path, key=_key_path(bad[0]))
     from jsonschema.exceptions import best_match
 
     error = best_match(_validator().iter_errors(doc))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import re
 from importlib import resources
 from pathlib import Path
@@ -16,8 +18,34 @@ from ert.errors import ErtError
 PRECISIONS = ("fp64", "fp32", "fp16", "int32", "int64")
 
 
+# Bounds that keep a config from hanging the planner or validating a run that cannot finish.
+MIN_GROWTH = 1.01  # 1.0000001 would plan about 10^8 working sets
+MAX_PLANNED_POINTS = 200_000  # kernel variants x working sets x thread counts; the default plans a few hundred
+QUOTED_CHARS = 80  # at most this much of a bad value is quoted in an error line
+MAX_THREADS = 65536  # threads per rank
+MAX_COUNT = 1 << 31  # threads, sizes and geometries: no machine has more
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: `.inf` / `.nan` would validate, then fail at the header write (JSON has neither).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def host_memory_bytes() -> int | None:
+    """Physical memory of this host, bytes (None where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _within_memory(key: str, value: int) -> int:
+    memory = host_memory_bytes()
+    if memory and value > memory:
+        shown = f"{value} bytes" if value.bit_length() <= 256 else _quoted(value)
+        raise ValueError(f"{key} ({shown}) exceeds this host's memory ({memory} bytes, "
+                         f"{memory / 2**30:.1f} GiB): the run could not allocate it")
+    return value
 
 
 class WorkingSet(_Strict):
@@ -25,16 +53,25 @@ class WorkingSet(_Strict):
 
     min_bytes: int = Field(16 * 1024, gt=0, description="smallest working set, bytes")
     max_bytes: int = Field(1 << 30, gt=0, description="largest working set, bytes")
-    growth: float = Field(1.25, gt=1.0, le=4.0, description="factor between consecutive working sets")
+    growth: float = Field(1.25, ge=MIN_GROWTH, le=4.0, description="factor between consecutive working sets")
     compute_max_bytes: Optional[int] = Field(
         None, gt=0, description="largest working set for kernels of more than 2 FLOPs per element "
                                 "(their peak is cache-resident); null sweeps them to max_bytes")
+
+    @field_validator("max_bytes", "compute_max_bytes")
+    @classmethod
+    def _fits_memory(cls, value: int | None, info) -> int | None:
+        return value if value is None else _within_memory(info.field_name, value)
 
     @model_validator(mode="after")
     def _ordered(self):
         if self.max_bytes < self.min_bytes:
             raise ValueError(f"max_bytes ({self.max_bytes}) is smaller than min_bytes ({self.min_bytes})")
         return self
+
+    def count(self) -> int:
+        """How many working sets the grid has at most (before rounding to granules merges some)."""
+        return int(math.log(self.max_bytes / self.min_bytes) / math.log(self.growth)) + 2
 
 
 class Timing(_Strict):
@@ -86,15 +123,16 @@ class OpenCLOptions(_Strict):
     @field_validator("global_sizes", "local_sizes")
     @classmethod
     def _positive_sizes(cls, values):
-        if values is not None and (not values or any(isinstance(v, bool) or v < 1 for v in values)):
-            raise ValueError("must be a non-empty list of positive integers")
+        if values is not None and (not values or any(isinstance(v, bool) or not 1 <= v <= MAX_COUNT
+                                                         for v in values)):
+            raise ValueError("must be a non-empty list of positive integers below 2^31")
         return values
 
 
 class CudaOptions(_Strict):
     """Options of the cuda backend (ignored by the others)."""
 
-    device: Optional[int] = Field(None, ge=0, description="GPU index; null: the rank's index within its node")
+    device: Optional[int] = Field(None, ge=0, le=MAX_COUNT, description="GPU index; null: the rank's index within its node")
     blocks: Optional[list[int]] = Field(
         None, min_length=1, description="grid sizes to try; null: one full wave per block size (SMs x "
                                         "blocks per SM; ERT's set on a V100)")
@@ -114,8 +152,8 @@ class CudaOptions(_Strict):
     @field_validator("blocks", "threads_per_block", "blocks_threads")
     @classmethod
     def _positive(cls, values):
-        if values is not None and any(v < 1 for v in values):
-            raise ValueError("values must be positive")
+        if values is not None and any(not 1 <= v <= MAX_COUNT for v in values):
+            raise ValueError("values must be positive and below 2^31")
         if values is not None and len(set(values)) != len(values):
             raise ValueError("values repeat")
         return values
@@ -137,9 +175,14 @@ class TransferOptions(_Strict):
     min_bytes: int = Field(8, gt=0, description="smallest transfer (message), bytes: its time is the latency")
     max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="largest host<->device (and peer) copy, bytes")
     network_max_bytes: int = Field(4 * 1024 * 1024, gt=0, description="largest MPI message, bytes")
-    growth: float = Field(4.0, gt=1.0, le=64.0, description="factor between consecutive sizes")
+    growth: float = Field(4.0, ge=MIN_GROWTH, le=64.0, description="factor between consecutive sizes")
     min_seconds: float = Field(0.002, gt=0, le=10, description="each timed sample lasts at least this")
     samples: int = Field(3, ge=1, le=100, description="timed samples per size (min, median and max are kept)")
+
+    @field_validator("max_bytes", "network_max_bytes")
+    @classmethod
+    def _fits_memory(cls, value: int, info) -> int:
+        return _within_memory(info.field_name, value)
 
     @model_validator(mode="after")
     def _ordered(self):
@@ -253,8 +296,8 @@ class RunConfig(_Strict):
     @field_validator("threads")
     @classmethod
     def _threads(cls, value):
-        if isinstance(value, int) and value < 1:
-            raise ValueError("must be a positive integer or 'auto'")
+        if isinstance(value, int) and not 1 <= value <= MAX_THREADS:
+            raise ValueError(f"must be 'auto' or a positive integer up to {MAX_THREADS}")
         return value
 
     @field_validator("thread_counts")
@@ -262,8 +305,8 @@ class RunConfig(_Strict):
     def _thread_counts(cls, values):
         if values is None:
             return values
-        if not values or any(isinstance(v, bool) or v < 1 for v in values):
-            raise ValueError("must be a list of positive integers")
+        if not values or any(isinstance(v, bool) or not 1 <= v <= MAX_THREADS for v in values):
+            raise ValueError(f"must be a list of positive integers up to {MAX_THREADS}")
         if len(set(values)) != len(values):
             raise ValueError("values repeat")
         return sorted(values)
@@ -314,6 +357,18 @@ class RunConfig(_Strict):
                              f"(remove tensor, or use backend: cuda)")
         return self
 
+    @model_validator(mode="after")
+    def _points_bounded(self):
+        # An upper bound of the plan from the config alone (kernel variants x working sets x thread counts),
+        # so that `ert validate` and `ert-run` refuse a grid that would take days before planning it.
+        variants = len(self.precisions) * len(self.access) * len(self.flops_per_element) * len(self.fma_modes())
+        variants += len(self.mixes) * len(self.precisions)
+        planned = variants * self.working_set.count() * len(self.thread_counts or [1])
+        if planned > MAX_PLANNED_POINTS:
+            raise ValueError(f"plans up to {planned} points (more than {MAX_PLANNED_POINTS}): raise "
+                             f"working_set.growth, narrow min_bytes..max_bytes, or measure fewer kernels")
+        return self
+
     def fma_modes(self) -> list[bool]:
         return {"on": [True], "off": [False], "both": [True, False]}[self.fma]
 
@@ -354,8 +409,23 @@ def _first_error(exc: ValidationError) -> tuple[str, str]:
         if not loc and named and named.group(1) in RunConfig.model_fields:
             loc, msg = (named.group(1),), msg[named.end():]
     if err["type"] not in ("extra_forbidden", "missing") and not isinstance(err.get("input", {}), dict):
-        msg += f" (got {err['input']!r})"
-    return _key_path(loc), msg
+        got = _quoted(err["input"])
+        if got not in msg:  # a value error that names the value already says it
+            msg += f" (got {got})"
+    key = _key_path(loc)
+    if len(key) > QUOTED_CHARS:  # an unknown key of 500 characters is quoted in part too
+        key = key[:QUOTED_CHARS - 3] + "..."
+    return key, msg
+
+
+def _quoted(value: object) -> str:
+    """repr of a bad value, at most QUOTED_CHARS long: an expanded alias or a long string is not echoed whole."""
+    if isinstance(value, (list, tuple, dict)) and len(value) > QUOTED_CHARS:
+        return f"a {type(value).__name__} of {len(value)} items"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {len(str(value))} digits"
+    text = repr(value)
+    return text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS - 3] + "..."
 
 
 def from_dict(data: object, *, source: object = "<config>") -> RunConfig:
@@ -365,6 +435,8 @@ def from_dict(data: object, *, source: object = "<config>") -> RunConfig:
         raise ErtError(f"the top level must be a mapping of keys, not {type(data).__name__}", path=source)
     try:
         return RunConfig.model_validate(data)
+    except (OverflowError, RecursionError) as exc:  # pydantic converting 1e400 to an int, say
+        raise ErtError(f"a value is out of range ({type(exc).__name__})", path=source) from None
     except ValidationError as exc:
         key, msg = _first_error(exc)
         raise ErtError(msg, path=source, key=key or None) from None
@@ -374,9 +446,11 @@ def load(path: str | Path) -> RunConfig:
     """Read and validate a YAML config; every fault is an ErtError naming the file and key."""
     import yaml
 
+    from ert import yamlsafe
+
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")  # the file's encoding, not the locale's
     except FileNotFoundError:
         raise ErtError("no such file", path=path) from None
     except IsADirectoryError:
@@ -384,7 +458,7 @@ def load(path: str | Path) -> RunConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise ErtError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", path=path) from None
     try:
-        data = yaml.safe_load(text)
+        data = yamlsafe.load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else None

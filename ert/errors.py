@@ -53,8 +53,17 @@ def parse_user_json(text: str, *, path):
     """``json.loads`` of a user's file; a syntax error or absurd nesting is an ErtError naming file and line."""
     import json
 
+    def bounded_int(digits: str) -> int:
+        # An integer past 10^30 is no count ert reads, and past 10^308 no float holds it: every consumer's
+        # float() would raise OverflowError.  Refused here, with its line.
+        if len(digits.lstrip("-")) > 30:
+            line = text.count("\n", 0, max(text.find(digits), 0)) + 1
+            raise ErtError(f"an integer of {len(digits.lstrip('-'))} digits is out of range", path=path,
+                           key=f"line {line}")
+        return int(digits)
+
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=bounded_int)
     except json.JSONDecodeError as exc:
         raise ErtError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, key=f"line {exc.lineno}") from None
     except RecursionError:

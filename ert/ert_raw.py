@@ -17,12 +17,15 @@ checked by ert: the records say so, and a GCC ``-O3`` build gets its warning.
 
 from __future__ import annotations
 
+import math
+
 import re
 from pathlib import Path
 
 from ert.config import from_dict
 from ert.ert_results import _literal, gcc_o3_warning
 from ert.errors import ErtError
+from ert.rawcheck import fault
 from ert.rawio import RawData, header_record
 from ert.spec import KernelSpec
 
@@ -36,6 +39,15 @@ def looks_like_ert_results(path: Path) -> bool:
     if path.is_file():
         return path.name == "max"
     return path.is_dir() and not (path / "raw.jsonl").exists() and bool(_max_files(path))
+
+
+def iso_date(stamp: float) -> str | None:
+    """ERT's TIMESTAMP_DATA (seconds since 1970) as an ISO date, or None where it is no date (1e300, negative)."""
+    import datetime as _dt
+
+    if not (isinstance(stamp, (int, float)) and 0 <= stamp < 253402300800):  # year 10000: datetime's end
+        return None
+    return _dt.datetime.fromtimestamp(stamp, tz=_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
 def _max_files(path: Path) -> list[Path]:
@@ -85,13 +97,18 @@ def _records(max_file: Path, spec: KernelSpec) -> list[dict]:
         except (ValueError, IndexError):
             raise ErtError("expected WSS_BYTES TRIALS USEC_MIN USEC_MED USEC_MAX ...", path=max_file,
                            key=f"line {number}") from None
-        if wss < spec.itemsize or trials < 1 or usec[0] <= 0:
-            raise ErtError("working set, trials and times must be positive", path=max_file, key=f"line {number}")
+        if wss < spec.itemsize or trials < 1 or usec[0] <= 0 or not math.isfinite(usec[-1]) \
+                or wss >= 1 << 63 or trials >= 1 << 63:
+            raise ErtError("working set, trials and times must be positive and finite", path=max_file,
+                           key=f"line {number}")
         seconds = {"min": usec[0] / 1e6, "median": usec[1] / 1e6, "max": usec[2] / 1e6}
         out.append({"type": "point", "id": f"{spec.key}-w{wss}", "spec": spec.to_dict(), "wss_bytes": wss,
                     "elements": wss // spec.itemsize, "trials": trials, "seconds": seconds,
                     "spread": round((seconds["max"] - seconds["min"]) / seconds["min"], 6), "noisy": False,
                     "valid": True, "check": "measured by ERT (not checked by ert)", "remeasured": 0})
+        bad = fault(out[-1])  # the ranges every raw record is read with (1e-300 us is no time)
+        if bad:
+            raise ErtError(f"{bad[0]}: {bad[1]}", path=max_file, key=f"line {number}")
     return out
 
 
@@ -123,7 +140,7 @@ def read_ert_results(path: str | Path) -> RawData:
     flops_list = sorted({p["spec"]["flops_per_element"] for p in points})
     config = from_dict({"backend": "numba-cpu", "precisions": [precision], "flops_per_element": flops_list,
                         "fma": "on" if any(f > 1 for f in flops_list) else "both", "access": ["rw"],
-                        "threads": threads, "sweep": "dense"})
+                        "threads": threads, "sweep": "dense"}, source=path)
     warnings = [f"ERT results from {path}: {len(layouts)} layout(s) of ranks x threads; analysed "
                 f"{ranks} rank(s) x {threads} thread(s), the most workers"] if len(layouts) > 1 else []
     o3 = gcc_o3_warning(config_ert)
@@ -139,7 +156,7 @@ def read_ert_results(path: str | Path) -> RawData:
                 "source": {"tool": "ERT", "path": str(path)}}
     stamp = meta_ert.get("TIMESTAMP_DATA")
     if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
-        import datetime as _dt
-
-        metadata["date"] = _dt.datetime.fromtimestamp(stamp, tz=_dt.timezone.utc).replace(microsecond=0).isoformat()
+        metadata["date"] = iso_date(stamp) or metadata["date"]
+        if iso_date(stamp) is None:
+            warnings.append(f"TIMESTAMP_DATA {str(stamp)[:40]} is not a date: the run's date is unknown (1970)")
     return RawData(path, header_record({"metadata": metadata, "planned_points": len(points)}), points)

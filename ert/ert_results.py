@@ -106,7 +106,9 @@ def _date(meta: dict, sections: list[dict]) -> str:
         for key in ("TIMESTAMP_DATA", "TIMESTAMP_DB"):
             value = m.get(key)
             values = value if isinstance(value, (list, tuple)) else [value]
-            stamps += [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+            # A stamp past year 9999 (1e300) or NaN is no date: skipped, as a missing one is.
+            stamps += [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+                       and 0 < v < 253402300800]
     if not stamps:
         return "1970-01-01T00:00:00+00:00"
     when = _dt.datetime.fromtimestamp(max(stamps), tz=_dt.timezone.utc).replace(microsecond=0)

@@ -41,12 +41,20 @@ def write_text_atomic(text: str, path: os.PathLike | str) -> None:
 
 
 def write_bytes_atomic(data: bytes, path: os.PathLike | str) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, and rename it over ``path``."""
-    target = Path(path)
-    directory = target.parent
+    """Write ``data`` to a temporary file beside ``path``, fsync it, and rename it over ``path``.
+
+    What is not a regular file (a device, a FIFO, /dev/stdout) is written in
+    place: renaming over it would replace a device node, or fail.  A symlink
+    is followed, so the file it points to is replaced, not the link.
+    """
     try:
+        if _is_special(path):
+            _write_in_place(data, path)
+            return
+        target = Path(os.path.realpath(path))
+        directory = target.parent
         mode = target.stat().st_mode & 0o7777 if target.is_file() else _new_file_mode()
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(target.name), suffix=".tmp", dir=directory)
     except OSError as exc:
         raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
     try:
@@ -67,6 +75,52 @@ def write_bytes_atomic(data: bytes, path: os.PathLike | str) -> None:
             raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
         raise
     _fsync_directory(directory)
+
+
+def check_writable(path: os.PathLike | str) -> None:
+    """ErtError unless ``write_bytes_atomic(.., path)`` can be expected to succeed: called before a command
+    writes anything else, so that a bad ``-o`` leaves no other file behind."""
+    try:
+        if _is_special(path):
+            if not os.access(path, os.W_OK):
+                raise ErtError("cannot write: permission denied", path=path)
+            return
+        target = Path(os.path.realpath(path))
+        if target.is_dir():
+            raise ErtError("is a directory", path=path)
+        if not target.parent.is_dir():
+            raise ErtError(f"cannot write: no such directory {str(target.parent)[:80]}", path=path)
+        if not os.access(target.parent, os.W_OK | os.X_OK):
+            raise ErtError("cannot write: the directory is not writable", path=path)
+    except OSError as exc:
+        raise ErtError(f"cannot write: {exc.strerror or exc}", path=path) from None
+
+
+def _is_special(path: os.PathLike | str) -> bool:
+    """Whether ``path`` (its symlinks followed) exists and is not a regular file or a directory."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _write_in_place(data: bytes, path: os.PathLike | str) -> None:
+    import sys
+
+    # /dev/stdout shares the terminal or pipe with what the command prints: keep their order.
+    sys.stdout.flush()
+    with open(path, "wb") as handle:  # opened through the original name: /proc/self/fd links stay valid
+        handle.write(data)
+        handle.flush()
+
+
+def _temp_prefix(name: str) -> str:
+    # mkstemp adds 8 random characters and ".tmp": a name near NAME_MAX (255 bytes)
+    # would make the temporary name too long, so such a name gets a short prefix.
+    return f".{name}." if len(os.fsencode(name)) <= 200 else ".ert-write."
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ert.errors import ErtError
+from ert.rawcheck import fault
 from ert.spec import KernelSpec, rates, timing_spread
 
 RAW_NAME = "raw.jsonl"
@@ -360,6 +361,9 @@ def read_raw(path: str | Path) -> RawData:
         for key in _REQUIRED.get(rec["type"], ()):
             if key not in rec:
                 raise ErtError(f"{rec['type']} record lacks '{key}'", path=path, key=f"line {number}")
+        bad = fault(rec)
+        if bad:
+            raise ErtError(f"{rec['type']} record: {bad[1]}", path=path, key=f"line {number}: {bad[0]}")
         if rec["type"] == "header":
             if raw is None:
                 raw = RawData(path, rec, [])

@@ -452,3 +452,49 @@ def test_load_nan_in_file(doc, tmp_path):
     target = tmp_path / "ceilings.json"
     target.write_text(json.dumps(doc).replace("712.9", "NaN"))
     assert _load_error(target).key == "ceilings.memory[0].gbytes_per_s"
+
+
+# ---------------------------------------------------------------------------- numbers that overflow (issue 35)
+_BUSY = pathlib.Path(__file__).parent / "data" / "bare-2core-busy.ceilings.json"
+
+
+def _with_number(tmp_path, old: str, new: str) -> Path:
+    text = _BUSY.read_text()
+    assert old in text
+    path = tmp_path / "c.json"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("new, words", [("1" + "0" * 400, "an integer of 401 digits is out of range"),
+                                        ("1e-308", "1e-308 is out of range"), ("1e308", "1e+308 is out of range")])
+def test_numbers_past_what_a_float_computes_with_are_refused(tmp_path, new, words):
+    path = _with_number(tmp_path, "49.9853", new)  # the L3 bandwidth
+    with pytest.raises(ErtError) as info:
+        load_ceilings(path)
+    assert words in info.value.message and info.value.path == str(path)
+
+
+def test_every_consumer_refuses_an_overflowing_number_in_one_line(tmp_path):
+    from conftest import REPO, run_cmd, stderr_lines
+
+    app = REPO / "tests" / "data" / "app-handworked.yaml"
+    for old, new in (("33.7209", "1" + "0" * 400), ("16384", "1" + "0" * 400), ("33.7209", "1e308")):
+        path = _with_number(tmp_path, old, new)
+        for argv in (["show", path], ["plot", path, "-o", tmp_path / "p.png"], ["export", path, "--format", "csv"],
+                     ["compare", path, _BUSY], ["profile", "--ceilings", path, app],
+                     ["report", path, "-o", tmp_path / "r.html"]):
+            proc = run_cmd("ert", *argv)
+            assert proc.returncode == 2 and len(stderr_lines(proc)) == 1, (argv, proc.stderr[-400:])
+            assert "out of range" in proc.stderr
+
+
+@pytest.mark.parametrize("gflops, gbytes", [(1e29, 49.9853), (33.7209, 1e-29)])
+def test_plot_axes_take_extreme_but_finite_roofs(tmp_path, gflops, gbytes):
+    """Decades of 1e29 were Python ints that numpy's axis limits refuse; they are floats now."""
+    from ert.consumers.plot import plot_roofline
+
+    path = _with_number(tmp_path, "33.7209", repr(gflops))
+    path.write_text(path.read_text().replace("49.9853", repr(gbytes), 1))
+    plot_roofline(load_ceilings(path), tmp_path / "r.png")
+    assert (tmp_path / "r.png").stat().st_size > 1000

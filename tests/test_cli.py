@@ -316,3 +316,17 @@ def test_bare_ert_run_defaults_to_the_packaged_config(tmp_path):
     proc = run_cmd("ert-run", "--backend", "nosuch", cwd=tmp_path)
     assert_one_line_error(proc, "ert-run", "nosuch")
     assert files_under(tmp_path) == set()
+
+
+def test_a_bad_numba_num_threads_is_one_line(tmp_path):
+    """Numba itself raises deep inside its import; ert names the variable first (issue 35)."""
+    import os
+    import subprocess
+
+    from conftest import TINY, command
+
+    proc = subprocess.run([command("ert-run"), str(TINY), "--out", str(tmp_path / "run"), "-q"],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, NUMBA_NUM_THREADS="abc"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert stderr_lines(proc) == ["ert-run: error: environment: NUMBA_NUM_THREADS='abc' is not a positive integer: "
+                                  "unset it or give a count"]

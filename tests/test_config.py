@@ -298,3 +298,109 @@ def test_to_dict_round_trips_through_yaml(tmp_path):
 def test_key_path_rendering():
     assert config_mod._key_path(("working_set", "min_bytes")) == "working_set.min_bytes"
     assert config_mod._key_path(("precisions", 2)) == "precisions[2]"
+
+
+# ---------------------------------------------------------------------------- bounds on every number (issue 35)
+@pytest.mark.parametrize("text, key", [
+    ("timing:\n  noise_threshold: .inf\n", "timing.noise_threshold"),
+    ("timing:\n  max_point_seconds: .inf\n", "timing.max_point_seconds"),
+    ("timing:\n  min_seconds: .nan\n", "timing.min_seconds"),
+    ("sustain_seconds: .nan\n", "sustain_seconds"),
+    ("rated:\n  dram_gbytes_per_s: .inf\n", "rated.dram_gbytes_per_s"),
+    ("working_set:\n  max_bytes: 1.0e+400\n", "working_set.max_bytes"),
+])
+def test_floats_are_finite_at_validate(tmp_path, text, key):
+    # These validated before and then failed at the header write (JSON has no inf or NaN).
+    path = write(tmp_path, text)
+    check_error(load_error(path), path, key, "finite")
+
+
+@pytest.mark.parametrize("value", [str(1 << 50), str(1 << 64), "1" + "0" * 400])
+def test_max_bytes_beyond_the_hosts_memory_is_refused_with_the_figure(tmp_path, value):
+    memory = config_mod.host_memory_bytes()
+    path = write(tmp_path, f"working_set:\n  max_bytes: {value}\n")
+    err = load_error(path)
+    check_error(err, path, "working_set.max_bytes", "exceeds this host's memory", str(memory))
+    assert len(str(err)) < 250  # 400 digits are not echoed
+
+
+def test_an_integer_too_large_for_a_float_is_one_line(tmp_path):
+    # 10^400 as an integer was an OverflowError traceback where pydantic compares it with a float bound.
+    path = write(tmp_path, "timing:\n  min_seconds: " + "1" + "0" * 400 + "\n")
+    err = load_error(path)
+    assert err.key == "timing.min_seconds" and "digits" in err.message and len(str(err)) < 250
+
+
+@pytest.mark.parametrize("key", ["working_set", "transfer"])
+@pytest.mark.parametrize("growth", [1.0000001, 1.001, 1.0099])
+def test_growth_is_at_least_1_01(tmp_path, key, growth):
+    path = write(tmp_path, f"{key}:\n  growth: {growth}\n")
+    check_error(load_error(path), path, f"{key}.growth", "greater than or equal to 1.01")
+    assert from_dict({key: {"growth": 1.01}})
+
+
+def test_planned_points_are_limited(tmp_path):
+    path = write(tmp_path, "thread_counts: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]\nthreads: 16\n"
+                           "working_set: {min_bytes: 1024, growth: 1.01}\n")
+    err = load_error(path)
+    assert err.key is None and f"more than {config_mod.MAX_PLANNED_POINTS}" in err.message
+
+
+@pytest.mark.parametrize("text, key", [
+    ("threads: 100000000000000000000\n", "threads"),
+    ("thread_counts: [1, 100000000000]\n", "thread_counts"),
+    ("opencl:\n  global_sizes: [100000000000000000000]\n", "opencl.global_sizes"),
+    ("cuda:\n  blocks: [100000000000000000000]\n", "cuda.blocks"),
+])
+def test_counts_have_an_upper_bound(tmp_path, text, key):
+    path = write(tmp_path, text)
+    assert load_error(path).key == key
+
+
+def test_an_error_quotes_at_most_80_characters_of_the_input(tmp_path):
+    path = write(tmp_path, "precisions: [" + ", ".join(["fp64"] * 50) + ", fp99]\n")
+    err = load_error(path)
+    quoted = err.message.split("(got ", 1)[1] if "(got " in err.message else ""
+    assert len(quoted) <= 81, err.message
+    long_value = write(tmp_path, "fma: " + "x" * 500 + "\n", name="long.yaml")
+    err = load_error(long_value)
+    assert "x" * 81 not in str(err) and "..." in str(err)
+
+
+def test_config_is_read_as_utf8_whatever_the_locale(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = write(tmp_path, "# Durchsatz in Größe: café\nthreads: 1\n")
+    path.write_bytes(path.read_text().encode("utf-8"))
+    env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    code = f"from ert.config import load; print(load({str(path)!r}).threads)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr[-300:]
+
+
+def test_validate_prints_an_estimate_of_the_run_time(tmp_path):
+    from conftest import run_cmd
+
+    proc = run_cmd("ert", "validate", write(tmp_path, "working_set: {growth: 1.01}\nsustain_seconds: 60\n"))
+    assert proc.returncode == 0, proc.stderr
+    estimate = [line for line in proc.stdout.splitlines() if line.startswith("estimated run time: ")]
+    assert estimate and (" min " in estimate[0] or " h " in estimate[0])
+
+
+def test_validate_of_a_tiny_growth_answers_at_once(tmp_path):
+    import time
+
+    from conftest import run_cmd
+
+    start = time.perf_counter()
+    proc = run_cmd("ert", "validate", write(tmp_path, "working_set:\n  growth: 1.0000001\n"), timeout=30)
+    assert proc.returncode == 2 and "working_set.growth" in proc.stderr
+    assert time.perf_counter() - start < 10  # the old plan() took minutes over 10^8 working sets
+
+
+def test_a_long_unknown_key_is_quoted_in_part(tmp_path):
+    path = write(tmp_path, "y" * 500 + ": 1\n")
+    err = load_error(path)
+    assert err.message == "unknown key" and len(err.key) <= 80

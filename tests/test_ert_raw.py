@@ -98,3 +98,39 @@ def test_the_converted_run_saves_as_a_raw_file_ert_reads_back(ert_run, tmp_path)
     assert json.loads(again.stdout)["ceilings"] == json.loads(first.stdout)["ceilings"]
     refused = run_cmd("ert", "analyze", ert_run, "--save-raw", saved)
     assert refused.returncode == 2 and "already exists" in refused.stderr
+
+
+@pytest.mark.parametrize("stamp", ["1e300", "-1e300"])
+def test_a_timestamp_that_is_no_date_leaves_the_date_unknown(tmp_path, stamp):
+    """TIMESTAMP_DATA 1e300 broke every consumer and analyze (datetime overflow); it is a caveat now."""
+    leaf = tmp_path / "FLOPS.001" / "MPI.0001" / "OpenMP.0002"
+    leaf.mkdir(parents=True)
+    (leaf / "max").write_text("\n".join(_staircase()) + "\n" + META.replace("1560424198.1", stamp))
+    raw = read_ert_results(tmp_path)
+    meta = raw.header["metadata"]
+    assert meta["date"].startswith("1970")
+    assert any("TIMESTAMP_DATA" in c for c in meta["backend_info"]["caveats"])
+    proc = run_cmd("ert", "analyze", tmp_path, "--json")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("line, words", [("8192 10 1e400 1e400 1e400 1 1 1 0 0 0", "positive and finite"),
+                                         ("8192 10 1e-300 1e-300 1e-300 1 1 1 0 0 0", "seconds.min"),
+                                         ("8192 1" + "0" * 400 + " 1 1 1 1 1 1 0 0 0", "positive and finite")])
+def test_a_max_line_out_of_range_is_one_error(tmp_path, line, words):
+    leaf = tmp_path / "FLOPS.001" / "MPI.0001" / "OpenMP.0001"
+    leaf.mkdir(parents=True)
+    (leaf / "max").write_text(_line(4096, 10, 100.0) + "\n" + line + "\n")
+    proc = run_cmd("ert", "analyze", tmp_path)
+    assert proc.returncode == 2 and len(stderr_lines(proc)) == 1 and "max: line 2" in proc.stderr
+    assert words in proc.stderr
+
+
+def test_a_config_fault_of_an_ert_run_names_the_run(tmp_path):
+    """ERT's FLOPS.2048 is no ert config: the error names the results directory, not <config>."""
+    leaf = tmp_path / "FLOPS.2048" / "MPI.0001" / "OpenMP.0001"
+    leaf.mkdir(parents=True)
+    (leaf / "max").write_text(_line(4096, 10, 100.0) + "\n")
+    proc = run_cmd("ert", "analyze", tmp_path)
+    assert proc.returncode == 2 and len(stderr_lines(proc)) == 1
+    assert stderr_lines(proc)[0].startswith(f"ert: error: {tmp_path}: flops_per_element: ")

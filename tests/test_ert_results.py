@@ -112,3 +112,12 @@ def test_bad_ert_file_is_one_line(tmp_path, capsys, change, key):
     assert cli.main(["show", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and key in err and "Traceback" not in err
+
+
+def test_a_timestamp_that_is_no_date_is_skipped(tmp_path):
+    """TIMESTAMP_DATA 1e300 overflowed datetime in every consumer; a stamp past year 9999 counts as none."""
+    doc = json.loads(json.dumps(ERT_DICT_META))
+    doc["empirical"]["gflops"]["metadata"]["TIMESTAMP_DATA"] = [1e300]
+    assert load_ceilings(_write(tmp_path, "r.json", doc))["metadata"]["date"] == "2020-09-13T12:26:50+00:00"  # 1600000010 s, the latest real one
+    doc["empirical"]["gbytes"]["metadata"]["TIMESTAMP_DATA"] = [1e300]
+    assert load_ceilings(_write(tmp_path, "r.json", doc))["metadata"]["date"].startswith("1970")

@@ -125,3 +125,25 @@ def test_a_text_that_only_mentions_nvprof_or_ncu_markers_is_not_taken_for_their_
     proc = run_cmd("ert", "profile", note, "--ceilings", DATA / "ceilings-handworked-gpu.json")
     assert proc.returncode == 2 and len(stderr_lines(proc)) == 1
     assert "nvprof" not in proc.stderr and "==PROF==" not in proc.stderr and "unknown ncu CSV layout" in proc.stderr
+
+
+def test_a_kernel_row_that_lost_its_opening_quote_is_reported(tmp_path, capsys):
+    """Such a row was skipped as if it were the application's output, and its kernel silently dropped."""
+    rows = [HEADER, _row(0, "k", "gpu__time_duration.sum", "nsecond", "1000"), *_ops(0, "k", "1", "1", "1"),
+            _row(0, "k", "dram__bytes.sum", "byte", "1000")]
+    rows[3] = rows[3][1:]
+    path = _write(tmp_path, "app.csv", rows)
+    assert cli.main(["profile", str(path), "--ceilings", GPU]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "line 4" in err and "lost its opening quote" in err
+
+
+@pytest.mark.parametrize("value", ["1e300", "1e-300"])
+def test_a_metric_no_float_computes_with_is_refused(tmp_path, capsys, value):
+    """ncu's time of 1e-300 s made the kernel's rate infinite on the plot; it is one error line now."""
+    rows = [HEADER, _row(0, "k", "gpu__time_duration.sum", "nsecond", value), *_ops(0, "k", "1", "1", "1"),
+            _row(0, "k", "dram__bytes.sum", "byte", "1000")]
+    path = _write(tmp_path, "app.csv", rows)
+    assert cli.main(["profile", str(path), "--ceilings", GPU]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "out of range" in err

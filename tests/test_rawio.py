@@ -130,7 +130,7 @@ def test_a_stage_frame_appends_files_its_records_and_ends_with_its_stage(tmp_pat
 
     log = _new_log(tmp_path)
     first = {"type": "transfer", "id": "t:1", "level": "t", "bytes": 1, "moved_bytes": 1, "repeats": 1,
-             "seconds": {"min": 1.0}, "valid": True}
+             "seconds": {"min": 1.0, "median": 1.0, "max": 1.0}, "valid": True}
     with log.stage("transfers", done=lambda data: {r["id"] for r in data.transfers},
                    ending=lambda interrupted: {"time": 5.0}) as frame:
         assert frame.done == set()

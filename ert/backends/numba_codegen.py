@@ -44,6 +44,7 @@ def configure_numba_env(threads: int | None = None) -> dict:
     what was really used, and the backend records that.
     """
     decided = {}
+    _check_num_threads()
     if "NUMBA_CPU_FEATURES" not in os.environ:
         features = _with_512_bit_vectors(_host_features())
         if features:
@@ -66,6 +67,16 @@ def configure_numba_env(threads: int | None = None) -> dict:
         if config.CPU_FEATURES != os.environ.get("NUMBA_CPU_FEATURES"):
             config.reload_config()
     return decided
+
+
+def _check_num_threads() -> None:
+    # Numba parses NUMBA_NUM_THREADS when imported and raises deep inside; say it in one line first.
+    value = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    if value and not (value.isdigit() and int(value) > 0):
+        from ert.errors import ErtError
+
+        raise ErtError(f"NUMBA_NUM_THREADS={value[:40]!r} is not a positive integer: unset it or give a count",
+                       key="environment")
 
 
 def effective_codegen() -> dict:

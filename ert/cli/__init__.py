@@ -53,7 +53,32 @@ def cmd_validate(args) -> int:
     scaling = f" per thread count ({', '.join(map(str, cfg.thread_counts))})" if cfg.thread_counts else ""
     print(f"{args.config}: valid: {len(specs)} kernel variant(s) x up to {sizes} working set(s): {counted}"
           f"{scaling} per rank layout (threads: {cfg.threads}, backend: {cfg.backend}){_geometry_note(cfg)}{tensor}")
+    print(_time_estimate(cfg, len(points)))
     return 0
+
+
+def _time_estimate(cfg, points: int) -> str:
+    """A rough run time: each point is calibrated (about one region) and timed ``min_repeats`` (quiet) to
+    ``repeats`` regions of ``min_seconds``; a noisy one is measured again up to ``max_remeasure`` times."""
+    t = cfg.timing
+    runs = len(cfg.thread_counts or [1])
+    low = points * runs * ((t.min_repeats or t.repeats) + 1) * t.min_seconds
+    high = points * runs * (t.repeats + 1) * t.min_seconds * (1 + t.max_remeasure)
+    if t.max_point_seconds is not None:
+        high = min(high, points * runs * (t.max_point_seconds + t.min_seconds))
+    hold = 2 * cfg.sustain_seconds if cfg.sustain_seconds else 0.0  # the FP64 peak and DRAM points
+    span = f"{_duration(low + hold)} to {_duration(max(low, high) + hold)}"
+    adaptive = " (adaptive: usually less)" if cfg.sweep == "adaptive" else ""
+    return (f"estimated run time: {span} of timed regions{adaptive}, plus compiling the kernels "
+            f"and the transfer levels")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _geometry_note(cfg) -> str:
@@ -111,9 +136,13 @@ def cmd_analyze(args) -> int:
         raw.header["metadata"].get("backend_info", {}).pop("caches", None)
     _complete_rated(raw.header["metadata"])
     doc = build(raw)
-    validate(doc)
+    validate(doc, path=args.raw)  # a fault in what the analysis built names the input, not only a key
     if args.save_raw:
+        from ert.files import check_writable
         from ert.rawio import write_raw
+
+        if args.output:
+            check_writable(args.output)  # a bad -o fails before --save-raw writes anything
 
         try:
             write_raw(raw, args.save_raw)

@@ -55,6 +55,9 @@ def parse_number(text: str, *, where: str, path, decimal_comma: bool = False) ->
         raise ErtError(f"not a number: {text!r}", path=path, key=where) from None
     if not math.isfinite(number):
         raise ErtError(f"not a finite number: {text!r}", path=path, key=where)
+    if number != 0 and not _MAGNITUDES[0] <= abs(number) <= _MAGNITUDES[1]:
+        raise ErtError(f"{number:g} is out of range (ert reads magnitudes from {_MAGNITUDES[0]:g} to "
+                       f"{_MAGNITUDES[1]:g})", path=path, key=where)
     return number
 
 
@@ -122,8 +125,10 @@ def read_handwritten(text: str, *, path, as_json: bool) -> list[KernelData]:
     else:
         import yaml
 
+        from ert import yamlsafe
+
         try:
-            doc = yaml.safe_load(text)
+            doc = yamlsafe.load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise ErtError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", path=path,
@@ -140,10 +145,21 @@ def _positive(value, key: str, path, *, allow_zero: bool = False) -> float:
             value = float(value)
         except ValueError:
             pass
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        # math.isfinite(10**400) raises OverflowError: no float holds it.
+        raise ErtError(f"expected a positive number below 1e30, got an integer of {len(str(abs(value)))} digits",
+                       path=path, key=key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value < 0 or (value == 0 and not allow_zero):
         raise ErtError(f"expected a positive number, got {value!r}", path=path, key=key)
+    if value != 0 and not _MAGNITUDES[0] <= value <= _MAGNITUDES[1]:
+        # Ratios of such numbers (intensity, % of a roof) overflow to infinity or 0 in the plots.
+        raise ErtError(f"{value:g} is out of range (ert reads magnitudes from {_MAGNITUDES[0]:g} to "
+                       f"{_MAGNITUDES[1]:g})", path=path, key=key)
     return float(value)
+
+
+_MAGNITUDES = (1e-30, 1e30)  # as ert.ceilings_io.MAGNITUDE_RANGE: no seconds, FLOPs or bytes come near them
 
 
 def _handwritten_kernel(entry, index: int, path) -> KernelData:

@@ -68,6 +68,12 @@ def _csv_rows(text: str, path) -> list[tuple[int, list[str]]]:
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.startswith('"'):
+            if rows and '","' in line:
+                # ncu quotes every cell: a line of quoted cells after the header that does not open with a
+                # quote is a damaged row (a kernel's), not the application's output; dropping it would hide
+                # a kernel.
+                raise ErtError(f"a CSV row that lost its opening quote: {line[:60]!r}", path=path,
+                               key=f"line {number}")
             continue
         try:
             cells = next(csv.reader([line]))

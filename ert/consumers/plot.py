@@ -54,11 +54,12 @@ def save_figure(fig, path) -> None:
 
 
 def _decade_below(x: float) -> float:
-    return 10 ** math.floor(math.log10(x))
+    # 10.0, not 10: 10 ** 40 is a Python int that numpy (the axis limits) cannot take.
+    return 10.0 ** math.floor(math.log10(x))
 
 
 def _decade_above(x: float) -> float:
-    return 10 ** math.ceil(math.log10(x))
+    return 10.0 ** math.ceil(math.log10(x))
 
 
 def _fmt_rate(value: float) -> str:
