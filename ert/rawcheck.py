@@ -110,8 +110,11 @@ _SCALARS = {
                  "repeats": _count, "valid": _flag, "time": lambda v: _number(v, positive=False)},
     "end": {"wall_seconds": lambda v: _number(v, positive=False), "interrupted": _flag},
 }
+# A re-measurement ("confirm") is a point record measured again, naming the point it repeats.
+_SCALARS["confirm"] = {**_SCALARS["point"], "point_id": _text, "again": _count}
 _NESTED = {
     "point": {"seconds": _seconds, "samples": _samples},
+    "confirm": {"seconds": _seconds, "samples": _samples},
     "sustain": {"region_seconds": _samples, "region_start_seconds": None},
     "transfer": {"seconds": _seconds, "samples": _samples},
 }

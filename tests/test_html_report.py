@@ -3,6 +3,8 @@ network blocked; checked for console errors, roof counts, hover text and one ser
 
 from __future__ import annotations
 
+import html
+
 import json
 import os
 import shutil
@@ -224,6 +226,13 @@ def check_two_host_report(run_dir: Path, tmp_path: Path) -> None:
     doc = load_ceilings(run_dir / "ceilings.json")
     page_text = out.read_text()
     assert "<h4>Hosts</h4>" in page_text and "node1, node2" in page_text
+    # Per-host ceilings (issue 32's hosts section): a row per ceiling, each host's value and ratio to the median.
+    assert "Per-host ceilings (value and ratio to the median of 2 hosts" in page_text
+    from ert.consumers.ceiling_values import ceiling_values
+
+    node2 = next(h for h in doc["hosts"] if h["host"] == "node2")
+    name, value = next(iter(ceiling_values(node2["ceilings"]).items()))
+    assert f"<td>{html.escape(name)}</td>" in page_text and f"{format_rate(value)} (" in page_text
     network = [e for e in doc["ceilings"]["memory"] if e.get("kind") == "network"]
     assert network and page_text.count('data-roof="transfer"') == len(network)
     executable = _chromium()

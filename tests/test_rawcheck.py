@@ -92,3 +92,23 @@ def test_resume_refuses_a_damaged_record_before_measuring_anything(tiny_copy):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert stderr_lines(proc)[-1].endswith("line 3: seconds.min: point record: expected a positive number, got 0")
     assert raw.read_bytes() == before  # nothing measured, nothing appended
+
+
+def test_a_re_measurement_is_checked_as_its_point_is(tmp_path):
+    """A "confirm" record (issue 30) carries a point's keys and the point it repeats: checked the same way."""
+    from ert.rawio import confirm_record
+
+    lines = RAW.read_text().splitlines()
+    point = json.loads(lines[1])
+    again = confirm_record(measured=point, point_id=point["id"])
+    path = tmp_path / "raw.jsonl"
+    path.write_text("\n".join([*lines, json.dumps(again)]) + "\n")
+    assert [c["point_id"] for c in read_raw(path).confirms] == [point["id"]]
+    path.write_text("\n".join([*lines, json.dumps({**again, "trials": 0})]) + "\n")
+    with pytest.raises(ErtError) as info:
+        read_raw(path)
+    assert info.value.key == f"line {len(lines) + 1}: trials"
+    path.write_text("\n".join([*lines, json.dumps({**again, "point_id": 5})]) + "\n")
+    with pytest.raises(ErtError) as info:
+        read_raw(path)
+    assert info.value.key == f"line {len(lines) + 1}: point_id"

@@ -215,7 +215,47 @@ def _hosts_table(doc: dict) -> str:
     if len(hosts) < 2:
         return ""
     rows = [[h, str(per_host.get(h, MISSING))] for h in hosts]
-    return "<h4>Hosts</h4>" + _table(["host", "ranks"], rows, numeric={1})
+    return "<h4>Hosts</h4>" + _table(["host", "ranks"], rows, numeric={1}) + _per_host_table(doc)
+
+
+# Up to this many hosts a column each; more, and each ceiling shows its lowest and highest host.
+HOST_COLUMNS = 8
+
+
+def _per_host_table(doc: dict) -> str:
+    """Each host's value of every ceiling, as a ratio to the median of the hosts (schema 1.10 ``hosts``); a
+    ratio below 1 - slow_host_threshold is marked, as `ert show` marks it."""
+    import statistics
+
+    from ert.consumers.ceiling_values import ceiling_values
+
+    entries = [h for h in doc.get("hosts") or [] if isinstance(h, dict) and isinstance(h.get("ceilings"), dict)]
+    if len(entries) < 2:
+        return ""
+    threshold = float(((doc["metadata"].get("config") or {}).get("slow_host_threshold")) or 0.10)
+    values = {str(h.get("host")): ceiling_values(h["ceilings"]) for h in entries}
+    names = list(dict.fromkeys(n for v in values.values() for n in v))
+
+    def cell(host: str, name: str, median: float) -> str:
+        value = values[host].get(name)
+        if value is None or not median:
+            return MISSING
+        ratio = value / median
+        return f"{format_rate(value)} ({ratio:.2f}{'*' if ratio < 1 - threshold else ''})"
+
+    rows, hosts = [], list(values)
+    for name in names:
+        present = [values[h][name] for h in hosts if name in values[h]]
+        median = statistics.median(present) if present else 0.0
+        if len(hosts) <= HOST_COLUMNS:
+            rows.append([name, format_rate(median)] + [cell(h, name, median) for h in hosts])
+        else:
+            ranked = sorted((h for h in hosts if name in values[h]), key=lambda h: values[h][name])
+            rows.append([name, format_rate(median), f"{ranked[0]}: {cell(ranked[0], name, median)}",
+                         f"{ranked[-1]}: {cell(ranked[-1], name, median)}"])
+    headers = ["ceiling", "median"] + (hosts if len(hosts) <= HOST_COLUMNS else ["lowest host", "highest host"])
+    return (f"<h4>Per-host ceilings (value and ratio to the median of {len(hosts)} hosts; * more than "
+            f"{threshold:.0%} below it)</h4>" + _table(headers, rows, numeric=set(range(1, len(headers)))))
 
 
 def _show_text(doc: dict) -> str:
