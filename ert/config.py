@@ -6,13 +6,13 @@ import hashlib
 import json
 import math
 import os
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ert.config_errors import first_error, quoted
 from ert.errors import ErtError
 
 PRECISIONS = ("fp64", "fp32", "fp16", "int32", "int64")
@@ -21,7 +21,6 @@ PRECISIONS = ("fp64", "fp32", "fp16", "int32", "int64")
 # Bounds that keep a config from hanging the planner or validating a run that cannot finish.
 MIN_GROWTH = 1.01  # 1.0000001 would plan about 10^8 working sets
 MAX_PLANNED_POINTS = 200_000  # kernel variants x working sets x thread counts; the default plans a few hundred
-QUOTED_CHARS = 80  # at most this much of a bad value is quoted in an error line
 MAX_THREADS = 65536  # threads per rank
 MAX_COUNT = 1 << 31  # threads, sizes and geometries: no machine has more
 
@@ -42,7 +41,7 @@ def host_memory_bytes() -> int | None:
 def _within_memory(key: str, value: int) -> int:
     memory = host_memory_bytes()
     if memory and value > memory:
-        shown = f"{value} bytes" if value.bit_length() <= 256 else _quoted(value)
+        shown = f"{value} bytes" if value.bit_length() <= 256 else quoted(value)
         raise ValueError(f"{key} ({shown}) exceeds this host's memory ({memory} bytes, "
                          f"{memory / 2**30:.1f} GiB): the run could not allocate it")
     return value
@@ -384,50 +383,6 @@ class RunConfig(_Strict):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _key_path(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def _first_error(exc: ValidationError) -> tuple[str, str]:
-    err = exc.errors()[0]
-    loc = tuple(p for p in err["loc"] if p not in ("function-after[_ordered(), WorkingSet]",))
-    # Literal/union errors add the union branch name to the location; drop it.
-    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("literal"))))
-    msg = err["msg"]
-    if err["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-        # A check across keys that names the one at fault ("precisions: ...") reports it as that key.
-        named = re.match(r"([a-z_]+): ", msg)
-        if not loc and named and named.group(1) in RunConfig.model_fields:
-            loc, msg = (named.group(1),), msg[named.end():]
-    if err["type"] not in ("extra_forbidden", "missing") and not isinstance(err.get("input", {}), dict):
-        got = _quoted(err["input"])
-        if got not in msg:  # a value error that names the value already says it
-            msg += f" (got {got})"
-    key = _key_path(loc)
-    if len(key) > QUOTED_CHARS:  # an unknown key of 500 characters is quoted in part too
-        key = key[:QUOTED_CHARS - 3] + "..."
-    return key, msg
-
-
-def _quoted(value: object) -> str:
-    """repr of a bad value, at most QUOTED_CHARS long: an expanded alias or a long string is not echoed whole."""
-    if isinstance(value, (list, tuple, dict)) and len(value) > QUOTED_CHARS:
-        return f"a {type(value).__name__} of {len(value)} items"
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"an integer of {len(str(value))} digits"
-    text = repr(value)
-    return text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS - 3] + "..."
-
-
 def from_dict(data: object, *, source: object = "<config>") -> RunConfig:
     if data is None:
         data = {}
@@ -438,7 +393,7 @@ def from_dict(data: object, *, source: object = "<config>") -> RunConfig:
     except (OverflowError, RecursionError) as exc:  # pydantic converting 1e400 to an int, say
         raise ErtError(f"a value is out of range ({type(exc).__name__})", path=source) from None
     except ValidationError as exc:
-        key, msg = _first_error(exc)
+        key, msg = first_error(exc, top_keys=RunConfig.model_fields)
         raise ErtError(msg, path=source, key=key or None) from None
 
 

@@ -9,6 +9,7 @@ import yaml
 
 from ert import config as config_mod
 from ert.config import RunConfig, default_path, from_dict, load, with_overrides
+from ert.config_errors import key_path
 from ert.errors import ErtError
 
 from conftest import CONFIGS
@@ -296,8 +297,8 @@ def test_to_dict_round_trips_through_yaml(tmp_path):
 
 
 def test_key_path_rendering():
-    assert config_mod._key_path(("working_set", "min_bytes")) == "working_set.min_bytes"
-    assert config_mod._key_path(("precisions", 2)) == "precisions[2]"
+    assert key_path(("working_set", "min_bytes")) == "working_set.min_bytes"
+    assert key_path(("precisions", 2)) == "precisions[2]"
 
 
 # ---------------------------------------------------------------------------- bounds on every number (issue 35)

@@ -594,7 +594,8 @@ def test_install_names_the_cuda_headers():
 def test_a_busy_launch_raises_the_clocks_before_timing_and_clocks_are_recorded(tmp_path):
     from ert.measure.comm import SerialComm
     from ert.measure.driver import run_sweep
-    from ert.rawio import RawLog, read_raw
+    from ert.rawio import read_raw
+    from ert.rawlog import RawLog
     from ert.measure.plan import plan
 
     dev = EmulatedGpu(V100, clock_mhz=1530)

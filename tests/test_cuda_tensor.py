@@ -968,7 +968,8 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     from ert.measure.comm import SerialComm
     from ert.measure.driver import run_sweep
     from ert.measure.metadata import run_header
-    from ert.rawio import RawLog, read_raw
+    from ert.rawio import read_raw
+    from ert.rawlog import RawLog
 
     cfg = from_dict({"backend": "cuda", "precisions": ["fp32"], "flops_per_element": [1], "threads": 1,
                      "working_set": {"min_bytes": 1 << 16, "max_bytes": 1 << 16},

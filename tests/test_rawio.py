@@ -118,71 +118,12 @@ def test_write_raw_round_trips_every_record_type_and_save_raw_keeps_link_and_net
     assert refused.stderr.strip() == f"ert: error: {broken}: line 2: sustain record lacks 'target'"
 
 
-# ----------------------------------------------------------------------------- the stage frame
-def _new_log(tmp_path, **header):
-    from ert.rawio import RawLog
-
-    return RawLog.open(tmp_path, header={"metadata": {"m": 1}, "planned_points": 2, **header}, writes=True)
-
-
-def test_a_stage_frame_appends_files_its_records_and_ends_with_its_stage(tmp_path):
-    from ert.rawio import RAW_VERSION, end_record
-
-    log = _new_log(tmp_path)
-    first = {"type": "transfer", "id": "t:1", "level": "t", "bytes": 1, "moved_bytes": 1, "repeats": 1,
-             "seconds": {"min": 1.0, "median": 1.0, "max": 1.0}, "valid": True}
-    with log.stage("transfers", done=lambda data: {r["id"] for r in data.transfers},
-                   ending=lambda interrupted: {"time": 5.0}) as frame:
-        assert frame.done == set()
-        frame.append(first)
-        frame.append({**first, "valid": False})  # measured again: the last record stands, in its place
-    assert not frame.interrupted and frame.wall_seconds >= 0
-    # The next stage sees every record without reading the file again.
-    with log.stage(None, done=lambda data: {r["id"] for r in data.transfers}) as later:
-        assert later.done == {"t:1"} and later.data.transfers == [{**first, "valid": False}]
-    log.close()
-    on_disk = read_raw(tmp_path)
-    assert on_disk.records() == log.data.records()
-    assert on_disk.header == {"type": "header", "raw_version": RAW_VERSION, "metadata": {"m": 1}, "planned_points": 2}
-    assert on_disk.ends == [end_record(wall_seconds=round(frame.wall_seconds, 3), stage="transfers", time=5.0)]
-    assert on_disk.ends[0]["stage"] == "transfers" and "stage" not in end_record(wall_seconds=1.0)
-
-
-def test_ctrl_c_or_an_error_inside_a_frame_is_an_interrupted_stage_and_an_error_says_why(tmp_path):
-    log = _new_log(tmp_path)
-    with log.stage(None, done=lambda data: set(),
-                   ending=lambda interrupted: {"interrupted": interrupted}) as frame:
-        raise KeyboardInterrupt
-    assert frame.interrupted and frame.reason is None
-    with pytest.raises(MemoryError):  # the error goes on to the CLI, after the end record says why
-        with log.stage("transfers", done=lambda data: set(),
-                       ending=lambda interrupted: {"interrupted": interrupted}) as failed:
-            raise MemoryError("Unable to allocate 1.00 PiB\nsecond line")
-    assert failed.interrupted and failed.reason == "MemoryError: Unable to allocate 1.00 PiB"
-    with log.stage("sustain", done=lambda data: set(), ending=lambda interrupted: None):
-        raise KeyboardInterrupt  # a stage that writes no end record when cut short
-    log.close()
-    assert [{k: v for k, v in e.items() if k != "wall_seconds"} for e in read_raw(tmp_path).ends] == [
-        {"type": "end", "interrupted": True},
-        {"type": "end", "stage": "transfers", "interrupted": True, "reason": "MemoryError: Unable to allocate 1.00 PiB"}]
-
-
-def test_only_the_writing_rank_holds_the_records_and_every_rank_gets_the_done_ids(tmp_path):
-    from ert.rawio import RawLog
-
-    _new_log(tmp_path).close()
-    other = RawLog.open(tmp_path, header=None, writes=False)
-    shared = []
-    with other.stage(None, done=lambda data: {"never called"}, share=lambda ids: shared.append(ids) or {"a"}) as f:
-        f.append({"type": "point", "id": "x"})  # not the writer: nothing written, nothing held
-    assert other.data is None and f.done == {"a"} and shared == [None]
-    assert read_raw(tmp_path).points == []
-
-
 def test_write_raw_writes_through_the_atomic_writer_with_the_usual_mode(tmp_path):
-    from ert.rawio import write_raw
+    from ert.rawio import header_record, write_raw
 
-    _new_log(tmp_path).close()
+    writer = RawWriter(tmp_path / "raw.jsonl")
+    writer.append(header_record({"metadata": {"m": 1}, "planned_points": 2}))
+    writer.close()
     old = os.umask(0o022)
     try:
         write_raw(read_raw(tmp_path), tmp_path / "copy.jsonl")

@@ -30,7 +30,8 @@ from ert.hwinfo import read_nics
 from ert.measure.metadata import run_header
 from ert.measure.network import node_id, plan_pairs
 from ert.measure.transfers import run_transfers
-from ert.rawio import RawLog, end_record, read_raw
+from ert.rawio import end_record, read_raw
+from ert.rawlog import RawLog
 
 
 def rec(level, variant, size, seconds, *, repeats=10, moved=None, valid=True, pair=None, kind=None, **extra):

@@ -251,7 +251,7 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
 
     ``raw``: a resumed run's raw data (rank 0 read it, holding the directory's lock).
     """
-    from ert.rawio import RawLog
+    from ert.rawlog import RawLog
 
     cfg, backend, skipped_warning = _open_backend(cfg, run_dir, comm=comm, raw=raw)
     points = _plan(cfg, backend, comm=comm) if "memory" in cfg.levels else []

@@ -10,7 +10,8 @@ from ert.measure.adaptive import AdaptivePlanner
 from ert.config import RunConfig, Timing
 from ert.measure.progress import Progress
 from ert.measure.confirm import level_windows
-from ert.rawio import RawLog, confirm_record, point_record
+from ert.rawio import confirm_record, point_record
+from ert.rawlog import RawLog
 from ert.measure.plan import Point, interleaved
 
 
