@@ -245,7 +245,7 @@ def test_the_zen4_rw_l2_derivation_says_fill_and_write_back_are_separate():
     rated = cpu.rated_ceilings(arch=arch, why_none="", clock_ghz=3.69, clock_how="measured", cores=2)
     (l2,) = [m for m in rated["memory"] if (m["level"], m["access"]) == ("L2", "rw")]
     assert l2["gbytes_per_s"] == pytest.approx(472.3)
-    assert "fill 32 + L1 -> L2 write-back 32 B/cycle on separate paths" in l2["derivation"]
+    assert "L2 -> L1 fill 32 + write-back 32 B/cycle, two paths" in l2["derivation"]
     assert "57647" in l2["derivation"]
 
 

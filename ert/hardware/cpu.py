@@ -177,8 +177,8 @@ class CacheRates:
 
 _ZEN_L2 = ("AMD Software Optimization Guide for family 17h (55723) and 19h (56665, 57647): the L2 fills the L1 at "
            "32 B/cycle and takes write-backs at 32 B/cycle; corroborated by Chips and Cheese (Zen 2 L2, one thread: "
-           "31.6 B/cycle) and by this project's Zen 4 (fp64 read-only L2 31.8, read+write 61.8 B/cycle/core: the "
-           "write-back is a separate path)")
+           "31.6 B/cycle) and this project's Zen 4 (L2 read-only 31.8, read+write 61.8 B/cycle/core: write-backs "
+           "have their own path)")
 _ZEN_L3 = ("AMD Software Optimization Guide for family 17h (55723) and 19h (56665, 57647): the L3 moves 32 B/cycle "
            "per core to the L2 and 32 B/cycle back; corroborated by this project's Zen 4 (read+write L3 "
            "50 B/cycle/core, above one 32-byte path)")
@@ -243,8 +243,8 @@ def lower_level_entries(*, arch_name: str | None, base: str, cores: int, clock_g
             if access == "ro":
                 how = f"{level} -> {above} fill {rates.fill:g} B/cycle"
             else:
-                how = (f"{level} -> {above} fill {rates.fill:g} + {above} -> {level} write-back "
-                       f"{rates.write_back:g} B/cycle on separate paths" if rates.separate_paths else
+                how = (f"{level} -> {above} fill {rates.fill:g} + write-back {rates.write_back:g} B/cycle, two paths"
+                       if rates.separate_paths else
                        f"fill and write-back share one {rates.fill:g} B/cycle path")
             out.append({**entry, "gbytes_per_s": round(cores * clock_ghz * per_cycle, 1),
                         "bytes_per_cycle_per_core": per_cycle,
@@ -318,8 +318,8 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
             if fma:
                 how = f"{lanes} lanes x {arch.fma_units} FMA unit(s) x 2"
             elif arch.separate_add_pipes:
-                how = (f"{lanes} lanes x (multiply on {arch.fma_units} FMA pipe(s) + add on "
-                       f"{arch.separate_add_pipes} separate add pipe(s))")
+                how = (f"{lanes} lanes x ({arch.fma_units} FMA pipe(s) multiplying, "
+                       f"{arch.separate_add_pipes} add pipe(s) adding)")
             else:
                 how = f"{lanes} lanes x {arch.fma_units} FMA unit(s), a multiply and an add issue separately"
             compute.append({"precision": p, "fma": fma,
