@@ -73,11 +73,16 @@ def test_analyze_rederives_the_levels_with_cache_hints(ert_run):
     assert any("unroll-and-jam" in w for w in doc["warnings"])
 
 
-def test_a_bad_line_is_one_error_naming_the_file_and_line(tmp_path):
-    leaf = tmp_path / "FLOPS.001" / "MPI.0001" / "OpenMP.0001"
+def _analyze_results(tmp_path, text: str, *, flops: str = "001"):
+    """`ert analyze` of an ERT results tree whose one `max` file holds ``text``."""
+    leaf = tmp_path / f"FLOPS.{flops}" / "MPI.0001" / "OpenMP.0001"
     leaf.mkdir(parents=True)
-    (leaf / "max").write_text(_line(4096, 10, 100.0) + "\nnot numbers here\n")
-    proc = run_cmd("ert", "analyze", tmp_path)
+    (leaf / "max").write_text(text)
+    return run_cmd("ert", "analyze", tmp_path)
+
+
+def test_a_bad_line_is_one_error_naming_the_file_and_line(tmp_path):
+    proc = _analyze_results(tmp_path, _line(4096, 10, 100.0) + "\nnot numbers here\n")
     assert proc.returncode == 2 and len(stderr_lines(proc)) == 1
     assert "max: line 2" in proc.stderr and "WSS_BYTES TRIALS" in proc.stderr
 
@@ -118,19 +123,13 @@ def test_a_timestamp_that_is_no_date_leaves_the_date_unknown(tmp_path, stamp):
                                          ("8192 10 1e-300 1e-300 1e-300 1 1 1 0 0 0", "seconds.min"),
                                          ("8192 1" + "0" * 400 + " 1 1 1 1 1 1 0 0 0", "positive and finite")])
 def test_a_max_line_out_of_range_is_one_error(tmp_path, line, words):
-    leaf = tmp_path / "FLOPS.001" / "MPI.0001" / "OpenMP.0001"
-    leaf.mkdir(parents=True)
-    (leaf / "max").write_text(_line(4096, 10, 100.0) + "\n" + line + "\n")
-    proc = run_cmd("ert", "analyze", tmp_path)
+    proc = _analyze_results(tmp_path, _line(4096, 10, 100.0) + "\n" + line + "\n")
     assert proc.returncode == 2 and len(stderr_lines(proc)) == 1 and "max: line 2" in proc.stderr
     assert words in proc.stderr
 
 
 def test_a_config_fault_of_an_ert_run_names_the_run(tmp_path):
     """ERT's FLOPS.2048 is no ert config: the error names the results directory, not <config>."""
-    leaf = tmp_path / "FLOPS.2048" / "MPI.0001" / "OpenMP.0001"
-    leaf.mkdir(parents=True)
-    (leaf / "max").write_text(_line(4096, 10, 100.0) + "\n")
-    proc = run_cmd("ert", "analyze", tmp_path)
+    proc = _analyze_results(tmp_path, _line(4096, 10, 100.0) + "\n", flops="2048")
     assert proc.returncode == 2 and len(stderr_lines(proc)) == 1
     assert stderr_lines(proc)[0].startswith(f"ert: error: {tmp_path}: flops_per_element: ")
