@@ -39,8 +39,8 @@ SMALLEST = {
     "cluster_pingpong.py": ([], "interfaces counted"),
     # 4 hosts x 2 ranks (the bound is for 512 x 8: about 10 s and 400 MiB, too long for the suite).
     "hosts_analysis.py": (["--hosts", "4", "--ranks-per-host", "2"], "within bounds, the slow hosts named"),
-    # A shared Zen 5 run (issue 30): every roof against its window's best clean point.
-    "roof_vs_window.py": ([str(REPO.parent / "shared" / "measurements" / "zen5-l2-window" / "bare-r1")], "L2"),
+    # A recorded Zen 5 run (issue 30; tests/data/zen5-l2-window): every roof against its window's best clean point.
+    "roof_vs_window.py": ([str(REPO / "tests" / "data" / "zen5-l2-window" / "bare-r1")], "L2"),
 }
 # Scripts whose smallest setting is a whole ert-run sweep or more (tests/test_run.py and the MPI tests run
 # those paths), or needs a GPU: --help only here.
