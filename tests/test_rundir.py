@@ -58,8 +58,11 @@ def test_resume_refused_on_another_device_before_the_cpu_is_compared(monkeypatch
 
 
 def test_a_device_unknown_to_either_side_is_not_compared(same_cpu, tmp_path):
-    rundir.refuse_other_hardware(meta(device=""), tmp_path, threads=4, ranks=1, device="GPU B")
-    rundir.refuse_other_hardware(meta(device="GPU A"), tmp_path, threads=4, ranks=1, device="")
+    """Only two known devices that differ refuse a resume; an unknown one on either side allows it, silently."""
+    assert rundir.refuse_other_hardware(meta(device=""), tmp_path, threads=4, ranks=1, device="GPU B") == []
+    assert rundir.refuse_other_hardware(meta(device="GPU A"), tmp_path, threads=4, ranks=1, device="") == []
+    with pytest.raises(ErtError, match="was measured on device 'GPU A', this is 'GPU B'"):
+        rundir.refuse_other_hardware(meta(device="GPU A"), tmp_path, threads=4, ranks=1, device="GPU B")
 
 
 @pytest.mark.parametrize("ranks, threads", [(2, 4), (1, 2)])
