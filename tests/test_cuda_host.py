@@ -205,16 +205,16 @@ def test_no_saw_tooth_along_the_low_end_of_the_l2_plateau():
 
 def test_occupancy_is_recorded_per_point_and_defaults_are_one_wave():
     backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(H100, registers=32))
-    spec = KernelSpec("fp64", 1, False)
-    for launch in backend.launches(spec, 1 << 24):
-        backend.prepare(spec, elements_per_thread=1 << 24, launch=launch)
+    spec = KernelSpec("fp64", 1, False)  # 2**20 units: more than a wave of 132 x 2048 threads
+    for launch in backend.launches(spec, 1 << 20):
+        backend.prepare(spec, elements_per_thread=1 << 20, launch=launch)
         occ = backend.point_info()["occupancy"]
         assert occ == {"resident_blocks_per_sm": 2048 // launch["threads"], "resident_threads_per_sm": 2048,
                        "waves": 1}
     # At 40 registers (the kernels before their launch bounds) the same geometry needs two waves.
     forty = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(H100, registers=40))
-    launch = forty.launches(spec, 1 << 24)[0]
-    forty.prepare(spec, elements_per_thread=1 << 24, launch=launch)
+    launch = forty.launches(spec, 1 << 20)[0]
+    forty.prepare(spec, elements_per_thread=1 << 20, launch=launch)
     assert forty.point_info()["occupancy"]["waves"] == 2
 
 
@@ -306,7 +306,9 @@ class EmulatedGpu:
     def buffer(self, nbytes):
         # As CupyDevice: the old buffer must be freeable before the new one is
         # allocated, so nobody else may still hold it.
-        if self._old_buffer is not None:
+        # A full collection only where reference counting has not freed it already (each costs ~0.1 s late in
+        # a suite holding every test's objects).
+        if self._old_buffer is not None and self._old_buffer() is not None:
             gc.collect()
             assert self._old_buffer() is None, "the previous buffer is still referenced during the allocation"
         array = np.zeros(nbytes, dtype=np.uint8)
