@@ -45,9 +45,15 @@ def cl_backend():
 
 @pytest.fixture(scope="module")
 def opencl_run(tmp_path_factory) -> Path:
-    """One real `ert-run --backend opencl configs/tiny.yaml` (with the numba-cpu reference)."""
-    run_dir = tmp_path_factory.mktemp("ocl") / "run"
-    proc = run_cmd("ert-run", "--backend", "opencl", TINY, "--out", run_dir, "-q", timeout=300)
+    """One real `ert-run --backend opencl` of configs/tiny.yaml (with the numba-cpu reference), fp16 asked for
+    beside its precisions (a device without fp16 skips it with one warning); its stderr in RUN/../stderr.txt."""
+    base = tmp_path_factory.mktemp("ocl")
+    config = base / "tiny-fp16.yaml"
+    tiny = yaml.safe_load(TINY.read_text())
+    config.write_text(yaml.safe_dump(dict(tiny, precisions=[*tiny["precisions"], "fp16"])))
+    run_dir = base / "run"
+    proc = run_cmd("ert-run", "--backend", "opencl", config, "--out", run_dir, "-q", timeout=300)
+    (base / "stderr.txt").write_text(proc.stderr)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     return run_dir
@@ -119,22 +125,15 @@ def test_fp16_alone_on_a_device_without_it_is_one_clear_error(tmp_path, cl_backe
 
 
 @needs_device
-def test_fp16_beside_fp64_is_skipped_with_one_warning(tmp_path, cl_backend):
+def test_fp16_beside_fp64_is_skipped_with_one_warning(opencl_run, cl_backend):
     if cl_backend.precisions["fp16"]:
         pytest.skip("this device runs fp16")
-    cfg = {"backend": "opencl", "precisions": ["fp64", "fp16"], "flops_per_element": [1], "access": ["rw"],
-           "working_set": {"min_bytes": 16384, "max_bytes": 65536, "growth": 2.0},
-           "timing": {"min_seconds": 0.001, "repeats": 2, "noise_threshold": 10.0, "max_remeasure": 0},
-           "opencl": {"cpu_reference": False}}
-    path = tmp_path / "mixed.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    proc = run_cmd("ert-run", path, "--out", tmp_path / "run", "-q")
-    assert proc.returncode == 0, proc.stderr
-    warnings = [line for line in proc.stderr.splitlines() if "cl_khr_fp16" in line]
-    assert len(warnings) == 1, proc.stderr
-    points = [json.loads(line) for line in (tmp_path / "run" / "raw.jsonl").read_text().splitlines()]
-    assert {p["spec"]["precision"] for p in points if p["type"] == "point"} == {"fp64"}
-    doc = json.loads((tmp_path / "run" / "ceilings.json").read_text())
+    stderr = (opencl_run.parent / "stderr.txt").read_text()
+    warnings = [line for line in stderr.splitlines() if "cl_khr_fp16" in line]
+    assert len(warnings) == 1, stderr
+    points = [json.loads(line) for line in (opencl_run / "raw.jsonl").read_text().splitlines()]
+    assert {p["spec"]["precision"] for p in points if p["type"] == "point"} == {"fp64", "fp32"}
+    doc = json.loads((opencl_run / "ceilings.json").read_text())
     assert any("cl_khr_fp16" in w for w in doc["warnings"])
 
 
