@@ -233,24 +233,6 @@ ASM_SCRIPT = textwrap.dedent("""
 """)
 
 
-def compile_asm(tmp_path_factory, **env_extra) -> dict:
-    """Assembly of every kernel variant, compiled in a subprocess with an empty Numba cache.
-
-    inspect_asm() has nothing to show for a kernel loaded from the cache, so the
-    kernels are compiled anew.  ``env_extra`` can name another CPU to compile
-    for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES): the code is read, never run.
-    """
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path_factory.mktemp("numba-cache")), **env_extra)
-    proc = subprocess.run([sys.executable, "-c", ASM_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="module")
-def asm(tmp_path_factory):
-    return compile_asm(tmp_path_factory)
-
-
 # Sapphire Rapids as configure_numba_env() sets it up on such a host: its own
 # features (LLVM's for the CPU name) with 512-bit vectors preferred.
 SAPPHIRE_RAPIDS = {"NUMBA_CPU_NAME": "sapphirerapids",
@@ -261,11 +243,54 @@ SAPPHIRE_RAPIDS = {"NUMBA_CPU_NAME": "sapphirerapids",
 HASWELL = {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx2,+fma,+avx,+sse4.2,+popcnt,+bmi2,+f16c"}
 
 
+def _start_asm(tmp_path_factory, **env_extra) -> subprocess.Popen:
+    """Assembly of every kernel variant, compiled in a subprocess with an empty Numba cache (started here).
+
+    inspect_asm() has nothing to show for a kernel loaded from the cache, so the
+    kernels are compiled anew.  ``env_extra`` can name another CPU to compile
+    for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES): the code is read, never run.
+    """
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path_factory.mktemp("numba-cache")), **env_extra)
+    return subprocess.Popen([sys.executable, "-c", ASM_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _asm_of(proc: subprocess.Popen) -> dict:
+    try:
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
-def avx2_asm(tmp_path_factory):
+def targets(tmp_path_factory) -> dict:
+    """{"host" | "haswell" | "sapphirerapids": assembly}: the three compiles side by side (one per core; each
+    compiles alone in its process, the main process only waits)."""
+    started = {"host": _start_asm(tmp_path_factory)}
+    if X86:
+        started["haswell"] = _start_asm(tmp_path_factory, **HASWELL)
+        started["sapphirerapids"] = _start_asm(tmp_path_factory, **SAPPHIRE_RAPIDS)
+    try:
+        return {name: _asm_of(proc) for name, proc in started.items()}
+    finally:
+        for proc in started.values():
+            if proc.poll() is None:
+                proc.kill()
+
+
+@pytest.fixture(scope="module")
+def asm(targets):
+    return targets["host"]
+
+
+@pytest.fixture(scope="module")
+def avx2_asm(targets):
     if not X86:
         pytest.skip("cross-compiling for an x86 target needs an x86 LLVM host here")
-    return compile_asm(tmp_path_factory, **HASWELL)
+    return targets["haswell"]
 
 
 @needs_x86
@@ -290,10 +315,10 @@ def test_avx2_target_12_chains_stay_in_registers(avx2_asm, precision):
 
 
 @pytest.fixture(scope="module")
-def intel_asm(tmp_path_factory):
+def intel_asm(targets):
     if not X86:
         pytest.skip("cross-compiling for an x86 target needs an x86 LLVM host here")
-    return compile_asm(tmp_path_factory, **SAPPHIRE_RAPIDS)
+    return targets["sapphirerapids"]
 
 
 def _blocks(asm_text: str) -> list[tuple[str, list[str]]]:
