@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -43,8 +44,14 @@ def transfers(run_dir: Path) -> dict:
     return {e["level"]: e for e in doc["ceilings"]["memory"] if e.get("kind") == "network"}, doc
 
 
-def test_two_ranks_on_one_node_give_the_intra_node_level(tmp_path):
-    proc, run_dir = run2(tmp_path, "intra")
+@pytest.fixture(scope="module")
+def intra(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The network run of two ranks on this one node, shared: read by one test, cut and resumed (a copy) by another."""
+    return run2(tmp_path_factory.mktemp("net"), "intra")
+
+
+def test_two_ranks_on_one_node_give_the_intra_node_level(intra):
+    proc, run_dir = intra
     assert proc.returncode == 0, proc.stderr
     levels, doc = transfers(run_dir)
     assert list(levels) == ["net-intra-node"]
@@ -78,9 +85,11 @@ def test_the_node_override_gives_inter_node_and_injection_consistent_with_the_pa
     assert 0.1 < inj["gbytes_per_s"] / inter["gbytes_per_s"] < 10  # one pair: the same bytes, stream vs ping-pong
 
 
-def test_a_cut_network_run_resumes_to_the_same_levels(tmp_path):
-    proc, run_dir = run2(tmp_path, "cut", "-q")
+def test_a_cut_network_run_resumes_to_the_same_levels(intra, tmp_path):
+    proc, finished = intra
     assert proc.returncode == 0, proc.stderr
+    run_dir = tmp_path / "cut"
+    shutil.copytree(finished, run_dir)
     raw_path = run_dir / "raw.jsonl"
     lines = raw_path.read_text().splitlines(keepends=True)
     kept = [line for line in lines if '"net-intra-node:p2p:0-1:2097152"' not in line]
