@@ -169,13 +169,15 @@ def test_validate_the_saved_config(tiny_run):
 # --------------------------------------------------------------------------- interrupting and resuming
 
 
-def start_run(cfg: Path, out: Path) -> subprocess.Popen:
+def start_run(cfg: Path, out: Path, *, resume: bool = False) -> subprocess.Popen:
+    """``ert-run CFG --out OUT`` (or, with ``resume``, ``ert-run --resume OUT``) in the background."""
     # A Python-level SIGINT handler in this process is reset to the default on
     # exec, so the child installs its own KeyboardInterrupt handler even when
     # this process was started with SIGINT ignored (a background job).
+    args = ["--resume", str(out)] if resume else [str(cfg), "--out", str(out)]
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return subprocess.Popen([command("ert-run"), str(cfg), "--out", str(out), "-q"],
+        return subprocess.Popen([command("ert-run"), *args, "-q"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     finally:
         signal.signal(signal.SIGINT, old)
@@ -226,24 +228,6 @@ def resume(run_dir: Path) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_resume_after_kill_9(tmp_path):
-    cfg = write_config(tmp_path / "small.yaml")
-    out = tmp_path / "run"
-    proc = start_run(cfg, out)
-    wait_for_points(proc, out, 5)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    assert proc.returncode == -signal.SIGKILL
-    before = {r["id"]: r for r in point_records(out)}
-    assert len(before) >= 5
-    assert len(before) < len(planned_ids(out)), "the kill came too late to test a resume"
-    assert not (out / "ceilings.json").exists()
-
-    result = resume(out)
-    assert "ceilings:" in result.stdout
-    assert_complete_and_unchanged(out, before)
-
-
 def test_truncated_last_line_is_tolerated_by_analyze_and_resume(tiny_copy):
     raw = tiny_copy / "raw.jsonl"
     lines = raw.read_text().splitlines(keepends=True)
@@ -268,11 +252,25 @@ def test_truncated_last_line_is_tolerated_by_analyze_and_resume(tiny_copy):
     assert len(point_records(tiny_copy)) == planned
 
 
-def test_ctrl_c_leaves_a_valid_partial_run_that_resume_completes(tmp_path):
+def test_kill_9_then_ctrl_c_leave_runs_that_resume_completes(tmp_path):
+    """One run interrupted twice: killed (SIGKILL) mid-sweep, resumed, the resume stopped by Ctrl-C, resumed again
+    to the end; every record written before either stop is kept unchanged, nothing is measured twice."""
     cfg = write_config(tmp_path / "small.yaml")
     out = tmp_path / "run"
     proc = start_run(cfg, out)
-    wait_for_points(proc, out, 4)
+    wait_for_points(proc, out, 5)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    killed = {r["id"]: r for r in point_records(out)}
+    assert len(killed) >= 5
+    assert len(killed) < len(planned_ids(out)), "the kill came too late to test a resume"
+    assert not (out / "ceilings.json").exists()
+    assert all(r["type"] != "end" for r in raw_records(out))
+
+    # Resumed, then Ctrl-C: a valid partial run.
+    proc = start_run(cfg, out, resume=True)
+    wait_for_points(proc, out, len(killed) + 4)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
@@ -283,9 +281,10 @@ def test_ctrl_c_leaves_a_valid_partial_run_that_resume_completes(tmp_path):
     assert (out / "raw.jsonl").read_text().endswith("\n")
     assert records[-1]["type"] == "end" and records[-1]["interrupted"] is True
     points = [r for r in records if r["type"] == "point"]
-    assert len(points) >= 4
+    assert all(points[k] == rec for k, rec in enumerate(killed.values()))  # the killed run's, as they were
     # A Ctrl-C landing between a point's write and its count leaves the line complete, the count one short.
-    assert len(points) - 1 <= records[-1]["measured"] <= len(points)
+    now = len(points) - len(killed)
+    assert now >= 4 and now - 1 <= records[-1]["measured"] <= now
     assert len(points) < len(planned_ids(out))
 
     doc = load_ceilings(out / "ceilings.json")  # written and schema-valid
@@ -293,7 +292,8 @@ def test_ctrl_c_leaves_a_valid_partial_run_that_resume_completes(tmp_path):
     assert any("partial run" in w for w in doc["warnings"]), doc["warnings"]
 
     before = {r["id"]: r for r in points}
-    resume(out)
+    result = resume(out)
+    assert "ceilings:" in result.stdout
     assert_complete_and_unchanged(out, before)
     ends = [r for r in raw_records(out) if r["type"] == "end"]
     assert [e["interrupted"] for e in ends] == [True, False]
