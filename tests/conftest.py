@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,6 +120,15 @@ def raw_records(run_dir: Path) -> list[dict]:
 
 def point_records(run_dir: Path) -> list[dict]:
     return [r for r in raw_records(run_dir) if r["type"] == "point"]
+
+
+def sass_by_function(cuobjdump: str, cubin: Path, env: dict) -> dict[str, str]:
+    """{kernel: its SASS listing} from one `cuobjdump -sass` of the whole cubin (one call per kernel with -fun
+    costs ~0.3 s each and lists the same instructions)."""
+    proc = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return {m.group(1): m.group(0) for m in
+            re.finditer(r"^[ \t]*Function : (\S+)\n.*?^[ \t]*\.{10}[ \t]*$", proc.stdout, re.S | re.M)}
 
 
 def stderr_lines(proc: subprocess.CompletedProcess) -> list[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import sass_by_function
 
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_host as host
@@ -177,11 +178,9 @@ def test_sass_matches_the_instructions_the_rated_values_count(tmp_path, arch):
     rc, err = _nvcc(("-cubin", f"-arch={arch}", *options), source, tmp_path / "sass.cubin")
     assert rc == 0, err[-2000:]
     env = {**os.environ, "PATH": NVDISASM_DIR + os.pathsep + os.environ.get("PATH", "")}
+    listings = sass_by_function(CUOBJDUMP, tmp_path / "sass.cubin", env)
     for i, spec in enumerate(SASS_SPECS):
-        proc = subprocess.run([CUOBJDUMP, "-sass", "-fun", f"ert_rw_v{i}", str(tmp_path / "sass.cubin")],
-                              capture_output=True, text=True, env=env, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        sass = proc.stdout
+        sass = listings[f"ert_rw_v{i}"]
         k = spec.add_ops_per_element or spec.fma_ops_per_element
         if spec.key == "int32-madd-rw-f64":
             # IMAD Rd, Rb, a, c: the most common (a, c) operand pair is the chain's.

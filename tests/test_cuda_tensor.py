@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import sass_by_function
 
 from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_device
@@ -444,13 +445,9 @@ def sass():
         for arch in archs:
             rc, _, err = results[arch]
             assert rc == 0, f"{arch}: {err[-2000:]}"
-            out[arch] = {}
-            for i, variant in enumerate(_variants(arch, ((64, 8),))):
-                proc = subprocess.run([CUOBJDUMP, "-sass", "-fun", f"{tc.kernel_name(variant[0])}_v{i}",
-                                       str(Path(tmp) / f"{arch}.cubin")], capture_output=True, text=True, env=env,
-                                      timeout=120)
-                assert proc.returncode == 0, proc.stderr
-                out[arch][variant] = proc.stdout
+            listings = sass_by_function(CUOBJDUMP, Path(tmp) / f"{arch}.cubin", env)
+            out[arch] = {variant: listings[f"{tc.kernel_name(variant[0])}_v{i}"]
+                         for i, variant in enumerate(_variants(arch, ((64, 8),)))}
     return out
 
 
