@@ -318,7 +318,8 @@ cmd_up() {
 cmd_down() {
     need_root
     local node pid
-    if [ -f "$DIR/slurm.conf" ]; then
+    # Only a running controller has jobs to cancel (after a failed up, scancel waited 20 s for none).
+    if [ -f "$DIR/slurm.conf" ] && [ -f "$DIR/slurmctld.pid" ] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; then
         SLURM_CONF="$DIR/slurm.conf" scancel --quiet --full "--partition=ert" 2>/dev/null || true
     fi
     for node in "${NODES[@]}"; do
