@@ -76,7 +76,12 @@ KERNELS = [KernelSpec(p, f, fma, access) for p in ITEMSIZE
 KERNELS += [KernelSpec(p, 8, False, op="add") for p in ITEMSIZE if p.startswith("int")]
 
 
-@pytest.mark.parametrize("spec", KERNELS, ids=lambda s: s.key)
+# Every kernel compiles (Numba's JIT, PoCL's build): slow, but for two the fast tier keeps, an add and an FMA chain.
+FAST_KERNELS = {"fp32-add-rw-f1", "fp64-fma-rw-f8"}
+
+
+@pytest.mark.parametrize("spec", [pytest.param(k, id=k.key, marks=() if k.key in FAST_KERNELS else pytest.mark.slow)
+                                  for k in KERNELS])
 def test_round_trip_is_checked_against_the_host_replay(backend, spec):
     if not backend.supports(spec):
         pytest.skip(f"{backend.name} does not run {spec.precision} here")

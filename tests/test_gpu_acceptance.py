@@ -280,6 +280,7 @@ def _tar_names(path: Path) -> list[str]:
         return tar.getnames()
 
 
+@pytest.mark.slow  # every step for real: ert-run, pytest, tar
 @pytest.mark.skipif(shutil.which("ncu") is not None, reason="ncu is installed here")
 def test_the_full_sequence_against_a_fake_nvidia_smi_and_a_cupy_without_a_driver(tmp_path):
     """Every step for real past the GPU check: the runs fail (CuPy here finds no driver), every gpu test
@@ -337,6 +338,7 @@ esac
     return stub
 
 
+@pytest.mark.slow  # the script run and killed once per step
 def test_a_run_killed_at_every_step_boundary_leaves_the_summary_and_the_tarball(tmp_path):
     """The device tool kills a command at its limit: killed (SIGKILL, the whole process group) right after
     each step's checkpoint, the run has left in --bring's folder the summary of every step so far and a
@@ -388,6 +390,7 @@ def test_a_spent_budget_leaves_later_steps_not_run_and_failed(tmp_path):
     assert not (out / "logs" / "gpu-tests.log").exists()
 
 
+@pytest.mark.slow  # a copy of the checkout, the env step and an ert-run
 def test_where_pip_e_fails_ert_runs_from_the_checkout_on_pythonpath(tmp_path):
     """The env step's fallback: pip install -e . refused (planted), ert runs from the checkout on PYTHONPATH
     with kernels/ and configs/ linked into ert/ (as ert.kernels, ert.configs), the console scripts on PATH,
