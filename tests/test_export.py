@@ -5,12 +5,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
+import pytest
 import yaml
 
 from conftest import REPO, run_cmd, stderr_lines
-from ert.records.ceilings_io import load_ceilings
+from ert.analysis.ceilings import build
 from ert.consumers.export.export import to_csv, to_ert, to_nersc
+from ert.consumers.export.kerncraft import to_kerncraft
+from ert.errors import ErtError
+from ert.records.ceilings_io import load_ceilings
+from ert.records.rawio import read_raw
 
 DATA = REPO / "tests" / "data"
 
@@ -149,3 +155,23 @@ def test_export_errors(tmp_path):
     lines = stderr_lines(proc)
     assert proc.returncode == 2 and len(lines) == 1 and "unsupported schema_version '2.0'" in lines[0]
     assert not out.exists()
+
+
+def test_kerncraft_machine_file_has_every_level_and_a_run_without_them_is_refused():
+    """`ert export --format kerncraft` in process (kerncraft itself reads it in tests/test_export_tools.py): a
+    recorded Zen 4 run's levels, each with its read-only (load) and read+write (update) fp64 bandwidths; a run
+    whose fp64 curves separate no L1 or L2 is refused, naming them."""
+    doc = build(read_raw(DATA / "bare-zen4-full.raw.jsonl"))
+    machine = yaml.safe_load(re.sub(r"!!omap", "", to_kerncraft(doc)))
+    assert [lv["level"] for lv in machine["memory hierarchy"]] == ["L1", "L2", "L3", "MEM"]
+
+    def bw(level, access):
+        return next(e["gbytes_per_s"] for e in doc["ceilings"]["memory"]
+                    if (e["level"], e["access"], e["precision"]) == (level, access, "fp64"))
+
+    for level, ert_level in (("L1", "L1"), ("L2", "L2"), ("L3", "L3"), ("MEM", "DRAM")):
+        (measured,) = machine["benchmarks"]["measurements"][level].values()
+        assert measured["results"] == {"load": [f"{bw(ert_level, 'ro'):.2f} GB/s"],
+                                       "update": [f"{bw(ert_level, 'rw'):.2f} GB/s"]}, level
+    with pytest.raises(ErtError, match="have no L1, L2 level: kerncraft needs every cache level and memory"):
+        to_kerncraft(load_ceilings(DATA / "bare-2core-busy.ceilings.json"))

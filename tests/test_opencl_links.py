@@ -16,8 +16,9 @@ from ert.backends import links
 from ert.measure import transfers as stage
 from ert.records.rawio import transfer_gbytes_per_s, transfer_latency_us
 
+# The sweep (measured below) is slow; the check of one copy and the CPU device's PCI address are not.
 pytestmark = [pytest.mark.skipif(not pyopencl_importable(), reason="pyopencl is not importable here"),
-              pytest.mark.opencl_device, pytest.mark.slow]
+              pytest.mark.opencl_device]
 SIZES = [4096, 65536, 1 << 20]
 
 
@@ -43,6 +44,7 @@ def measured():
     return backend, count, records, rated, again
 
 
+@pytest.mark.slow
 def test_every_level_and_variant_at_every_size_is_valid_with_unique_ids(measured):
     backend, count, records, _, _ = measured
     assert count == len(records) == 3 * 2 * len(SIZES)
@@ -60,6 +62,7 @@ def test_every_level_and_variant_at_every_size_is_valid_with_unique_ids(measured
         assert transfer_gbytes_per_s(r) > 0 and transfer_latency_us(r) > 0
 
 
+@pytest.mark.slow
 def test_rates_are_within_the_range_of_a_host_memory_copy(measured):
     _, _, records, _, _ = measured
     reference = {n: stage.host_copy_reference(n, min_seconds=0.002, samples=3)["gbytes_per_s"] for n in SIZES}
@@ -72,6 +75,7 @@ def test_rates_are_within_the_range_of_a_host_memory_copy(measured):
         assert low < ratio < 4, (r["id"], ratio)
 
 
+@pytest.mark.slow
 def test_no_rated_value_but_the_host_copy_beside_it(measured):
     _, _, _, rated, _ = measured
     assert set(rated) == {"link-h2d", "link-d2h", "link-bidir"}
@@ -81,6 +85,7 @@ def test_no_rated_value_but_the_host_copy_beside_it(measured):
         assert entry["reference"]["gbytes_per_s"] > 0 and entry["reference"]["bytes"] == SIZES[-1]
 
 
+@pytest.mark.slow
 def test_a_resume_measures_only_the_missing_ids(measured):
     _, _, _, _, again = measured
     assert {r["bytes"] for r in again} == {SIZES[-1]} and len(again) == 6

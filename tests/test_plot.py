@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import copy
+import json
+import re
+
 import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
+from ert.consumers.compare.compare import comparison_rows
+from ert.consumers.plots.compare_chart import plot_comparison
 from ert.consumers.plots.plot import _fmt_rate
-
-pytestmark = pytest.mark.slow  # every test here runs ert-run, pip or a tool as a process
+from ert.consumers.plots.plot_sweep import plot_sweep
+from ert.records.ceilings_io import load_ceilings
+from ert.records.rawio import read_raw
 
 DATA = REPO / "tests" / "data"
+# A real bare run of ert (2 threads on a busy 2-core host), recorded: charted in process by the fast tests.
+BUSY_RAW, BUSY = DATA / "bare-2core-busy.raw.jsonl", DATA / "bare-2core-busy.ceilings.json"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -19,6 +28,7 @@ def _png_size(path):
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
+@pytest.mark.slow  # ert-run's tiny run and ert plot, as processes
 def test_roofline_png_and_svg_from_a_real_run(tiny_run, tmp_path):
     png, svg = tmp_path / "roof.png", tmp_path / "roof.svg"
     proc = run_cmd("ert", "plot", tiny_run, "--app", DATA / "app-handworked.yaml", "-o", png)
@@ -44,6 +54,7 @@ def test_roofline_png_and_svg_from_a_real_run(tiny_run, tmp_path):
     assert doc["metadata"]["host"] in text and "numba-cpu" in text
 
 
+@pytest.mark.slow  # ert-run's tiny run and ert plot, as processes
 def test_sweep_plot(tiny_run, tmp_path):
     out = tmp_path / "sweep.svg"
     proc = run_cmd("ert", "plot", tiny_run, "--sweep", "-o", out)
@@ -51,11 +62,12 @@ def test_sweep_plot(tiny_run, tmp_path):
     text = out.read_text()
     assert "working set" in text and "FLOPs per element" in text
     # Every shaded plateau is labelled with its level and its value (the cache hints carry sizes, never rates).
-    import json
-    import re
+    _assert_plateaus_labelled(text, json.loads((tiny_run / "ceilings.json").read_text()))
 
+
+def _assert_plateaus_labelled(text: str, doc: dict) -> None:
+    """Every shaded fp64 plateau of ``doc`` is labelled in the chart's SVG with its level and its value."""
     labels = [t.strip() for t in re.findall(r"<text[^>]*>([^<]*)</text>", text)]
-    doc = json.loads((tiny_run / "ceilings.json").read_text())
     shaded = [e for e in doc["ceilings"]["memory"] if e["precision"] == "fp64"]
     assert shaded
     for e in shaded:
@@ -64,6 +76,31 @@ def test_sweep_plot(tiny_run, tmp_path):
         assert any(e["level"] in labels[max(0, i - 2):i] for i in at), (e["level"], rate)
 
 
+def test_the_sweep_chart_of_a_recorded_run_labels_every_plateau(tmp_path):
+    """The chart of `ert plot --sweep`, drawn in process from a recorded run's raw.jsonl and ceilings."""
+    out = tmp_path / "sweep.svg"
+    plot_sweep(read_raw(BUSY_RAW), load_ceilings(BUSY), out)
+    text = out.read_text()
+    assert "working set" in text and "FLOPs per element" in text
+    _assert_plateaus_labelled(text, load_ceilings(BUSY))
+
+
+def test_the_comparison_chart_has_a_bar_per_paired_ceiling(tmp_path):
+    """`ert compare --plot`'s chart, in process: the recorded run against itself at half its every rate."""
+    a = load_ceilings(BUSY)
+    b = copy.deepcopy(a)
+    for entry in b["ceilings"]["memory"] + b["ceilings"]["compute"]:
+        for key in ("gbytes_per_s", "gflops_per_s"):
+            if entry.get(key):
+                entry[key] = entry[key] / 2
+    out = tmp_path / "compare.svg"
+    plot_comparison([a, b], ["busy", "half"], out)
+    labels = [t.strip() for t in re.findall(r"<text[^>]*>([^<]*)</text>", out.read_text())]
+    bars = [r for r in comparison_rows([a, b]) if r.paired and r.kind != "transfer-latency"]
+    assert bars and sum(label.startswith("0.50x (") for label in labels) == len(bars), labels
+
+
+@pytest.mark.slow  # ert plot, as a process
 @pytest.mark.parametrize("args, fragment", [
     (["-o", "{tmp}/roof.jpg"], "unknown image format 'jpg'"),
     (["--app", "{tmp}/missing.yaml", "-o", "{tmp}/roof.png"], "no such file"),
