@@ -1,6 +1,6 @@
 """The recorded Zen 5 curve replayed through the planner, the driver and the analysis.
 
-../shared/measurements/zen5-l2-window/ holds a quiet Zen 5 guest's fp64
+tests/data/zen5-l2-window/ (a copy of the shared measurements) holds a quiet Zen 5 guest's fp64
 bandwidth (2 threads): two bare runs (bare-r1, bare-r2) and, across L2, the
 best of 3 rounds of ert's own kernel at 4 per octave (l2_regimes.txt).  Its
 read+write L2 streams at 686-732 GB/s from 96 to 412 KiB per thread and at
@@ -32,7 +32,7 @@ from ert.rawio import read_raw
 from ert.rawlog import RawLog
 from ert.spec import rates
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "measurements" / "zen5-l2-window"
+DATA = Path(__file__).resolve().parent / "data" / "zen5-l2-window"
 KIB = 1024
 THREADS = 2
 # The fast window's best point: read+write 948.1 GB/s at 592 KiB per thread (l2_regimes.txt, 4 KiB pages).
@@ -41,11 +41,11 @@ FAST_RW = 948.1
 
 def recorded_curve(access: str) -> tuple[np.ndarray, np.ndarray]:
     """(KiB per thread, GB/s) of the recorded fp64 curve: bare-r1's clean points, l2_regimes.txt across L2."""
-    raw = read_raw(SHARED / "bare-r1")
+    raw = read_raw(DATA / "bare-r1")
     points = [p for p in raw.points if p["spec"]["precision"] == "fp64" and p["spec"]["access"] == access
               and p["spec"]["flops_per_element"] == 1 and p["valid"] and not p["noisy"]]
     curve = {p["wss_bytes"] / THREADS / KIB: rates(p).gbytes_per_s for p in points}
-    text = (SHARED / "l2_regimes.txt").read_text()
+    text = (DATA / "l2_regimes.txt").read_text()
     section = text.split("read-only")[0] if access == "rw" else text.split("read-only")[1]
     fine = {float(m[1]): float(m[2]) for m in re.finditer(r"^\s+(\d+)\s+[\d.]+\s+([\d.]+)", section, re.M)}
     lo, hi = min(fine), max(fine)
@@ -71,7 +71,7 @@ class RecordedCurveBackend:
         self.rng = random.Random(seed)
         self.noise = noise
         self.curves = {access: recorded_curve(access) for access in ("rw", "ro")}
-        self.caches = read_raw(SHARED / "bare-r1").header["metadata"]["caches_reported"]
+        self.caches = read_raw(DATA / "bare-r1").header["metadata"]["caches_reported"]
 
     def describe(self) -> dict:
         return {"backend": self.name, "device": "recorded AMD EPYC Zen 5 curve", "threads": THREADS,
@@ -175,8 +175,8 @@ def test_the_window_is_searched_off_the_grid_and_its_best_point_measured_again(t
 
 
 @pytest.mark.parametrize("run", ["bare-r1", "bare-r2"])
-def test_analysing_the_shared_zen5_runs_roofs_read_write_l2_at_its_best_clean_window_point(run):
-    raw = read_raw(SHARED / run)
+def test_analysing_the_recorded_zen5_runs_roofs_read_write_l2_at_its_best_clean_window_point(run):
+    raw = read_raw(DATA / run)
     doc = build(raw)
     l2 = roof(doc, "L2", "rw")
     window = [rates(p).gbytes_per_s for p in raw.points

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, again_rates
+from ert.analysis.consistency import consistency_warnings
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
 from ert.analysis.regimes import judge_levels, unassigned_points
@@ -198,31 +198,5 @@ def memory_ceilings(points: list[dict], caches, *, workers: int, memory_name: st
             if p.noisy_points:
                 warnings.append(warn("noisy-level",
                         f"{label} {lvl.name}: built on {p.noisy_points} noisy point(s) of {p.n_points}"))
-    return ceilings, warnings + _changed_under_run(ceilings, memory_name)
+    return ceilings, warnings + consistency_warnings(ceilings, threshold, memory_name)
 
-
-# Two precisions' curves move the same bytes: the same level differing between them by more than
-# this many sigmas of their combined noise (and by CHANGED_MIN) means the machine changed.
-CHANGED_SIGMAS = 3.0
-CHANGED_MIN = 0.10
-_SPREAD_TO_SIGMA = 2.563  # p90 - p10 of a Gaussian, in sigmas
-
-
-def _changed_under_run(ceilings: list[dict], memory_name: str) -> list[str]:
-    """Warnings for the memory or the largest cache level reading differently on two precisions of one access."""
-    cache_levels = [c["level"] for c in ceilings if c["level"] != memory_name and c["level"][1:].isdigit()]
-    largest = max(cache_levels, key=lambda name: int(name[1:]), default=None)
-    warnings = []
-    for level in (largest, memory_name):
-        for access in ("rw", "ro"):
-            same = [c for c in ceilings if c["level"] == level and c["access"] == access]
-            for a, b in zip(same, same[1:]):
-                ratio = max(a["gbytes_per_s"], b["gbytes_per_s"]) / min(a["gbytes_per_s"], b["gbytes_per_s"])
-                sigma = math.hypot(a["spread"], b["spread"]) / _SPREAD_TO_SIGMA
-                if math.log(ratio) > max(CHANGED_SIGMAS * sigma, math.log1p(CHANGED_MIN)):
-                    warnings.append(warn(
-                        "bandwidth-changed", f"{level} {_label(a['precision'], access)} {a['gbytes_per_s']:.4g} GB/s against "
-                        f"{_label(b['precision'], access)} {b['gbytes_per_s']:.4g} GB/s: the same bytes at "
-                        f"{ratio:.2f}x the rate, beyond both curves' noise. {level} bandwidth changed during the "
-                        f"run (other work on a shared host?); neither value is the machine's alone"))
-    return warnings
