@@ -14,21 +14,25 @@ not wait for three points to agree: it is the fastest rate the run
 * **Measured again.**  After the sweep the planner measures the fastest
   clean point of every window a second time, at the same working set with a
   fresh calibration, interleaved with other points (raw.jsonl "confirm"
-  records).  A point whose re-measurement reproduces its rate within the
-  run's noise threshold is confirmed (a point flagged noisy too, when the
-  re-measurement is clean: it is clean from then on); one that does not is
-  a noisy point, named in a warning (``NOT_REPRODUCED``), and is never a
-  roof.
+  records); one that did not reproduce is tried again later, and the
+  next-fastest after it.  A rate is confirmed only by a measurement taken
+  at another time: a point whose re-measurement reproduces its rate within
+  the run's noise threshold is confirmed (a point flagged noisy too, when
+  the re-measurement is clean: it is clean from then on); one that does not
+  is a noisy point, named in a warning (``NOT_REPRODUCED``), and is never a
+  roof by its own rate; but when two of its re-measurements agree with each
+  other, the faster clean one is a rate the run confirmed there.
 * **Neighbours.**  A point with no re-measurement (a run made before them,
   an ERT curve, a point not among the fastest) is confirmed when a
   neighbouring clean point of the window (the next one in working-set order)
   reads the same rate within the noise threshold.
-* **Roof.**  The level's value is its fastest confirmed point, even where
-  only one or two working sets reach it, or the value the older rules give
-  (plateau, regime, memory mode) where that is higher; ``confirmed`` in
-  ceilings.json says which point, by what and how many measurements of the
-  window agree with it.  Slower stretches stay in ``regimes`` and
-  ``range_gbytes_per_s``.
+* **Roof.**  The level's value is its fastest confirmed rate whenever there
+  is one, even where only one or two working sets reach it, and even where
+  the older rules (plateau, regime, memory mode) give another value: when
+  the fastest points of a window do not reproduce, the roof comes from the
+  next-fastest that does.  ``confirmed`` in ceilings.json says which point,
+  by what and how many measurements of the window agree with it.  Slower
+  stretches stay in ``regimes`` and ``range_gbytes_per_s``.
 """
 
 from __future__ import annotations
@@ -127,28 +131,55 @@ class Confirmed:
                 f"{self.times} measurement(s) of the window agree)")
 
 
+def _pair_confirmed(rates_again: Sequence[float], clean_again: Sequence[float], threshold: float) -> float | None:
+    """The fastest clean re-measurement of a point that another of its re-measurements reproduces, or None.
+
+    A point whose own rate was a moment of the host's (not reproduced) still has a rate the run confirmed when
+    two of its re-measurements, taken at two other times, agree."""
+    for rate in sorted(clean_again, reverse=True):
+        others = list(rates_again)
+        others.remove(rate)  # this measurement itself; any other one (noisy too) may reproduce it
+        if any(agree(rate, r, threshold) for r in others):
+            return rate
+    return None
+
+
 def confirmed_roof(wss_bytes: Sequence[float], gbytes_per_s: Sequence[float], noisy: Sequence[bool],
-                   window: Sequence[int], again: Sequence[Sequence[float]], *, threshold: float) -> Confirmed | None:
+                   window: Sequence[int], again: Sequence[Sequence[float]], *, threshold: float,
+                   clean_again: Sequence[Sequence[float]] | None = None) -> Confirmed | None:
     """The fastest confirmed point among the curve's points ``window`` (see the module), None when none is.
 
-    ``again[i]`` are the rates of point i's re-measurements (empty: none).
+    ``again[i]`` are the rates of point i's re-measurements (empty: none), ``clean_again[i]`` those of them not
+    flagged noisy (None: all of them).  A rate is confirmed only by a measurement taken at another time: the
+    point's own by a re-measurement (or, with none, a neighbour); a point not reproduced by two of its
+    re-measurements that agree with each other (the fastest clean one is its rate).
     """
+    clean_again = again if clean_again is None else clean_again
     clean = sorted((int(i) for i in window if not noisy[i] and math.isfinite(gbytes_per_s[i])
                     and gbytes_per_s[i] > 0), key=lambda i: wss_bytes[i])
-    found: dict[int, str] = {}
+    found: dict[int, tuple[float, str]] = {}
     for k, i in enumerate(clean):
         rate = gbytes_per_s[i]
         if again[i]:
             if any(agree(rate, r, threshold) for r in again[i]):
-                found[i] = "measured again"
+                found[i] = (rate, "measured again")
             continue  # its own re-measurement decides (one that disagreed made it noisy)
         near = [clean[j] for j in (k - 1, k + 1) if 0 <= j < len(clean)]
         if any(agree(rate, gbytes_per_s[j], threshold) for j in near):
-            found[i] = "neighbour"
+            found[i] = (rate, "neighbour")
+    for i in window:
+        i = int(i)
+        if i not in found and len(again[i]) >= 2:
+            rate = _pair_confirmed(again[i], clean_again[i], threshold)
+            if rate is not None:
+                found[i] = (rate, "measured again")
     if not found:
         return None
-    best = max(found, key=lambda i: (gbytes_per_s[i], -wss_bytes[i]))
-    rate = gbytes_per_s[best]
-    others = [gbytes_per_s[i] for i in clean if i != best] + [r for i in clean for r in again[i]]
+    best = max(found, key=lambda i: (found[i][0], -wss_bytes[i]))
+    rate, by = found[best]
+    others = ([gbytes_per_s[i] for i in clean if i != best] + [r for i in clean if i != best for r in again[i]]
+              + list(again[best]))
+    if rate != gbytes_per_s[best]:
+        others.remove(rate)  # the rate is one of its re-measurements: the others may reproduce it
     times = sum(1 for r in others if agree(rate, r, threshold))
-    return Confirmed(float(rate), best, int(wss_bytes[best]), found[best], times)
+    return Confirmed(float(rate), best, int(wss_bytes[best]), by, times)

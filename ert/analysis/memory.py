@@ -111,6 +111,7 @@ def memory_ceilings(points: list[dict], caches, *, workers: int, memory_name: st
     within ``threshold`` (the run's noise threshold).
     """
     again = again_rates(confirms)
+    clean_again = again_rates([c for c in confirms if not c.get("noisy")])
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for rec in points:
         if rec["valid"] and rec["spec"].get("pipe", "vector") == "vector":  # tensor MMAs move no bytes
@@ -156,6 +157,7 @@ def memory_ceilings(points: list[dict], caches, *, workers: int, memory_name: st
         judged, regime_warnings = judge_levels(named, _for_access(caches, access), workers=workers, wss_bytes=wss,
                                                gbytes_per_s=gbs, noisy=noisy, label=label,
                                                again=[again.get(r["id"], []) for r in curve],
+                                               clean_again=[clean_again.get(r["id"], []) for r in curve],
                                                noise_threshold=threshold)
         warnings.extend(regime_warnings)
         named = [j.level for j in judged]

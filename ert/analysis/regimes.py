@@ -203,11 +203,13 @@ def _raised(judged: JudgedLevel, confirmed: Confirmed | None, window: np.ndarray
 def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, workers: int,
                  wss_bytes: Sequence[int], gbytes_per_s: Sequence[float], noisy: Sequence[bool],
                  label: str, again: Sequence[Sequence[float]] | None = None,
-                 noise_threshold: float = DEFAULT_NOISE_THRESHOLD) -> tuple[list[JudgedLevel], list[str]]:
+                 noise_threshold: float = DEFAULT_NOISE_THRESHOLD,
+                 clean_again: Sequence[Sequence[float]] | None = None) -> tuple[list[JudgedLevel], list[str]]:
     """Rule 6 over one curve's named levels: each judged cache level valued at its fastest sustained regime, and
     every level with a window roofed by the fastest rate the run confirmed there (ert.analysis.confirm).
 
-    ``again[i]`` are the rates of point i's re-measurements (None: no re-measurements at all)."""
+    ``again[i]`` are the rates of point i's re-measurements (None: no re-measurements at all), ``clean_again[i]``
+    those not flagged noisy (None: all of them)."""
     wss = np.asarray(wss_bytes, dtype=float)
     bw = np.asarray(gbytes_per_s, dtype=float)
     flags = np.asarray(noisy, dtype=bool)
@@ -216,7 +218,8 @@ def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, worker
     judged, warnings = [], []
 
     def confirm(window) -> Confirmed | None:
-        return confirmed_roof(wss, bw, flags, window, rerun, threshold=noise_threshold) if len(window) else None
+        return (confirmed_roof(wss, bw, flags, window, rerun, threshold=noise_threshold, clean_again=clean_again)
+                if len(window) else None)
 
     named = list(named)
     dropped = np.array([], dtype=int)
