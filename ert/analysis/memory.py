@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, again_rates
+from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, re_measurements
 from ert.analysis.consistency import consistency_warnings
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
 from ert.analysis.regimes import judge_levels, unassigned_points
 from ert.hwinfo import CacheInfo
+from ert.records.weather import Stretch, suspect as is_suspect
 from ert.spec import rates
 from ert.warning_codes import relabel, warn
 
@@ -95,7 +96,7 @@ def _applies(name: str, caches: list[CacheInfo], memory_name: str) -> bool:
 
 def memory_ceilings(points: list[dict], caches, *, workers: int, memory_name: str = "DRAM",
                     confirms: list[dict] = (), threshold: float = DEFAULT_NOISE_THRESHOLD,
-                    ) -> tuple[list[dict], list[str]]:
+                    stretches: list[Stretch] = ()) -> tuple[list[dict], list[str]]:
     """Plateaus of bandwidth versus working set, per (precision, access), named as levels.
 
     Bandwidth comes from the kernel with the fewest FLOPs per element in each
@@ -108,10 +109,10 @@ def memory_ceilings(points: list[dict], caches, *, workers: int, memory_name: st
     pattern (``caches_by_access``): a level whose hint does not apply to an
     access pattern is never given to its curves.  ``confirms`` are the run's re-measurements ("confirm"
     records): every level is roofed by the fastest rate confirmed inside its window (ert.analysis.confirm),
-    within ``threshold`` (the run's noise threshold).
+    within ``threshold`` (the run's noise threshold); a point or re-measurement taken inside one of the run's
+    disturbed ``stretches`` (ert.records.weather) confirms nothing.
     """
-    again = again_rates(confirms)
-    clean_again = again_rates([c for c in confirms if not c.get("noisy")])
+    again = re_measurements(confirms, stretches)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for rec in points:
         if rec["valid"] and rec["spec"].get("pipe", "vector") == "vector":  # tensor MMAs move no bytes
@@ -157,7 +158,7 @@ def memory_ceilings(points: list[dict], caches, *, workers: int, memory_name: st
         judged, regime_warnings = judge_levels(named, _for_access(caches, access), workers=workers, wss_bytes=wss,
                                                gbytes_per_s=gbs, noisy=noisy, label=label,
                                                again=[again.get(r["id"], []) for r in curve],
-                                               clean_again=[clean_again.get(r["id"], []) for r in curve],
+                                               suspect=[is_suspect(r, stretches) for r in curve],
                                                noise_threshold=threshold)
         warnings.extend(regime_warnings)
         named = [j.level for j in judged]

@@ -65,7 +65,7 @@ from typing import Sequence
 import numpy as np
 
 from ert.analysis.cache_match import cache_hints
-from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, confirmed_roof
+from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, Measured, confirmed_roof
 from ert.analysis.levels import NamedLevel
 from ert.analysis.memory_level import MIN_REGIME_POINTS, fast_mode, memory_from, no_memory_note, transition_note
 from ert.analysis.plateaus import Plateau
@@ -202,14 +202,14 @@ def _raised(judged: JudgedLevel, confirmed: Confirmed | None, window: np.ndarray
 
 def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, workers: int,
                  wss_bytes: Sequence[int], gbytes_per_s: Sequence[float], noisy: Sequence[bool],
-                 label: str, again: Sequence[Sequence[float]] | None = None,
+                 label: str, again: Sequence[Sequence[Measured]] | None = None,
                  noise_threshold: float = DEFAULT_NOISE_THRESHOLD,
-                 clean_again: Sequence[Sequence[float]] | None = None) -> tuple[list[JudgedLevel], list[str]]:
+                 suspect: Sequence[bool] | None = None) -> tuple[list[JudgedLevel], list[str]]:
     """Rule 6 over one curve's named levels: each judged cache level valued at its fastest sustained regime, and
     every level with a window roofed by the fastest rate the run confirmed there (ert.analysis.confirm).
 
-    ``again[i]`` are the rates of point i's re-measurements (None: no re-measurements at all), ``clean_again[i]``
-    those not flagged noisy (None: all of them)."""
+    ``again[i]`` are point i's re-measurements (None: no re-measurements at all); ``suspect[i]`` whether point i
+    was measured inside a disturbed stretch (None: none was; ert.records.weather)."""
     wss = np.asarray(wss_bytes, dtype=float)
     bw = np.asarray(gbytes_per_s, dtype=float)
     flags = np.asarray(noisy, dtype=bool)
@@ -218,7 +218,7 @@ def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, worker
     judged, warnings = [], []
 
     def confirm(window) -> Confirmed | None:
-        return (confirmed_roof(wss, bw, flags, window, rerun, threshold=noise_threshold, clean_again=clean_again)
+        return (confirmed_roof(wss, bw, flags, window, rerun, threshold=noise_threshold, suspect=suspect)
                 if len(window) else None)
 
     named = list(named)
