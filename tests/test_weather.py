@@ -11,7 +11,7 @@ from importlib import resources
 import jsonschema
 
 from ert.analysis.ceilings import build
-from ert.rawio import RawData, confirm_record
+from ert.records.rawio import RawData, confirm_record
 from ert.spec import rates
 
 T0 = 1_700_000_000.0

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ert.analysis.ceilings import build
-from ert.rawio import read_raw
-from ert.warning_codes import coded_warnings
+from ert.records.rawio import read_raw
+from ert.records.warning_codes import coded_warnings
 
 DATA = Path(__file__).parent / "data" / "zen4-noisy"
 MIB = 1 << 20

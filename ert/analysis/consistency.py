@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ert.warning_codes import warn
+from ert.records.warning_codes import warn
 
 PRECISIONS_CODE = "precisions-disagree"
 INVERTED_CODE = "level-inverted"

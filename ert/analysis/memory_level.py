@@ -1,7 +1,7 @@
 """The memory level (DRAM, HBM) of one curve: only from 2 x the last cache on, and its fast mode on a shared host.
 
 * **From 2 x the last cache.**  Below twice the last cache's capacity (as the
-  run's threads share it, ``ert.hwinfo.aggregate_capacity_bytes``) a working
+  run's threads share it, ``ert.hardware.hwinfo.aggregate_capacity_bytes``) a working
   set still partly lives in that cache, so no memory roof comes from it: the
   level's own plateau, or the range it was borrowed over from a clearer curve
   (a break inside the L3 put L3-speed points into the memory of the Zen 4
@@ -17,7 +17,7 @@
   its value (what the memory gives the kernel while the host lets it), its
   range the lowest to highest clean rate, and a warning says so.  One or two
   fast points make no mode; a rate the run confirmed is the roof where there is
-  one (``ert.analysis.confirm``), and clean points above the roof are named.
+  one (``ert.analysis.roof_confirm``), and clean points above the roof are named.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ert.analysis.levels import NamedLevel
 from ert.analysis.plateaus import Curve
 from ert.spec import plateau_spread
 from ert.units import human_bytes as fmt_bytes
-from ert.warning_codes import warn
+from ert.records.warning_codes import warn
 
 # A regime, or a memory mode, is at least this many points (ert.analysis.regimes).
 MIN_REGIME_POINTS = 3

@@ -33,7 +33,7 @@ applied here after the levels are named:
   L2: 300-454 GB/s at random), so a median reads the host's load, not the
   cache; one or two fast points alone make no regime.  The level's value
   is the rate of its fastest regime, or its fastest confirmed point where
-  that is higher (ert.analysis.confirm: measured again, or a neighbour
+  that is higher (ert.analysis.roof_confirm: measured again, or a neighbour
   agrees; one or two working sets can be enough there).  Its
   points are its own plus the whole window, its spread is over all of them
   and ``range_gbytes_per_s`` gives their lowest and highest clean rates, so
@@ -48,7 +48,7 @@ re-valued at its fast mode (``ert.analysis.memory_level``).
 
 Every level with a window (the memory's from 2 x the last cache on) takes
 the rate the run confirmed there as its value whenever there is one
-(``ert.analysis.confirm``), above or below what the rules above give: no
+(``ert.analysis.roof_confirm``), above or below what the rules above give: no
 entry carries a roof and a different confirmed rate.
 
 Points of a curve that end up in no level are listed per curve with the
@@ -65,15 +65,15 @@ from typing import Sequence
 import numpy as np
 
 from ert.analysis.cache_match import cache_hints
-from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, Measured, confirmed_roof
+from ert.analysis.roof_confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, Measured, confirmed_roof
 from ert.analysis.levels import NamedLevel
 from ert.analysis.memory_level import MIN_REGIME_POINTS, fast_mode, memory_from, no_memory_note, transition_note
 from ert.analysis.plateaus import Plateau
 from ert.analysis.stepfit import log_noise, median_cost_table, optimal_partition
-from ert.hwinfo import CacheInfo
+from ert.hardware.hwinfo import CacheInfo
 from ert.spec import plateau_spread
 from ert.units import human_bytes as fmt_bytes
-from ert.warning_codes import warn
+from ert.records.warning_codes import warn
 
 # A regime is at least this many neighbouring points (MIN_REGIME_POINTS, ert.analysis.memory_level): with one
 # point in a window lifted by chance (a quiet moment on a shared host), three points agreeing is the least that
@@ -145,7 +145,7 @@ class JudgedLevel:
     level: NamedLevel
     regimes: tuple[Regime, ...] = ()
     range_gbytes_per_s: tuple[float, float] | None = None
-    confirmed: Confirmed | None = None  # the window's fastest confirmed point (ert.analysis.confirm)
+    confirmed: Confirmed | None = None  # the window's fastest confirmed point (ert.analysis.roof_confirm)
 
 
 def _is_cache(name: str) -> bool:
@@ -206,7 +206,7 @@ def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, worker
                  noise_threshold: float = DEFAULT_NOISE_THRESHOLD,
                  suspect: Sequence[bool] | None = None) -> tuple[list[JudgedLevel], list[str]]:
     """Rule 6 over one curve's named levels: each judged cache level valued at its fastest sustained regime, and
-    every level with a window roofed by the fastest rate the run confirmed there (ert.analysis.confirm).
+    every level with a window roofed by the fastest rate the run confirmed there (ert.analysis.roof_confirm).
 
     ``again[i]`` are point i's re-measurements (None: no re-measurements at all); ``suspect[i]`` whether point i
     was measured inside a disturbed stretch (None: none was; ert.records.weather)."""

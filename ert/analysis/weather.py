@@ -5,7 +5,7 @@ points ("sentinel" records); the disturbed stretches are the shared rule's
 (``ert.records.weather``).  Here:
 
 * a point or re-measurement taken inside a stretch is **suspect**: it
-  confirms no rate and no rate is confirmed by it (``ert.analysis.confirm``);
+  confirms no rate and no rate is confirmed by it (``ert.analysis.roof_confirm``);
   the planner measures suspect points again once the host is calm (a
   ``point`` record with ``remeasured_for: "disturbed"``, the one read);
 * a ceiling that rests only on suspect points (no confirmed rate, and every
@@ -25,7 +25,7 @@ import statistics
 from typing import Sequence
 
 from ert.records.weather import Stretch, disturbed_stretches, level_best, ratios, suspect
-from ert.warning_codes import warn
+from ert.records.warning_codes import warn
 
 # A run disturbed for at least this share of its time says so in a warning.
 NOTABLE_SHARE = 0.10
