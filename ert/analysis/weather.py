@@ -68,6 +68,7 @@ def weather_block(sentinels: Sequence[dict], stretches: Sequence[Stretch], point
     left = [p for p in points if suspect(p, stretches)]
     return {
         "noise_threshold": threshold,
+        "start_time": _round(start, 3),
         "seconds": _round(end - start, 2),
         "disturbed_seconds": _round(sum(s.seconds(start, end) for s in stretches), 2),
         "levels": levels,

@@ -18,6 +18,7 @@ from importlib import resources
 from ert.consumers.compare import compare as compare_mod
 from ert.consumers.html import charts as html_charts
 from ert.consumers.html import sweep as html_sweep
+from ert.consumers.html import weather as html_weather
 from ert.consumers.html import tips
 from ert.consumers import roofs as roofs_mod
 from ert.consumers.terminal.report import format_ceilings
@@ -278,6 +279,7 @@ def single_report(machine: Machine) -> str:
              html_charts.roofline([doc], [str(doc['metadata'].get('host', 'run'))], chart_id="roofline")]
     if machine.raw is not None:
         parts += html_sweep.sweep_charts(machine.raw, doc, chart_id="sweep")
+        parts.append(html_weather.weather_timeline(doc, machine.raw, chart_id="weather"))
     else:
         parts.append('<p class="note">No sweep chart: the input holds no raw.jsonl (a ceilings file, or ERT\'s '
                      "roofline.json, which keeps no points); for an ert run give its run directory.</p>")

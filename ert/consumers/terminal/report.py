@@ -8,6 +8,7 @@ from ert.consumers.terminal.report_cells import (MISSING, aligned_table, compute
                                         format_rate, format_spread, format_wss_range, is_int_entry, is_transfer_entry,
                                         memory_name, unit_of)
 from ert.consumers.terminal.report_extras import scaling_section, sustained_section, transfer_section
+from ert.consumers.terminal.weather import weather_section
 from ert.hardware import NO_RATED
 
 
@@ -133,7 +134,7 @@ def _memory_sections(entries: list[dict]) -> list[str]:
         title = f"Memory bandwidth, {label}" + (f", {precision}" if precision else "")
         rows = [
             [
-                str(e.get("level", MISSING)),
+                _level_cell(e),
                 format_rate(e["gbytes_per_s"]) if "gbytes_per_s" in e else MISSING,
                 format_spread(e.get("spread")),
                 format_wss_range(e.get("wss_bytes")),
@@ -152,6 +153,7 @@ def _memory_sections(entries: list[dict]) -> list[str]:
         )
         lines += _confirmed_note(groups[(access, precision)])
         lines += _regimes_note(groups[(access, precision)])
+        lines += _disturbed_note(groups[(access, precision)])
     return lines
 
 
@@ -172,7 +174,7 @@ def _memory_table(entries: list[dict], notes: "Notes") -> list[str]:
         for e in (entries[i] for i in ranked):
             if (e.get("precision", ""), e.get("access", "rw")) != curve:
                 continue
-            rows.append([str(e.get("level", MISSING)), " ".join(x for x in curve if x),
+            rows.append([_level_cell(e), " ".join(x for x in curve if x),
                          format_rate(e["gbytes_per_s"]) if "gbytes_per_s" in e else MISSING,
                          format_spread(e.get("spread")), format_wss_range(e.get("wss_bytes")),
                          format_count(e.get("n_points")), format_count(e.get("noisy_points")),
@@ -186,7 +188,19 @@ def _memory_table(entries: list[dict], notes: "Notes") -> list[str]:
     # A cache level's regimes are in its warning (ert show --verbose prints them here as well).
     title = "Memory bandwidth (rw read+write, ro read-only"
     title += "; conf: N times confirmed, re again or nb neighbours)" if "conf" in headers else ")"
-    return [title] + aligned_table(headers, rows, right)
+    return [title] + aligned_table(headers, rows, right) + _disturbed_note(entries)
+
+
+def _level_cell(e: dict) -> str:
+    """A level's name, with '*' when it was measured only while the host was disturbed (schema 1.11)."""
+    return str(e.get("level", MISSING)) + ("*" if e.get("disturbed") is True else "")
+
+
+def _disturbed_note(entries: list[dict]) -> list[str]:
+    if not any(e.get("disturbed") is True for e in entries):
+        return []
+    return ["  * measured only while the host was disturbed: not the machine's ceiling (the weather: ert show "
+            "--verbose)"]
 
 
 def _rated_cells(e: dict, key: str, notes: "Notes") -> list[str]:
@@ -367,6 +381,7 @@ def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = Non
     for extra in (_rated_section(doc, notes, screen=not verbose), sustained_section(ceilings),
                   scaling_section(doc.get("scaling")),
                   format_hosts_section(doc, width=width, verbose=verbose),
+                  weather_section(doc, width=width) if verbose else [],
                   warnings_section(doc, notes, verbose=verbose, width=width)):
         if extra:
             lines += [""] + extra
