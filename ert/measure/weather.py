@@ -166,6 +166,7 @@ class Weather:
         self._trials: dict[str, int] = {}
         self._start = clock()
         self._last = -math.inf
+        self._cost = 0.0               # what the latest reading took: the next one's estimate
         self.reading_seconds = 0.0     # spent on sentinel readings (calibration included)
         self.remeasure_seconds = 0.0   # spent on measuring suspect points again
         self.remeasured: dict[str, int] = {}  # point id -> times measured again for the weather
@@ -183,11 +184,11 @@ class Weather:
         self.read(after_point)
 
     def due(self) -> bool:
-        """A reading is due: ``every_seconds`` since the last, and the readings within their budget (rank 0's
-        clock decides for every rank)."""
+        """A reading is due: ``every_seconds`` since the last, and the readings, this one too (estimated as the
+        last), within their budget (rank 0's clock decides for every rank)."""
         now = self._clock()
         ready = (now - self._last >= self.settings.every_seconds
-                 and self.reading_seconds <= self.settings.budget * (now - self._start))
+                 and self.reading_seconds + self._cost <= self.settings.budget * (now - self._start))
         return bool(self._share(ready))
 
     def read(self, after_point: str | None) -> list[dict]:
@@ -204,7 +205,8 @@ class Weather:
             self.records.append(record)
             out.append(record)
         self._last = self._clock()
-        self.reading_seconds += self._last - t0
+        self._cost = self._last - t0
+        self.reading_seconds += self._cost
         return out
 
     def calm(self) -> bool:
