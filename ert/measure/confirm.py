@@ -23,13 +23,20 @@ the last cache on):
 * **Measure again.**  When no window searches any more, the fastest point
   of every window is measured again ("confirm" records), with a fresh
   calibration, in one batch with the other curves' (so never straight after
-  its first measurement).  One that a re-measurement did not reproduce
-  within the noise threshold is noisy (ert.analysis.confirm), and the next
-  fastest point of its window is measured again, up to
-  ``MAX_AGAIN_PER_WINDOW`` per window.  A point flagged noisy (a burst of
-  other work in one of its regions) that a clean re-measurement reproduces
-  is confirmed like a clean one: the interleaved re-measurement replaces
-  the immediate one, which repeats the point under the same disturbance.
+  its first measurement).  A point is reproduced when two of its
+  measurements (its record and its re-measurements, each taken at another
+  time), neither inside a disturbed stretch of the host's weather
+  (``ert.records.weather``) and one of them clean, agree within the noise
+  threshold.  Until one point of the window is, round after round, the
+  window's next re-measurement goes to the fastest point that no calm, clean
+  re-measurement failed to reproduce: the next-fastest after a failure, the
+  same point again later (never straight after its own latest measurement)
+  when its re-measurement was disturbed or noisy, up to the window's budget
+  (``MAX_AGAIN_PER_WINDOW`` calm re-measurements).  A point flagged noisy
+  (a burst of other work in one of its regions) that a clean re-measurement
+  reproduces is confirmed like a clean one: the interleaved re-measurement
+  replaces the immediate one, which repeats the point under the same
+  disturbance.
 
 The memory's window is measured again but not searched: what varies there
 is the host's state over time (modes of a shared host), not a narrow range
