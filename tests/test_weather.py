@@ -1,11 +1,11 @@
-"""The weather's scheduling (ert.measure.weather) and a window's re-measurements (ert.measure.confirm) on a fake
+"""The weather's scheduling (ert.measure.weather) and a window's re-measurements (ert.measure.window_search) on a fake
 clock: when the sentinels are read, what they cost, which points are measured again, and when."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ert.measure.confirm import MAX_AGAIN_PER_WINDOW, WindowSearch
+from ert.measure.window_search import MAX_AGAIN_PER_WINDOW, WindowSearch
 from ert.measure.plan import Point
 from ert.measure.weather import (SENTINEL_SAMPLES, Sentinel, Settings, Weather, sentinel_sets)
 from ert.spec import KernelSpec

@@ -94,7 +94,7 @@ class NumbaCpuBackend:
     def describe(self) -> dict:
         """Device, what Numba compiled with, and the rated ceilings (measured once per backend)."""
         if self._described is None:
-            from ert import hwinfo
+            from ert.hardware import hwinfo
 
             self._described = {
                 "backend": NAME,
@@ -131,7 +131,7 @@ class NumbaCpuBackend:
 
     def rated(self) -> dict:
         """The rated ceilings of the cores this backend runs on, with their derivation."""
-        from ert import hwinfo
+        from ert.hardware import hwinfo
         from ert.hardware import cpu
 
         arch, why = cpu.lookup(self._codegen["cpu_name"], hwinfo.cpu_model())

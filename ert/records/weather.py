@@ -7,7 +7,7 @@ rate comes from ``ert.spec.rates`` as a point's does.  The rule:
 * a level's **best** is the highest rate of its valid sentinels in the run;
 * a sentinel is **disturbed** when its level's best is above its rate by more
   than the noise threshold (``best > rate x (1 + threshold)``: the two would
-  not reproduce each other, ``ert.analysis.confirm.agree``);
+  not reproduce each other, ``ert.analysis.roof_confirm.agree``);
 * a **disturbed stretch** of one level runs from the calm sentinel of that
   level before its disturbed ones to the calm one after them (from the run's
   start where none came before, to its end where none came after); the
