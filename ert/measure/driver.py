@@ -340,7 +340,7 @@ def _weather(config: RunConfig, backend, comm, frame, **clocks):
     None when the config turns it off or no level has room for one."""
     from ert.measure import weather
 
-    settings = weather.Settings(**config.weather.model_dump()) if hasattr(config, "weather") else weather.Settings()
+    settings = config.weather
     if not settings.enabled:
         return None
     workers = backend.threads * comm.size

@@ -31,11 +31,12 @@ fake clock and a fake probe can drive it in tests.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ert.config.schema import WeatherOptions as Settings  # the config's ``weather`` block
+from ert.records.rawio import sentinel_record
 from ert.records.weather import disturbed_stretches, is_disturbed, ratios, suspect
 from ert.spec import KernelSpec
 
@@ -49,16 +50,6 @@ SENTINEL_REGION_SECONDS = 0.002
 MAX_REMEASURES_PER_POINT = 2
 # The cache levels a sentinel is kept for (the aggregate capacities, smallest first).
 LEVEL_NAMES = ("L1", "L2", "L3")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The config's ``weather`` block."""
-
-    enabled: bool = True
-    every_seconds: float = 0.5       # a reading at most this often
-    budget: float = 0.10             # share of the sweep's time the readings may take
-    remeasure_budget: float = 0.15   # share of the sweep's time re-measuring suspect points may take
 
 
 @dataclass(frozen=True)
@@ -121,28 +112,6 @@ class Probe:
         return samples, all(self.comm.allgather(ok)) if self.comm.size > 1 else ok
 
 
-def sentinel_record(*, index: int, s: Sentinel, ranks: int, threads_per_rank: int, trials: int,
-                    samples: list[float], valid: bool, after_point: str | None, now: float) -> dict:
-    """One raw.jsonl "sentinel" record (RAW.md): a reading of one level's sentinel."""
-    return {
-        "type": "sentinel",
-        "id": f"sentinel-{int(index)}",
-        "level": s.level,
-        "spec": SENTINEL_SPEC.to_dict(),
-        "wss_bytes": int(s.wss_bytes),
-        "elements_per_thread": int(s.elements_per_thread),
-        "elements": int(s.elements_per_thread) * threads_per_rank * ranks,
-        "ranks": int(ranks),
-        "threads_per_rank": int(threads_per_rank),
-        "trials": int(trials),
-        "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
-        "samples": list(samples),
-        "valid": bool(valid),
-        "time": now,
-        "after_point": after_point,
-    }
-
-
 class Weather:
     """When to read the sentinels and which points to measure again, over one sweep.
 
@@ -197,9 +166,10 @@ class Weather:
         out = []
         for s in self.sentinels:
             samples, valid = self.probe.read(s, self._trials[s.level])
-            record = sentinel_record(index=self._next, s=s, ranks=self.ranks, threads_per_rank=self.threads,
-                                     trials=self._trials[s.level], samples=samples, valid=valid,
-                                     after_point=after_point, now=self._wall())
+            record = sentinel_record(index=self._next, level=s.level, spec=SENTINEL_SPEC.to_dict(),
+                                     wss_bytes=s.wss_bytes, elements_per_thread=s.elements_per_thread,
+                                     ranks=self.ranks, threads_per_rank=self.threads, trials=self._trials[s.level],
+                                     samples=samples, valid=valid, after_point=after_point, now=self._wall())
             self._next += 1
             self._append(record)
             self.records.append(record)
