@@ -220,7 +220,7 @@ def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
 
 
 def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, comm,
-              progress: Progress | None = None) -> SweepResult:
+              progress: Progress | None = None, weather: bool | dict = True) -> SweepResult:
     """Measure the points of ``points`` (the dense plan) not already in the run's raw.jsonl (``log``).
 
     With ``config.sweep == "adaptive"`` only the subset an AdaptivePlanner
@@ -228,6 +228,11 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
     records before it, so a resume replays the same decisions from disk.
     Only rank 0 writes.  Ctrl-C stops between or inside points and leaves a
     valid raw file; the point in progress is not recorded.
+
+    With ``weather`` (and the config's ``weather.enabled``), sentinel readings
+    go between the points and suspect points are measured again
+    (``ert.measure.weather``); a dict passes ``clock``, ``wall`` and ``sleep``
+    to it (a replay on a simulated clock: ``wall`` then stamps every record).
     """
     threads = backend.threads
     planner = None
@@ -240,6 +245,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
         if interrupted and not measured:
             return None
         end = {"interrupted": interrupted, "measured": measured, "threads_per_rank": threads}
+        if started:
+            end["weather"] = sky.summary()
         if planner is not None:
             # An adaptive plan's size is known only once it is done.
             # Points only: re-measurements ("confirm" records) are counted apart.
@@ -253,31 +260,64 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
     # Rank 0's records (the planner's input): what the file held and every point measured since, re-measurements
     # too (the plan replays them).
     records = {r["id"]: r for r in frame.data.points + frame.data.confirms} if frame.data is not None else {}
+    last_trials: dict = {}  # spec -> {wss_bytes: trials}: the next calibration's guess
+    known = {p.id: p for p in points}  # every point this sweep may measure again, by id (rank 0 adds the planner's)
+
+    def remeasure(point: Point) -> None:  # a suspect point measured again once the host is calm
+        record = _measure_point(point, backend=backend, comm=comm, config=config, last_trials=last_trials,
+                                progress=None, records=records, again_of=records.get(point.id))
+        record.update(remeasured_for="disturbed", disturbed_first=True)
+        if "wall" in clocks:
+            record["time"] = clocks["wall"]()
+        frame.append(record)
+        records[point.id] = record
+
+    def between(point_id: str | None, end: bool = False) -> None:
+        mine = records if comm.rank == 0 else None
+        (sky.finish if end else sky.after_point)(point_id, mine, remeasure, known.get)
+
+    clocks = weather if isinstance(weather, dict) else {}
+    sky = _weather(config, backend, comm, frame, **clocks) if weather else None
+    started = False
     try:
         with frame:
             if planner is not None:
-                todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
+                todo = comm.bcast(planner.next_batch(records, sky.records if sky else ()) if comm.rank == 0
+                                  else None)
                 total = len(planner.planned)
+                known.update((p.id, p) for p in planner.planned)
             else:
                 todo = [p for p in points if p.id not in frame.done]
             if progress:
                 progress.start(total=total, already=total - len(todo), todo=todo)
-            last_trials: dict = {}  # spec -> {wss_bytes: trials}: the next calibration's guess
+            point = None
             while todo:
                 for point in (_interleave_batch(todo) if planner else todo):
+                    if sky is not None and not started:
+                        sky.start()
+                        started = True
                     record = _measure_point(point, backend=backend, comm=comm, config=config,
                                             last_trials=last_trials, progress=progress, records=records)
+                    if "wall" in clocks:
+                        record["time"] = clocks["wall"]()
                     frame.append(record)
                     records[point.id] = record
+                    known[point.id] = point
                     measured += 1
                     if progress:
                         progress.end(point, record)
+                    if sky is not None:
+                        between(point.id)
                 if planner is None:
                     break
-                todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
+                todo = comm.bcast(planner.next_batch(records, sky.records if sky else ()) if comm.rank == 0
+                                  else None)
                 total = len(planner.planned)
+                known.update((p.id, p) for p in planner.planned)
                 if progress and todo:
                     progress.extend(total=total, todo=todo)
+            if started:
+                between(point.id, end=True)
     finally:
         if progress:
             progress.finish()
@@ -295,27 +335,58 @@ def _planner(config: RunConfig, points: list[Point], *, backend, workers: int) -
                            noise_threshold=config.timing.noise_threshold)
 
 
+def _weather(config: RunConfig, backend, comm, frame, **clocks):
+    """The sweep's weather (``ert.measure.weather``): a sentinel per cache level from the backend's cache hints;
+    None when the config turns it off or no level has room for one."""
+    from ert.measure import weather
+
+    settings = config.weather
+    if not settings.enabled:
+        return None
+    workers = backend.threads * comm.size
+    hints = backend.describe().get("caches")
+    caches = _cache_infos(hints)
+    last = max((c.level for c in caches), default=0)
+    shared_last = any(c.level == last and c.shared_cpu_count > workers for c in caches)
+    spec = weather.SENTINEL_SPEC
+    sentinels = []
+    for level, per_thread in weather.sentinel_sets(_capacities(hints, workers),
+                                                   workers=workers, granule_elements=backend.granule_elements(spec),
+                                                   shared_last=shared_last):
+        launches = backend.launches(spec, per_thread) or [None]
+        sentinels.append(weather.Sentinel(level, per_thread * spec.itemsize * workers, per_thread, launches[0]))
+    if not sentinels:
+        return None
+    data = frame.data
+    return weather.Weather(probe=weather.Probe(backend, comm, lambda n: _timed(backend, comm, n)[0]),
+                           sentinels=sentinels, settings=settings, noise_threshold=config.timing.noise_threshold,
+                           ranks=comm.size, threads_per_rank=backend.threads, append=frame.append, share=comm.bcast,
+                           previous=getattr(data, "sentinels", []) if data is not None else [], **clocks)
+
+
 def _measure_point(point: Point, *, backend, comm, config: RunConfig, last_trials: dict, progress,
-                   records: dict) -> dict:
+                   records: dict, again_of: dict | None = None) -> dict:
     """One point: prepared, calibrated from the nearest larger set's trials, timed, checked on every rank; a
-    re-measurement (``point.again``) calibrates afresh and is recorded as a "confirm" record of its point."""
+    re-measurement (``point.again``, or a suspect point measured again: ``again_of``, its earlier record on
+    rank 0) calibrates afresh, from half its earlier trial count; ``point.again`` is recorded as a "confirm"
+    record of its point."""
     if progress:
         progress.begin(point)
     backend.prepare(point.spec, elements_per_thread=point.elements_per_thread, launch=point.launch_dict())
     guess = 1
     larger = [w for w in last_trials.get(point.spec, {}) if w >= point.wss_bytes]
-    first = records.get(replace(point, again=0).id) if point.again else None
+    first = records.get(replace(point, again=0).id) if point.again else again_of
     if first is not None and config.timing.min_repeats is not None:
         # A re-measurement calibrates afresh, from half its first measurement's trial count.
         guess = max(1, int(first["trials"]) // 2)
-    elif config.timing.min_repeats is not None and larger and not point.again:
+    elif config.timing.min_repeats is not None and larger and not point.again and again_of is None:
         # Trials scale inversely with the working set at equal bandwidth, and
         # bandwidth only rises towards smaller sets, so scaling from the nearest
         # larger set never overshoots; half of it leaves a doubling to warm up.
         w = min(larger)
         guess = int(last_trials[point.spec][w] * w / point.wss_bytes) // 2
     m = measure(backend, comm, timing=config.timing, start_trials=guess)
-    if not point.again:
+    if not point.again and again_of is None:
         last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
     check = backend.check()
     # Every rank's output must pass for the point to be used.
