@@ -30,9 +30,8 @@ def _run(points: list[dict], sentinels: list[dict], confirms=()) -> dict:
     header = {"metadata": {"threads_per_rank": 2, "ranks": 1, "config": {"timing": {"noise_threshold": 0.10}},
                            "caches_reported": [dict(level=c.level, kind=c.kind, size_bytes=c.size_bytes,
                                                     shared_cpu_count=c.shared_cpu_count) for c in ZEN4_CACHES]}}
-    raw = RawData(path=None, header=header, points=points, ends=[], confirms=list(confirms))
-    raw.sentinels = sentinels
-    return build(raw)
+    return build(RawData(path=None, header=header, points=points, ends=[], confirms=list(confirms),
+                         sentinels=sentinels))
 
 
 def _timed_sweep(order: list[int] | None = None) -> list[dict]:

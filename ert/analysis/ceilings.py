@@ -140,7 +140,7 @@ def build(raw: RawData) -> dict:
     # A point its re-measurement did not reproduce is noisy for every rule below (ert.analysis.roof_confirm).
     threshold = noise_threshold(meta)
     # The host's weather: points measured inside a disturbed stretch confirm nothing (ert.analysis.weather).
-    sentinels = getattr(raw, "sentinels", [])
+    sentinels = raw.sentinels
     stretches = stretches_of(sentinels, threshold)
     points, unreproduced = mark_not_reproduced(raw.points, raw.confirms, threshold=threshold, stretches=stretches)
     memory_name = meta.get("backend_info", {}).get("memory_name", meta.get("memory_name", "DRAM"))
