@@ -14,6 +14,7 @@ raw.jsonl, and ``build`` makes the ceilings from it, as ``ert-run`` does.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import re
@@ -37,8 +38,19 @@ KIB = 1024
 THREADS = 2
 # The fast window's best point: read+write 948.1 GB/s at 592 KiB per thread (l2_regimes.txt, 4 KiB pages).
 FAST_RW = 948.1
+# A prepared point costs this much simulated time (allocation, first touch), beside its timed regions.
+PREPARE_SECONDS = 0.002
+# A disturbed stretch: every region at this much below its rate.
+DROP = 0.15
+T0 = 1_800_000_000.0  # the simulated run's unix start
 
 
+@functools.lru_cache(maxsize=None)
+def recorded_caches() -> list:
+    return read_raw(DATA / "bare-r1").header["metadata"]["caches_reported"]
+
+
+@functools.lru_cache(maxsize=None)
 def recorded_curve(access: str) -> tuple[np.ndarray, np.ndarray]:
     """(KiB per thread, GB/s) of the recorded fp64 curve: bare-r1's clean points, l2_regimes.txt across L2."""
     raw = read_raw(DATA / "bare-r1")
@@ -59,7 +71,10 @@ class RecordedCurveBackend:
 
     Each point gets a slowdown drawn once (half-normal in log, ``noise``: the offset of a whole point, which
     its own repeats cannot see), each timed region a jitter of its own (0.5 %) and, one region in ten, a
-    burst of another tenant's work that slows it 10-40 %; ``run`` returns the seconds, no time passes.
+    burst of another tenant's work that slows it 10-40 %; ``run`` returns the seconds.  Time is simulated:
+    ``now`` is the seconds every region took so far (plus ``PREPARE_SECONDS`` per prepared point), the clock
+    the sweep's weather reads; ``disturbed`` = (from, to) seconds in which every region runs at ``1 - DROP``
+    of its rate, sentinels included (another tenant on the host).
     """
 
     name = "recorded-zen5"
@@ -67,11 +82,15 @@ class RecordedCurveBackend:
     device_id = None
     warnings: list[str] = []
 
-    def __init__(self, seed: int, noise: float = 0.02):
+    def __init__(self, seed: int, noise: float = 0.02, disturbed: tuple[float, float] | None = None):
         self.rng = random.Random(seed)
         self.noise = noise
         self.curves = {access: recorded_curve(access) for access in ("rw", "ro")}
-        self.caches = read_raw(DATA / "bare-r1").header["metadata"]["caches_reported"]
+        self.caches = recorded_caches()
+        self.now, self.disturbed = 0.0, disturbed
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
     def describe(self) -> dict:
         return {"backend": self.name, "device": "recorded AMD EPYC Zen 5 curve", "threads": THREADS,
@@ -92,12 +111,17 @@ class RecordedCurveBackend:
         rate = float(np.exp(np.interp(math.log(per_thread), np.log(kib), np.log(gbs))))
         slow = math.exp(abs(self.rng.gauss(0.0, self.noise)))
         self.spec, self.elements, self.rate = spec, elements_per_thread * THREADS, rate / slow
+        self.now += PREPARE_SECONDS
 
     def run(self, trials: int) -> float:
         jitter = math.exp(abs(self.rng.gauss(0.0, 0.005)))
         if self.rng.random() < 0.1:
             jitter *= self.rng.uniform(1.1, 1.4)
-        return self.spec.bytes_moved(elements=self.elements, trials=trials) / (self.rate * 1e9) * jitter
+        if self.disturbed and self.disturbed[0] <= self.now < self.disturbed[1]:
+            jitter /= 1.0 - DROP
+        seconds = self.spec.bytes_moved(elements=self.elements, trials=trials) / (self.rate * 1e9) * jitter
+        self.now += seconds
+        return seconds
 
     def check(self) -> CheckResult:
         return CheckResult(True, "replayed")
@@ -114,16 +138,18 @@ CONFIG = {**load(default_path()).to_dict(), "backend": "numba-cpu", "precisions"
           "threads": THREADS}
 
 
-def replay(seed: int, run_dir: Path) -> dict:
-    """The sweep of the recorded curve into ``run_dir``, and the ceilings ``build`` makes of it."""
+def replay(seed: int, run_dir: Path, disturbed: tuple[float, float] | None = None) -> dict:
+    """The sweep of the recorded curve into ``run_dir`` on simulated time (its weather too), and the ceilings
+    ``build`` makes of it."""
     cfg = from_dict(CONFIG)
-    backend = RecordedCurveBackend(seed)
+    backend = RecordedCurveBackend(seed, disturbed=disturbed)
     run_dir.mkdir(parents=True)
     points = plan(cfg, workers=THREADS, granule_elements_of=backend.granule_elements, launches_of=backend.launches)
     header = {"metadata": {"threads_per_rank": THREADS, "ranks": 1, "caches_reported": backend.caches,
                            "backend_info": backend.describe(), "config": cfg.to_dict()}}
     log = RawLog.open(run_dir, header=header, writes=True)
-    run_sweep(config=cfg, points=points, log=log, backend=backend, comm=SerialComm())
+    run_sweep(config=cfg, points=points, log=log, backend=backend, comm=SerialComm(),
+              weather={"clock": lambda: backend.now, "wall": lambda: T0 + backend.now, "sleep": backend.sleep})
     log.close()
     return build(read_raw(run_dir))
 

@@ -2,7 +2,7 @@
 
 A sentinel is a short fixed kernel for one cache level, measured between the
 sweep's points ("sentinel" records in raw.jsonl, ``ert/schemas/RAW.md``).  Its
-rate comes from ``ert.spec.rates`` as a point's does.  The rule:
+rate is that of its fastest timed region (``sentinel_rate``).  The rule:
 
 * a level's **best** is the highest rate of its valid sentinels in the run;
 * a sentinel is **disturbed** when its level's best is above its rate by more
@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ert.spec import rates
+from ert.spec import KernelSpec
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,16 @@ class Stretch:
 
 
 def sentinel_rate(record: dict) -> float | None:
-    """GB/s of a valid sentinel (ert.spec.rates, as for a point), None for an invalid or unusable one."""
+    """GB/s of a valid sentinel at its fastest timed region (``seconds.min``), None for an invalid or unusable one.
+
+    Its spec, elements and trials give the bytes as for a point (``ert.spec.KernelSpec``); the fastest of its few
+    regions, not their median, reads the host's state: a burst of other work inside one region of a few
+    milliseconds is that region's noise, while a disturbance that lasts (a co-tenant on the core for seconds)
+    slows every region of the reading."""
     if not record.get("valid"):
         return None
-    value = rates(record).gbytes_per_s
+    spec = KernelSpec.from_dict(record["spec"])
+    value = spec.gbytes_per_s(elements=record["elements"], trials=record["trials"], seconds=record["seconds"]["min"])
     return value if value > 0 and math.isfinite(value) else None
 
 
