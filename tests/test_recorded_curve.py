@@ -160,10 +160,51 @@ def roof(doc: dict, level: str, access: str) -> dict:
     return entry
 
 
-def test_the_read_write_l2_roof_lands_in_the_fast_window_in_19_of_20_seeds(tmp_path):
-    got = [roof(replay(seed, tmp_path / f"s{seed}"), "L2", "rw")["gbytes_per_s"] for seed in range(20)]
+SEEDS = range(20)
+# The injected disturbance: every region 15 % slower from 3 to 4.5 s of simulated time (about a tenth of the run).
+DISTURBED = (3.0, 4.5)
+
+
+@pytest.fixture(scope="module")
+def calm_replays(tmp_path_factory) -> list[dict]:
+    """The ceilings of the 20 seeds' replays without a disturbance."""
+    base = tmp_path_factory.mktemp("calm")
+    return [replay(seed, base / f"s{seed}") for seed in SEEDS]
+
+
+def test_the_read_write_l2_roof_lands_in_the_fast_window_in_19_of_20_seeds(calm_replays):
+    got = [roof(doc, "L2", "rw")["gbytes_per_s"] for doc in calm_replays]
     hits = sum(g >= 0.95 * FAST_RW for g in got)
     assert hits >= 19, [round(g) for g in got]
+    # A calm host reads calm: no warning; a stretch only where one reading caught three bursts in a row (one region
+    # in ten is slowed 10-40 %: a 6 ms reading of 3 regions now and then), re-measured at small cost.
+    assert not any(w.startswith("the host was disturbed") for doc in calm_replays for w in doc["warnings"])
+    short = [s for doc in calm_replays for s in doc["weather"]["stretches"]]
+    assert len(short) <= 6 and all(s["sentinels"] == 1 for s in short), short
+
+
+def test_a_disturbed_stretch_is_named_and_the_cache_roofs_match_the_calm_run_in_19_of_20_seeds(calm_replays,
+                                                                                                tmp_path):
+    """Issue 39: rates 15 % low for a stretch of the run's time (sentinels included). The sweep's sentinels find the
+    stretch, its points are measured again once the host is calm, and every cache roof (L1-L3, read+write and
+    read-only) matches the same seed's calm run within 3 %. The memory is left out: the recorded DRAM curve is a
+    shared host's scattered tail (56-89 GB/s from one working set to the next), so where the adaptive plan samples
+    it decides its roof, and a disturbance moves that."""
+    misses = []
+    for seed, calm in zip(SEEDS, calm_replays):
+        doc = replay(seed, tmp_path / f"s{seed}", disturbed=DISTURBED)
+        (stretch,) = doc["weather"]["stretches"]  # named: the one stretch, around the injected one
+        assert stretch["start_s"] < DISTURBED[0] + 0.2 and DISTURBED[1] - 0.2 < stretch["end_s"] < DISTURBED[1] + 1.0
+        assert 0.80 <= stretch["lowest"] < 0.90  # 15 % slower, read by the sentinels
+        (warning,) = [w for w in doc["warnings"] if w.startswith("the host was disturbed")]
+        assert f"({stretch['start_s']:.1f}-{stretch['end_s']:.1f} s;" in warning
+        assert doc["weather"]["points"]["measured_again"] > 5
+        off = {f"{access} {level}": round(roof(doc, level, access)["gbytes_per_s"]
+                                          / roof(calm, level, access)["gbytes_per_s"], 3)
+               for access in ("rw", "ro") for level in ("L1", "L2", "L3")}
+        if any(abs(r - 1) > 0.03 for r in off.values()):
+            misses.append((seed, off))
+    assert len(misses) <= 1, misses
 
 
 def test_the_window_is_searched_off_the_grid_and_its_best_point_measured_again(tmp_path):

@@ -63,9 +63,12 @@ def sentinel_rate(record: dict) -> float | None:
 
 def level_best(sentinels: Iterable[dict]) -> dict[str, float]:
     """Each level's best sentinel rate in the run."""
+    return _best([(rec, sentinel_rate(rec)) for rec in sentinels])
+
+
+def _best(rated: list[tuple[dict, float | None]]) -> dict[str, float]:
     best: dict[str, float] = {}
-    for rec in sentinels:
-        rate = sentinel_rate(rec)
+    for rec, rate in rated:
         if rate is not None:
             best[rec["level"]] = max(best.get(rec["level"], 0.0), rate)
     return best
@@ -73,8 +76,9 @@ def level_best(sentinels: Iterable[dict]) -> dict[str, float]:
 
 def ratios(sentinels: Sequence[dict]) -> list[tuple[dict, float]]:
     """Every valid sentinel with its rate as a share of its level's best, in time order."""
-    best = level_best(sentinels)
-    out = [(rec, rate / best[rec["level"]]) for rec in sentinels if (rate := sentinel_rate(rec)) is not None]
+    rated = [(rec, sentinel_rate(rec)) for rec in sentinels]
+    best = _best(rated)
+    out = [(rec, rate / best[rec["level"]]) for rec, rate in rated if rate is not None]
     return sorted(out, key=lambda pair: pair[0]["time"])
 
 
