@@ -138,11 +138,12 @@ CONFIG = {**load(default_path()).to_dict(), "backend": "numba-cpu", "precisions"
           "threads": THREADS}
 
 
-def replay(seed: int, run_dir: Path, disturbed: tuple[float, float] | None = None) -> dict:
+def replay(seed: int, run_dir: Path, disturbed: tuple[float, float] | None = None, *,
+           backend_class: type = RecordedCurveBackend) -> dict:
     """The sweep of the recorded curve into ``run_dir`` on simulated time (its weather too), and the ceilings
     ``build`` makes of it."""
     cfg = from_dict(CONFIG)
-    backend = RecordedCurveBackend(seed, disturbed=disturbed)
+    backend = backend_class(seed, disturbed=disturbed)
     run_dir.mkdir(parents=True)
     points = plan(cfg, workers=THREADS, granule_elements_of=backend.granule_elements, launches_of=backend.launches)
     header = {"metadata": {"threads_per_rank": THREADS, "ranks": 1, "caches_reported": backend.caches,
@@ -251,3 +252,39 @@ def test_analysing_the_recorded_zen5_runs_roofs_read_write_l2_at_its_best_clean_
               and p["valid"] and not p["noisy"] and 2 * 96 * KIB <= p["wss_bytes"] <= 2 * 1024 * KIB]
     assert l2["gbytes_per_s"] >= 0.90 * max(window)   # was 879 / 944 and 733 / 971 before the rule
     assert l2["confirmed"]["by"] == "neighbour" and l2["range_gbytes_per_s"][0] < 700  # the slow stretch stays
+
+
+class GeometriesBackend(RecordedCurveBackend):
+    """The recorded curve at three launch geometries per working set, as a device backend measures each size at
+    several blocks x threads: the best streams at the recorded rate, the others below it."""
+
+    EFFICIENCY = {4: 0.85, 8: 1.0, 16: 0.90}
+
+    def launches(self, spec, elements_per_thread: int) -> list[dict]:
+        return [{"chains": c} for c in self.EFFICIENCY]
+
+    def prepare(self, spec, *, elements_per_thread: int, launch=None) -> None:
+        super().prepare(spec, elements_per_thread=elements_per_thread, launch=launch)
+        self.rate *= self.EFFICIENCY[(launch or {"chains": 8})["chains"]]
+
+
+def test_several_geometries_per_size_get_the_window_search_and_re_measurements_under_a_disturbance(tmp_path):
+    """Issue 39: a curve with several launch geometries per size (the GPU path) is searched and measured again
+    like a single-geometry one (it used to get neighbour confirmation only: read+write L2 at 0.82 of the fast
+    window in every seed), on a host disturbed for a stretch."""
+    got = []
+    for seed in range(6):
+        doc = replay(seed, tmp_path / f"s{seed}", disturbed=DISTURBED, backend_class=GeometriesBackend)
+        raw = read_raw(tmp_path / f"s{seed}")
+        assert doc["weather"]["stretches"][0]["start_s"] < DISTURBED[0] + 0.2  # the stretch is named
+        for access in ("rw", "ro"):
+            for level in ("L1", "L2", "L3", "DRAM"):
+                confirmed = roof(doc, level, access)["confirmed"]
+                assert confirmed["by"] == "measured again", (seed, access, level)
+        # The fast window searched off the grid, each point at the best geometry where the search started.
+        grid = {p.wss_bytes for p in plan(from_dict(CONFIG), workers=THREADS, granule_elements_of=lambda s: 64)}
+        off = [p for p in raw.points if p["wss_bytes"] not in grid]
+        assert off and len({(p["spec"]["access"], p["wss_bytes"]) for p in off}) == len(off)
+        assert sum(p["launch"] == {"chains": 8} for p in off) > len(off) / 2
+        got.append(roof(doc, "L2", "rw")["gbytes_per_s"])
+    assert sum(g >= 0.95 * FAST_RW for g in got) >= 5, [round(g) for g in got]
