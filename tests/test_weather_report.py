@@ -1,5 +1,5 @@
-"""The host's weather in the reports: ``ert show --verbose`` (consumers.terminal.weather), ``ert report``'s timeline
-(consumers.html.weather), and the '*' beside a ceiling measured only while disturbed."""
+"""The host's weather in the reports: ``ert show --verbose`` (consumers.terminal.report_extras), ``ert report``'s
+timeline (consumers.html.weather), and the '*' beside a ceiling measured only while disturbed."""
 
 from __future__ import annotations
 

@@ -7,8 +7,7 @@ from ert.consumers.terminal.notes import Notes, report_width, warnings_section
 from ert.consumers.terminal.report_cells import (MISSING, aligned_table, compute_name, format_bytes, format_count, format_flag,
                                         format_rate, format_spread, format_wss_range, is_int_entry, is_transfer_entry,
                                         memory_name, unit_of)
-from ert.consumers.terminal.report_extras import scaling_section, sustained_section, transfer_section
-from ert.consumers.terminal.weather import weather_section
+from ert.consumers.terminal.report_extras import scaling_section, sustained_section, transfer_section, weather_section
 from ert.hardware import NO_RATED
 
 

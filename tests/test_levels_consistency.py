@@ -1,8 +1,8 @@
-"""Levels that cannot be (ert.analysis.consistency): precisions of one access apart, a level above the one before."""
+"""Levels that cannot be (ert.analysis.memory): precisions of one access apart, a level above the one before."""
 
 from __future__ import annotations
 
-from ert.analysis.consistency import consistency_warnings, inversion_warnings, precision_warnings
+from ert.analysis.memory import consistency_warnings, inversion_warnings, precision_warnings
 
 
 def _entry(level, precision, access, gbs):
@@ -36,7 +36,8 @@ def test_a_level_faster_than_the_level_above_it_is_named_with_it():
     assert warning.code == "level-inverted"
     assert warning.startswith("fp64 read+write L2 449.2 GB/s reads faster than its L1 359 GB/s")
     # Within the threshold (L2 1 % above L1), an extra level (L2b) or a missing one: no warning, or the next pair.
-    assert inversion_warnings([_entry("L1", "fp64", "rw", 444.2), _entry("L2", "fp64", "rw", 449.2)], 0.10, "DRAM") == []
+    close = [_entry("L1", "fp64", "rw", 444.2), _entry("L2", "fp64", "rw", 449.2)]
+    assert inversion_warnings(close, 0.10, "DRAM") == []
     gap = [_entry("L1", "fp64", "ro", 400.0), _entry("L2b", "fp64", "ro", 900.0), _entry("L3", "fp64", "ro", 190.0),
            _entry("HBM", "fp64", "ro", 250.0)]
     (warning,) = inversion_warnings(gap, 0.10, "HBM")
