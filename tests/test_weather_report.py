@@ -7,6 +7,7 @@ import re
 
 from test_analysis_weather import _run, _sentinels, _timed_sweep
 
+from ert.consumers.html.page import _memory_tables
 from ert.consumers.html.weather import weather_timeline
 from ert.consumers.terminal.report import format_ceilings
 from ert.records.rawio import RawData
@@ -44,3 +45,5 @@ def test_ert_report_draws_the_weather_as_a_timeline_under_the_sweep():
     assert len(ticks) == len(points) and ticks.count("#c00") == doc["weather"]["points"]["suspect"] == 15
     assert html.count('<circle') == doc["weather"]["levels"]["L1"]["readings"]
     assert weather_timeline(_run(points, []), None) == ""
+    tables = _memory_tables(doc)  # the page's tables mark the flagged level as the screen does
+    assert "<td>L1 *</td>" in tables and "measured only while the host was disturbed" in tables

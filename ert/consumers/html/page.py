@@ -116,7 +116,8 @@ def _memory_tables(doc: dict) -> str:
         groups.setdefault((e.get("access") or "rw", e.get("precision") or ""), []).append(e)
     out = []
     for access, precision in sorted(groups, key=lambda k: (k[0] != "rw", k[0])):
-        rows = [[e["level"], format_rate(e["gbytes_per_s"]), tips.spread_text(e.get("spread")),
+        rows = [[e["level"] + (" *" if e.get("disturbed") is True else ""), format_rate(e["gbytes_per_s"]),
+                 tips.spread_text(e.get("spread")),
                  tips.wss_text(e.get("wss_bytes")), str(e.get("n_points", MISSING)), str(e.get("noisy_points", MISSING)),
                  ", ".join(f"{format_rate(r.get('gbytes_per_s', 0))} at {tips.wss_text(r.get('wss_bytes'))}"
                            for r in e.get("regimes") or [] if isinstance(r, dict)) if len(e.get("regimes") or []) > 1
@@ -125,6 +126,9 @@ def _memory_tables(doc: dict) -> str:
                    f"{', ' + text(precision) if precision else ''}</h4>"
                    + _table(["level", "GB/s", "spread", "working set", "points", "noisy", "regimes"], rows,
                             numeric={1, 2, 4, 5}))
+    if any(e.get("disturbed") is True for e in entries):
+        out.append('<p class="note">* measured only while the host was disturbed (the weather under the sweep): '
+                   "not the machine's ceiling.</p>")
     transfers = [e for e in doc["ceilings"].get("memory", []) if e.get("kind") is not None]
     if transfers:
         rows = [[e["level"], str(e.get("kind")), str(e.get("variant", "")), format_rate(e["gbytes_per_s"]),
