@@ -87,6 +87,10 @@ def test_the_newcomers_invented_and_inverted_levels_are_gone_or_named(docs):
     # fp64 read+write L1 is its confirmed 359 GB/s (at 50 KiB), below its L2: a warning names both.
     assert roofs[("fp64", "rw", "L1")] == pytest.approx(359.0, abs=0.1)
     assert _warned(doc, "level-inverted", "fp64 read+write L2 449.2 GB/s reads faster than its L1 359 GB/s")
+    # The L3 window (2 x the L2s' 2 MiB to the 32 MiB L3) holds its points up to 32 MiB, where the fp64 read-only
+    # curve's break at 11.6 MiB had given them to its "DRAM" (issue 39, item 5: the L3 searched as L2's is).
+    (l3,) = [c for c in _memory(doc) if (c["precision"], c["access"], c["level"]) == ("fp64", "ro", "L3")]
+    assert l3["wss_bytes"][1] > 24 * MIB and 4 * MIB <= l3["confirmed"]["wss_bytes"] <= L3
     for (precision, access, level), value in roofs.items():  # no L1 below its L2 without a warning
         if level == "L1" and value < roofs[(precision, access, "L2")]:
             assert _warned(doc, "level-inverted", f"{precision} {'read+write' if access == 'rw' else 'read-only'} L2")
