@@ -34,6 +34,8 @@ def _arguments(argv):
     p.add_argument("--seconds", type=float, default=10.0, help="how long to disturb; 0: until killed (default 10)")
     p.add_argument("--after", type=float, default=0.0, help="seconds to wait before starting (default 0)")
     p.add_argument("--cpu", type=int, default=None, help="the cpu to pin to (default: the last this process may use)")
+    p.add_argument("--priority", type=int, default=1, choices=range(1, 100), metavar="1-99",
+                   help="its SCHED_FIFO priority (default 1; above a real-time workload's to disturb it)")
     p.add_argument("--json", action="store_true", help="print what ran as one JSON line at the end")
     p.add_argument("-q", "--quiet", action="store_true", help="no line on stderr at the start and end")
     args = p.parse_args(argv)
@@ -52,10 +54,10 @@ def pin(cpu: int | None) -> int:
     return cpu
 
 
-def raise_priority() -> tuple[str, str | None]:
-    """(policy, warning): SCHED_FIFO 1 where allowed, else nice -20, else as it is (a weaker disturbance)."""
+def raise_priority(priority: int = 1) -> tuple[str, str | None]:
+    """(policy, warning): SCHED_FIFO ``priority`` where allowed, else nice -20, else as it is (weaker)."""
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
         return "fifo", None
     except (PermissionError, OSError, AttributeError):
         pass
@@ -91,7 +93,7 @@ def spin(busy_s: float, period_s: float, seconds: float, clock=time.perf_counter
 def main(argv=None) -> int:
     args = _arguments(argv)
     cpu = pin(args.cpu)
-    policy, warning = raise_priority()
+    policy, warning = raise_priority(args.priority)
     say = (lambda text: None) if args.quiet else (lambda text: print(f"ert-disturb: {text}", file=sys.stderr,
                                                                      flush=True))
     if warning:

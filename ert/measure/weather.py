@@ -97,11 +97,16 @@ class Probe:
         self.backend, self.comm, self._timed = backend, comm, timed
 
     def calibrate(self, s: Sentinel) -> int:
-        from ert.measure import timing
-
+        """The level's trial count: grown until the fastest of a few regions lasts ``SENTINEL_REGION_SECONDS``
+        (the fastest, so a region that other work stretched cannot fix the count too low for the whole run)."""
         self.backend.prepare(SENTINEL_SPEC, elements_per_thread=s.elements_per_thread, launch=s.launch)
-        trials, _ = timing.calibrate(self._timed, min_seconds=SENTINEL_REGION_SECONDS, max_count=1 << 30)
-        return trials
+        trials = 1
+        while True:
+            fastest = min(self._timed(trials) for _ in range(SENTINEL_SAMPLES))
+            if fastest >= SENTINEL_REGION_SECONDS or trials >= 1 << 30:
+                return trials
+            grow = 16 if fastest <= 0 else min(16, max(2, SENTINEL_REGION_SECONDS / fastest * 1.2))
+            trials = min(1 << 30, math.ceil(trials * grow))
 
     def read(self, s: Sentinel, trials: int) -> tuple[list[float], bool]:
         """(seconds of each timed region, whether every rank's output checked)."""
@@ -235,16 +240,22 @@ class Weather:
     def finish(self, point_id: str | None, records: dict[str, dict] | None, remeasure: Callable,
                lookup: Callable) -> None:
         """The sweep's last reading; while the host stays disturbed and points are suspect, read again every
-        ``every_seconds`` within the re-measuring budget, measuring them again once it is calm."""
+        ``every_seconds`` (the waiting and its readings count as re-measuring time) until the re-measuring
+        budget of the sweep so far is spent, measuring them again once it is calm."""
         self.read(point_id)
+        allowed = self.settings.remeasure_budget * self._elapsed() - self.remeasure_seconds
+        waited = 0.0
         while True:
             self.after_point(point_id, records, remeasure, lookup)
-            if not (self.waiting(records) and self._share(self.remeasure_allowed())):
+            if not (self.waiting(records) and self._share(waited < allowed)):
                 return
             t0 = self._clock()
             self._sleep(self.settings.every_seconds)
-            self.remeasure_seconds += self._clock() - t0
             self.read(point_id)
+            self.reading_seconds -= self._cost  # waiting's readings count as re-measuring time, once
+            spent = self._clock() - t0
+            waited += spent
+            self.remeasure_seconds += spent
 
     def summary(self) -> dict:
         """What the weather cost and did (for the sweep's end record)."""
