@@ -123,7 +123,9 @@ def replay(seed: int, run_dir: Path) -> dict:
     header = {"metadata": {"threads_per_rank": THREADS, "ranks": 1, "caches_reported": backend.caches,
                            "backend_info": backend.describe(), "config": cfg.to_dict()}}
     log = RawLog.open(run_dir, header=header, writes=True)
-    run_sweep(config=cfg, points=points, log=log, backend=backend, comm=SerialComm())
+    # No weather: its readings, taken by the real clock, would draw from the backend's noise at moments that differ
+    # from run to run, and the seeds would not replay.
+    run_sweep(config=cfg, points=points, log=log, backend=backend, comm=SerialComm(), weather=False)
     log.close()
     return build(read_raw(run_dir))
 

@@ -5,7 +5,8 @@ can slow a stretch of a run without any counter showing it: only a
 measurement sees it.  So the sweep measures the host's state as it goes:
 
 * **Sentinels.**  One short, fixed kernel per cache level (fp64 read+write,
-  1 FLOP per element, at a working set well inside L1, L2 and the last-level
+  1 FLOP per element -- fp32 where the sweep has no fp64 bandwidth curve --,
+  at a working set well inside L1, L2 and the last-level
   cache from the cache hints), each timed over ``SENTINEL_SAMPLES`` regions of
   a fixed trial count (calibrated once, to about ``SENTINEL_REGION_SECONDS``)
   and written at once as a "sentinel" record.  A reading is taken before the
@@ -60,6 +61,16 @@ class Sentinel:
     wss_bytes: int
     elements_per_thread: int
     launch: dict | None = None
+    spec: KernelSpec = SENTINEL_SPEC
+
+
+def sentinel_spec(specs) -> KernelSpec | None:
+    """The sentinel's kernel: read+write, 1 FLOP per element, fp64, or fp32 where the sweep has no fp64 bandwidth
+    curve; None where the sweep has neither (a tensor-only run: no weather)."""
+    for spec in (SENTINEL_SPEC, KernelSpec("fp32", 1, False, "rw")):
+        if spec in set(specs):
+            return spec
+    return None
 
 
 def sentinel_sets(capacities: Sequence[int], *, workers: int, granule_elements: int,
@@ -99,7 +110,7 @@ class Probe:
     def calibrate(self, s: Sentinel) -> int:
         """The level's trial count: grown until the fastest of a few regions lasts ``SENTINEL_REGION_SECONDS``
         (the fastest, so a region that other work stretched cannot fix the count too low for the whole run)."""
-        self.backend.prepare(SENTINEL_SPEC, elements_per_thread=s.elements_per_thread, launch=s.launch)
+        self.backend.prepare(s.spec, elements_per_thread=s.elements_per_thread, launch=s.launch)
         trials = 1
         while True:
             fastest = min(self._timed(trials) for _ in range(SENTINEL_SAMPLES))
@@ -110,7 +121,7 @@ class Probe:
 
     def read(self, s: Sentinel, trials: int) -> tuple[list[float], bool]:
         """(seconds of each timed region, whether every rank's output checked)."""
-        self.backend.prepare(SENTINEL_SPEC, elements_per_thread=s.elements_per_thread, launch=s.launch)
+        self.backend.prepare(s.spec, elements_per_thread=s.elements_per_thread, launch=s.launch)
         self._timed(trials)  # warm-up: the threads awake, the set in its cache
         samples = [self._timed(trials) for _ in range(SENTINEL_SAMPLES)]
         ok = self.backend.check().ok
@@ -171,7 +182,7 @@ class Weather:
         out = []
         for s in self.sentinels:
             samples, valid = self.probe.read(s, self._trials[s.level])
-            record = sentinel_record(index=self._next, level=s.level, spec=SENTINEL_SPEC.to_dict(),
+            record = sentinel_record(index=self._next, level=s.level, spec=s.spec.to_dict(),
                                      wss_bytes=s.wss_bytes, elements_per_thread=s.elements_per_thread,
                                      ranks=self.ranks, threads_per_rank=self.threads, trials=self._trials[s.level],
                                      samples=samples, valid=valid, after_point=after_point, now=self._wall())
