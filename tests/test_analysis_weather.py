@@ -108,3 +108,14 @@ def test_a_re_measurement_inside_a_stretch_confirms_nothing_and_refutes_nothing(
         (l2,) = [c for c in doc["ceilings"]["memory"] if c["level"] == "L2"]
         assert l2["gbytes_per_s"] < 0.95 * rates(fast).gbytes_per_s
         assert not any("not reproduced" in w for w in doc["warnings"])
+
+
+def test_one_lone_low_reading_is_a_stretch_but_no_warning():
+    # One L1 reading at 0.8 (three bursts of other work in a row inside a few milliseconds, say) in the middle of
+    # the run: a stretch of 1 s of 5.5 (18 %), its points re-measured by the planner, but no "act on it" warning.
+    points = _timed_sweep()
+    doc = _run(points, _sentinels(len(points), low=(2.4, 2.6)))
+    (stretch,) = doc["weather"]["stretches"]
+    assert stretch["sentinels"] == 1 and doc["weather"]["disturbed_seconds"] >= 0.10 * doc["weather"]["seconds"]
+    assert not any(c.get("disturbed") for c in doc["ceilings"]["memory"])
+    assert not any(w.startswith("the host was disturbed") for w in doc["warnings"])

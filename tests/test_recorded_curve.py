@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import statistics
 import re
 from pathlib import Path
 
@@ -42,6 +43,7 @@ FAST_RW = 948.1
 PREPARE_SECONDS = 0.002
 # A disturbed stretch: every region at this much below its rate.
 DROP = 0.15
+NOISE = 0.02  # the offset of a whole point (half-normal, in log)
 T0 = 1_800_000_000.0  # the simulated run's unix start
 
 
@@ -82,7 +84,7 @@ class RecordedCurveBackend:
     device_id = None
     warnings: list[str] = []
 
-    def __init__(self, seed: int, noise: float = 0.02, disturbed: tuple[float, float] | None = None):
+    def __init__(self, seed: int, noise: float = NOISE, disturbed: tuple[float, float] | None = None):
         self.rng = random.Random(seed)
         self.noise = noise
         self.curves = {access: recorded_curve(access) for access in ("rw", "ro")}
@@ -162,8 +164,9 @@ def roof(doc: dict, level: str, access: str) -> dict:
 
 
 SEEDS = range(20)
-# The injected disturbance: every region 15 % slower from 3 to 4.5 s of simulated time (about a tenth of the run).
-DISTURBED = (3.0, 4.5)
+# The injected disturbance: every region 15 % slower from 3 to 3.8 s of simulated time (a run takes 9-13 s).
+DISTURBED = (3.0, 3.8)
+CACHE_ROOFS = [(access, level) for access in ("rw", "ro") for level in ("L1", "L2", "L3")]
 
 
 @pytest.fixture(scope="module")
@@ -184,27 +187,36 @@ def test_the_read_write_l2_roof_lands_in_the_fast_window_in_19_of_20_seeds(calm_
     assert len(short) <= 6 and all(s["sentinels"] == 1 for s in short), short
 
 
-def test_a_disturbed_stretch_is_named_and_the_cache_roofs_match_the_calm_run_in_19_of_20_seeds(calm_replays,
-                                                                                                tmp_path):
+def test_a_disturbed_stretch_is_named_and_the_cache_roofs_match_the_undisturbed_curve_in_19_of_20_seeds(
+        calm_replays, tmp_path):
     """Issue 39: rates 15 % low for a stretch of the run's time (sentinels included). The sweep's sentinels find the
-    stretch, its points are measured again once the host is calm, and every cache roof (L1-L3, read+write and
-    read-only) matches the same seed's calm run within 3 %. The memory is left out: the recorded DRAM curve is a
-    shared host's scattered tail (56-89 GB/s from one working set to the next), so where the adaptive plan samples
-    it decides its roof, and a disturbance moves that."""
+    stretch, its points are measured again once the host is calm, and in 19 of 20 seeds every cache roof (L1-L3,
+    read+write and read-only) matches the undisturbed curve's within 3 %: the median of the 20 calm replays' roofs
+    (one calm replay against another of the same curve differs by more than 3 % in about 3 seeds of 20: the noise
+    of one replay, which the median leaves out; the calm replays themselves match it in 18 of 20).  The memory is
+    left out:
+    the recorded DRAM curve is a shared host's scattered tail (56-89 GB/s from one working set to the next), so
+    where the adaptive plan samples it decides its roof."""
+    curve = {key: statistics.median(roof(doc, key[1], key[0])["gbytes_per_s"] for doc in calm_replays)
+             for key in CACHE_ROOFS}
+
+    def off(doc: dict) -> dict:
+        ratios = {f"{a} {lv}": round(roof(doc, lv, a)["gbytes_per_s"] / curve[(a, lv)], 3) for a, lv in CACHE_ROOFS}
+        return {k: r for k, r in ratios.items() if abs(r - 1) > 0.03}
+
+    assert sum(bool(off(doc)) for doc in calm_replays) <= 2
     misses = []
-    for seed, calm in zip(SEEDS, calm_replays):
+    for seed in SEEDS:
         doc = replay(seed, tmp_path / f"s{seed}", disturbed=DISTURBED)
         (stretch,) = doc["weather"]["stretches"]  # named: the one stretch, around the injected one
         assert stretch["start_s"] < DISTURBED[0] + 0.2 and DISTURBED[1] - 0.2 < stretch["end_s"] < DISTURBED[1] + 1.0
-        assert 0.80 <= stretch["lowest"] < 0.90  # 15 % slower, read by the sentinels
+        assert 0.70 <= stretch["lowest"] < 0.90  # 15 % slower, read by the sentinels (a burst may add to it)
+        assert stretch["levels"] == ["L1", "L2", "L3"]  # a lasting disturbance slows every level's sentinel
         (warning,) = [w for w in doc["warnings"] if w.startswith("the host was disturbed")]
         assert f"({stretch['start_s']:.1f}-{stretch['end_s']:.1f} s;" in warning
         assert doc["weather"]["points"]["measured_again"] > 5
-        off = {f"{access} {level}": round(roof(doc, level, access)["gbytes_per_s"]
-                                          / roof(calm, level, access)["gbytes_per_s"], 3)
-               for access in ("rw", "ro") for level in ("L1", "L2", "L3")}
-        if any(abs(r - 1) > 0.03 for r in off.values()):
-            misses.append((seed, off))
+        if off(doc):
+            misses.append((seed, off(doc)))
     assert len(misses) <= 1, misses
 
 

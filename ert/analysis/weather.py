@@ -13,9 +13,10 @@ points ("sentinel" records); the disturbed stretches are the shared rule's
 * ``weather`` in ceilings.json: each level's sentinel series (seconds into
   the run, share of its best) and summary, the stretches, how long the host
   was disturbed, and the points measured again or left suspect;
-* a run disturbed for ``NOTABLE_SHARE`` of its time or more, or with a
-  ceiling measured only while disturbed, gets one "act on it" warning
-  (``host-disturbed``) that names the stretches.
+* a run disturbed for ``NOTABLE_SHARE`` of its time or more (on
+  ``MIN_SENTINELS`` disturbed readings or more), or with a ceiling measured
+  only while disturbed, gets one "act on it" warning (``host-disturbed``)
+  that names the stretches.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from ert.records.warning_codes import warn
 
 # A run disturbed for at least this share of its time says so in a warning.
 NOTABLE_SHARE = 0.10
+# ... and at least this many disturbed sentinels: one level's lone low reading can be three bursts of other work
+# in a row inside its few milliseconds, while a disturbance that lasts slows every level's sentinel, reading after
+# reading.
+MIN_SENTINELS = 2
 # The stretches a warning names at most (the rest are counted).
 NAMED_STRETCHES = 3
 WARNING_CODE = "host-disturbed"
@@ -115,7 +120,8 @@ def weather_warning(block: dict | None, stretches: Sequence[Stretch], flagged: S
     if block is None or not stretches:
         return None
     total, disturbed = block["seconds"], block["disturbed_seconds"]
-    if not flagged and not (total > 0 and disturbed >= NOTABLE_SHARE * total):
+    readings = sum(len(s.sentinels) for s in stretches)
+    if not flagged and not (total > 0 and disturbed >= NOTABLE_SHARE * total and readings >= MIN_SENTINELS):
         return None
     low = min(stretches, key=lambda s: s.low)
     named = ", ".join(f"{s['start_s']:.1f}-{s['end_s']:.1f} s" for s in block["stretches"][:NAMED_STRETCHES])

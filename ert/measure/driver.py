@@ -112,7 +112,8 @@ def calibrate(backend, comm, *, min_seconds: float, start_trials: int = 1) -> tu
 
 
 def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurement:
-    """Calibrate, then time ``repeats`` regions; re-measure a noisy point a bounded number of times.
+    """Calibrate, then time ``repeats`` regions (the calibration's last regions the first of them); re-measure a
+    noisy point a bounded number of times.
 
     Of the attempts, the one with the smallest spread is kept: the others were
     disturbed by something outside the kernel.
@@ -124,22 +125,28 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
     then weighs half as much), and ``max_point_seconds`` caps the timed work:
     a point still noisy when the budget runs out is flagged, never dropped.
     """
-    trials, _ = calibrate(backend, comm, min_seconds=timing.min_seconds, start_trials=start_trials)
-    rows: list[list[float]] = []  # every rank's seconds, per timed region, in call order
-    serialized = 0                # regions (of all attempts) whose ranks on one host took turns
-    host_rows: list[dict[str, float]] = []  # each host's seconds per timed region (runs on 2+ hosts)
+    log: list[tuple] = []  # per timed region, in call order: (every rank's seconds, ranks took turns, host row)
 
     def timed(count: int) -> float:
-        nonlocal serialized
-        region, everyone, turns = _timed(backend, comm, count, host_rows)
-        rows.append(everyone)
-        serialized += turns
+        host: list[dict[str, float]] = []
+        region, everyone, turns = _timed(backend, comm, count, host)
+        log.append((everyone, turns, host[0] if host else None))
         return region
 
+    kept: list[float] = []
+    trials, _ = timing_engine.calibrate(timed, min_seconds=timing.min_seconds, start=start_trials,
+                                        max_count=MAX_TRIALS, confirm=True, jump=False, kept=kept)
+    # The calibration's regions at the count it chose are the first samples (ert.measure.timing.sample).
+    first_samples = timing.min_repeats if timing.min_repeats is not None else timing.repeats
+    del log[:len(log) - len(kept)]
+    del log[first_samples:], kept[first_samples:]
     got = timing_engine.sample(timed, trials, samples=timing.repeats, noise_threshold=timing.noise_threshold,
                                max_remeasure=timing.max_remeasure, min_samples=timing.min_repeats,
                                max_seconds=timing.max_point_seconds, min_seconds=timing.min_seconds,
-                               max_count=MAX_TRIALS)
+                               max_count=MAX_TRIALS, initial=kept)
+    rows = [everyone for everyone, _, _ in log]
+    serialized = sum(turns for _, turns, _ in log)  # regions (of all attempts) whose ranks on one host took turns
+    host_rows = [row for _, _, row in log if row is not None]  # each host's seconds per region (2+ hosts)
     first, end = got.calls
     return Measurement(got.count, list(got.seconds), got.spread, got.noisy, got.attempts - 1,
                        [list(r) for r in rows[first:end]],
@@ -277,7 +284,7 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
         (sky.finish if end else sky.after_point)(point_id, mine, remeasure, known.get)
 
     clocks = weather if isinstance(weather, dict) else {}
-    sky = _weather(config, backend, comm, frame, **clocks) if weather else None
+    sky = _weather(config, backend, comm, frame, points, **clocks) if weather else None
     started = False
     try:
         with frame:
@@ -335,26 +342,27 @@ def _planner(config: RunConfig, points: list[Point], *, backend, workers: int) -
                            noise_threshold=config.timing.noise_threshold)
 
 
-def _weather(config: RunConfig, backend, comm, frame, **clocks):
+def _weather(config: RunConfig, backend, comm, frame, points: list[Point], **clocks):
     """The sweep's weather (``ert.measure.weather``): a sentinel per cache level from the backend's cache hints;
-    None when the config turns it off or no level has room for one."""
+    None when the config turns it off, the sweep has no bandwidth curve to take its kernel from, or no level
+    has room for one."""
     from ert.measure import weather
 
     settings = config.weather
-    if not settings.enabled:
+    spec = weather.sentinel_spec(p.spec for p in points)
+    if not settings.enabled or spec is None:
         return None
     workers = backend.threads * comm.size
     hints = backend.describe().get("caches")
     caches = _cache_infos(hints)
     last = max((c.level for c in caches), default=0)
     shared_last = any(c.level == last and c.shared_cpu_count > workers for c in caches)
-    spec = weather.SENTINEL_SPEC
     sentinels = []
     for level, per_thread in weather.sentinel_sets(_capacities(hints, workers),
                                                    workers=workers, granule_elements=backend.granule_elements(spec),
-                                                   shared_last=shared_last):
+                                                   itemsize=spec.itemsize, shared_last=shared_last):
         launches = backend.launches(spec, per_thread) or [None]
-        sentinels.append(weather.Sentinel(level, per_thread * spec.itemsize * workers, per_thread, launches[0]))
+        sentinels.append(weather.Sentinel(level, per_thread * spec.itemsize * workers, per_thread, launches[0], spec))
     if not sentinels:
         return None
     data = frame.data

@@ -5,7 +5,8 @@ can slow a stretch of a run without any counter showing it: only a
 measurement sees it.  So the sweep measures the host's state as it goes:
 
 * **Sentinels.**  One short, fixed kernel per cache level (fp64 read+write,
-  1 FLOP per element, at a working set well inside L1, L2 and the last-level
+  1 FLOP per element -- fp32 where the sweep has no fp64 bandwidth curve --,
+  at a working set well inside L1, L2 and the last-level
   cache from the cache hints), each timed over ``SENTINEL_SAMPLES`` regions of
   a fixed trial count (calibrated once, to about ``SENTINEL_REGION_SECONDS``)
   and written at once as a "sentinel" record.  A reading is taken before the
@@ -60,6 +61,16 @@ class Sentinel:
     wss_bytes: int
     elements_per_thread: int
     launch: dict | None = None
+    spec: KernelSpec = SENTINEL_SPEC
+
+
+def sentinel_spec(specs) -> KernelSpec | None:
+    """The sentinel's kernel: read+write, 1 FLOP per element, fp64, or fp32 where the sweep has no fp64 bandwidth
+    curve; None where the sweep has neither (a tensor-only run: no weather)."""
+    for spec in (SENTINEL_SPEC, KernelSpec("fp32", 1, False, "rw")):
+        if spec in set(specs):
+            return spec
+    return None
 
 
 def sentinel_sets(capacities: Sequence[int], *, workers: int, granule_elements: int,
@@ -97,15 +108,20 @@ class Probe:
         self.backend, self.comm, self._timed = backend, comm, timed
 
     def calibrate(self, s: Sentinel) -> int:
-        from ert.measure import timing
-
-        self.backend.prepare(SENTINEL_SPEC, elements_per_thread=s.elements_per_thread, launch=s.launch)
-        trials, _ = timing.calibrate(self._timed, min_seconds=SENTINEL_REGION_SECONDS, max_count=1 << 30)
-        return trials
+        """The level's trial count: grown until the fastest of a few regions lasts ``SENTINEL_REGION_SECONDS``
+        (the fastest, so a region that other work stretched cannot fix the count too low for the whole run)."""
+        self.backend.prepare(s.spec, elements_per_thread=s.elements_per_thread, launch=s.launch)
+        trials = 1
+        while True:
+            fastest = min(self._timed(trials) for _ in range(SENTINEL_SAMPLES))
+            if fastest >= SENTINEL_REGION_SECONDS or trials >= 1 << 30:
+                return trials
+            grow = 16 if fastest <= 0 else min(16, max(2, SENTINEL_REGION_SECONDS / fastest * 1.2))
+            trials = min(1 << 30, math.ceil(trials * grow))
 
     def read(self, s: Sentinel, trials: int) -> tuple[list[float], bool]:
         """(seconds of each timed region, whether every rank's output checked)."""
-        self.backend.prepare(SENTINEL_SPEC, elements_per_thread=s.elements_per_thread, launch=s.launch)
+        self.backend.prepare(s.spec, elements_per_thread=s.elements_per_thread, launch=s.launch)
         self._timed(trials)  # warm-up: the threads awake, the set in its cache
         samples = [self._timed(trials) for _ in range(SENTINEL_SAMPLES)]
         ok = self.backend.check().ok
@@ -166,7 +182,7 @@ class Weather:
         out = []
         for s in self.sentinels:
             samples, valid = self.probe.read(s, self._trials[s.level])
-            record = sentinel_record(index=self._next, level=s.level, spec=SENTINEL_SPEC.to_dict(),
+            record = sentinel_record(index=self._next, level=s.level, spec=s.spec.to_dict(),
                                      wss_bytes=s.wss_bytes, elements_per_thread=s.elements_per_thread,
                                      ranks=self.ranks, threads_per_rank=self.threads, trials=self._trials[s.level],
                                      samples=samples, valid=valid, after_point=after_point, now=self._wall())
@@ -235,16 +251,22 @@ class Weather:
     def finish(self, point_id: str | None, records: dict[str, dict] | None, remeasure: Callable,
                lookup: Callable) -> None:
         """The sweep's last reading; while the host stays disturbed and points are suspect, read again every
-        ``every_seconds`` within the re-measuring budget, measuring them again once it is calm."""
+        ``every_seconds`` (the waiting and its readings count as re-measuring time) until the re-measuring
+        budget of the sweep so far is spent, measuring them again once it is calm."""
         self.read(point_id)
+        allowed = self.settings.remeasure_budget * self._elapsed() - self.remeasure_seconds
+        waited = 0.0
         while True:
             self.after_point(point_id, records, remeasure, lookup)
-            if not (self.waiting(records) and self._share(self.remeasure_allowed())):
+            if not (self.waiting(records) and self._share(waited < allowed)):
                 return
             t0 = self._clock()
             self._sleep(self.settings.every_seconds)
-            self.remeasure_seconds += self._clock() - t0
             self.read(point_id)
+            self.reading_seconds -= self._cost  # waiting's readings count as re-measuring time, once
+            spent = self._clock() - t0
+            waited += spent
+            self.remeasure_seconds += spent
 
     def summary(self) -> dict:
         """What the weather cost and did (for the sweep's end record)."""
