@@ -50,7 +50,7 @@ def _frame(ax: _Axes, threshold: float) -> list[str]:
         px = ax.x(t)
         parts.append(f'<line class="grid" x1="{px}" y1="{TOP}" x2="{px}" y2="{HEIGHT - BOTTOM}"/>'
                      f'<text class="tick" x="{px}" y="{HEIGHT - BOTTOM + 18}" text-anchor="middle">{t:g}</text>')
-    for share in (0.6, 0.8, 1.0):
+    for share in (0.2, 0.4, 0.6, 0.8, 1.0):
         if ax.low <= share <= ax.high:
             py = ax.y(share)
             parts.append(f'<line class="grid" x1="{LEFT}" y1="{py}" x2="{WIDTH - RIGHT}" y2="{py}"/>'
