@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
 from ert.interop.ert_results import load_any_ceilings
-from ert.consumers.terminal.report_cells import format_rate
+from ert.consumers.cells import format_rate
 
 pytestmark = pytest.mark.slow  # runs ert, and a browser
 

@@ -21,7 +21,7 @@ from ert.consumers.html import sweep as html_sweep
 from ert.consumers.html import tips
 from ert.consumers import roofs as roofs_mod
 from ert.consumers.terminal.report import format_ceilings
-from ert.consumers.terminal.report_cells import format_rate
+from ert.consumers.cells import format_rate
 from ert.consumers.html.svg_chart import attr, text
 
 MISSING = "-"
