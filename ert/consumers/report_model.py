@@ -183,8 +183,8 @@ class Report:
         """Every curve's levels in one table, each beside its confirmation and rated value; columns no level
         fills (no rated value for any level, no ``confirmed`` in a file before 1.10) are left out."""
         if not self.memory:
-            return Table("Memory bandwidth: none measured", ())
-        table = Table("", MEMORY_COLUMNS, tuple(self.memory), memory_notes(self.memory)).shown()
+            return Table("Memory bandwidth: none measured", (), key="memory")
+        table = Table("", MEMORY_COLUMNS, tuple(self.memory), memory_notes(self.memory), "memory").shown()
         title = "Memory bandwidth (rw read+write, ro read-only"
         title += "; conf: N times confirmed, re again or nb neighbours)" if "conf" in table.headers else ")"
         return replace(table, title=title)
@@ -193,14 +193,14 @@ class Report:
         """One table per curve (read+write first, then read-only), its levels from L1 outwards, with the
         confirmations, slower stretches and regimes of its levels under it."""
         if not self.memory:
-            return [Table("Memory bandwidth: none measured", ())]
+            return [Table("Memory bandwidth: none measured", (), key="curve")]
         tables = []
         for curve in dict.fromkeys(r.curve for r in self.memory):
             rows = tuple(r for r in self.memory if r.curve == curve)
             precision, access = curve
             title = f"Memory bandwidth, {ACCESS_WORDS.get(access, access)}" + (f", {precision}" if precision else "")
             tables.append(Table(title, tuple(c for c in MEMORY_COLUMNS if c.key not in (
-                "curve", "conf", "rated", "of_rated", "from")), rows, memory_notes(rows)))
+                "curve", "conf", "rated", "of_rated", "from")), rows, memory_notes(rows), "curve"))
         return tables
 
     def compute_tables(self, *, rated: bool = True) -> list[Table]:
@@ -217,7 +217,8 @@ class Report:
     def rated_table(self, *, screen: bool = False) -> Table:
         """Every ceiling beside its rated value; ``screen``: only those the screen's own tables do not show."""
         rows = tuple(r for r in self.rated if not (screen and r.on_screen))
-        return Table("Measured against rated (what the hardware can physically do)", RATED_TABLE_COLUMNS, rows)
+        return Table("Measured against rated (what the hardware can physically do)", RATED_TABLE_COLUMNS, rows,
+                     key="rated")
 
     def legacy_rated_table(self) -> Table | None:
         """Rated peaks of a pre-1.2 file (metadata.backend_info.rated) beside the measured ceilings."""
@@ -228,7 +229,7 @@ class Report:
         if not rows:
             return None
         return Table("Measured against rated peaks (derived from the device's properties)", RATED_TABLE_COLUMNS[:4]
-                     + (Column("how", "rated from"),), tuple(rows))
+                     + (Column("how", "rated from"),), tuple(rows), key="rated-legacy")
 
 
 @dataclass(frozen=True)

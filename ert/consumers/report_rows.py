@@ -37,6 +37,7 @@ class Table:
     columns: tuple[Column, ...]
     rows: tuple = ()
     notes: tuple[str, ...] = ()
+    key: str = ""            # which table: memory, curve, compute, tensor, integer, mix, links, rated, ...
 
     @property
     def headers(self) -> list[str]:
@@ -226,14 +227,14 @@ def compute_row(e: dict, numbered: set[str]) -> ComputeRow:
 def compute_tables(rows: list[ComputeRow]) -> list[Table]:
     """The floating-point peaks (with their rated columns), then tensor, integer and mixes: a table each."""
     if not rows:
-        return [Table("Compute: none measured", ())]
+        return [Table("Compute: none measured", (), key="compute")]
     of = {kind: [r for r in rows if r.kind == kind] for kind in ("float", "tensor", "integer", "mix")}
     tables = []
     if of["float"]:
         tables.append(Table("Compute", (
             Column("precision", "precision"), Column("fma", "FMA"), Column("rate", "GFLOP/s", True),
             Column("spread", "spread", True), Column("per", "FLOPs/element", True), Column("wss", "working set"),
-            Column("noisy", "noisy")) + RATED_COLUMNS, tuple(of["float"])))
+            Column("noisy", "noisy")) + RATED_COLUMNS, tuple(of["float"]), key="compute"))
     if of["tensor"]:
         tensor = of["tensor"]
         wgmma, integer = any(r.wgmma for r in tensor), any(r.integer for r in tensor)
@@ -245,17 +246,17 @@ def compute_tables(rows: list[ComputeRow]) -> list[Table]:
         columns += ((Column("unit", "unit"),) if integer else ()) + (
             Column("spread", "spread", True), Column("per", "ops/MMA" if integer else "FLOPs/MMA", True),
             Column("noisy", "noisy"))
-        tables.append(Table(title, columns, tuple(tensor), tuple(r.note for r in tensor if r.note)))
+        tables.append(Table(title, columns, tuple(tensor), tuple(r.note for r in tensor if r.note), "tensor"))
     if of["integer"]:
         tables.append(Table("Integer compute (wrapping; a multiply and an add are 2 ops, an add 1)", (
             Column("kernel", "kernel"), Column("rate", "GIOP/s", True), Column("spread", "spread", True),
             Column("per", "ops/element", True), Column("wss", "working set"), Column("noisy", "noisy")),
-            tuple(of["integer"])))
+            tuple(of["integer"]), key="integer"))
     if of["mix"]:
         tables.append(Table("Measured mixes (every operation of both halves counted)", (
             Column("mix", "mix"), Column("ratio", "ratio"), Column("rate", "rate", True), Column("unit", "unit"),
             Column("spread", "spread", True), Column("wss", "working set"), Column("noisy", "noisy")),
-            tuple(of["mix"])))
+            tuple(of["mix"]), key="mix"))
     return tables
 
 
@@ -350,7 +351,8 @@ def links_table(rows: list[TransferRow], *, derivations: bool = True) -> Table |
         Column("level", "level"), Column("kind", "kind"), Column("variant", "variant"),
         Column("gbytes", "GB/s", True), Column("spread", "spread", True), Column("latency", "latency us", True),
         Column("sizes", "sizes"), Column("points", "points", True), Column("of_rated", "of rated", True),
-        Column("pairs", "pairs")), tuple(rows), tuple(f"{', '.join(names)}: {note}" for note, names in grouped.items()))
+        Column("pairs", "pairs")), tuple(rows), tuple(f"{', '.join(names)}: {note}" for note, names in grouped.items()),
+        "links")
 
 
 @dataclass(frozen=True)
@@ -384,7 +386,7 @@ def sustained_table(ceilings: dict) -> Table | None:
     return Table("Sustained versus burst", (Column("ceiling", "ceiling"), Column("unit", "unit")) + tuple(
         Column(k, h, True) for k, h in (("burst", "burst"), ("sustained", "sustained"), ("first", "first 10%"),
                                         ("last", "last 10%"), ("slowest", "slowest"), ("held", "held"),
-                                        ("ratio", "sustained/burst"))), tuple(rows))
+                                        ("ratio", "sustained/burst"))), tuple(rows), key="sustained")
 
 
 @dataclass(frozen=True)
@@ -422,4 +424,4 @@ def scaling_table(scaling: Any) -> Table | None:
     columns = (Column("ceiling", "ceiling"), Column("unit", "unit")) + tuple(
         Column(f"t{k}", f"{c.get('threads_per_rank', MISSING)} thr", True) for k, c in enumerate(counts))
     return Table("Thread scaling (threads per rank)", columns + (Column("ratio", f"{last}/{first}", True),),
-                 tuple(rows))
+                 tuple(rows), key="scaling")
