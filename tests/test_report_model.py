@@ -175,9 +175,14 @@ def test_the_page_shows_each_levels_confirmation_as_ert_show_does(doc):
     conf = memory["headers"].index("conf")
     assert [row[conf] for row in memory["rows"]] == [r.cells["conf"] for r in report.memory]
     assert any(re.fullmatch(r"\d+ (re|nb)", row[conf]) for row in memory["rows"])
-    # The confirmations and regimes `ert show --verbose` prints under its tables, the page under its own.
-    verbose = format_ceilings(doc, verbose=True, width=WIDTH).splitlines()
-    under = [line.strip() for line in verbose if re.match(r"  \S+: (confirmed|\S+ - \S+ GB/s over)", line)]
+    # The confirmations and regimes `ert show --verbose` prints under each curve's table, the page under its one
+    # table, each led by its curve.
+    verbose = format_ceilings(doc, verbose=True, width=WIDTH)
+    under = []
+    for table in report.curve_tables():
+        block = verbose[verbose.index(f"{table.title}\n"):].split("\n\n")[0].splitlines()
+        under += [f"{table.rows[0].cells['curve']} {line.strip()}" for line in block[len(table.rows) + 2:]]
+    assert memory["notes"] == list(report.memory_table().notes)
     assert sorted(memory["notes"]) == sorted(under) and len(under) >= len(confirmed)
 
 

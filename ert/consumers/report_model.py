@@ -184,7 +184,8 @@ class Report:
         fills (no rated value for any level, no ``confirmed`` in a file before 1.10) are left out."""
         if not self.memory:
             return Table("Memory bandwidth: none measured", (), key="memory")
-        table = Table("", MEMORY_COLUMNS, tuple(self.memory), memory_notes(self.memory), "memory").shown()
+        table = Table("", MEMORY_COLUMNS, tuple(self.memory), memory_notes(self.memory, curve=True),
+                      "memory").shown()
         title = "Memory bandwidth (rw read+write, ro read-only"
         title += "; conf: N times confirmed, re again or nb neighbours)" if "conf" in table.headers else ")"
         return replace(table, title=title)

@@ -120,10 +120,12 @@ class MemoryRow:
         return self.precision, self.access
 
 
-def memory_notes(rows) -> tuple[str, ...]:
-    """The confirmations of ``rows``' levels, then their regimes: the lines under a memory table."""
-    return (tuple(r.confirmation_note for r in rows if r.confirmation_note)
-            + tuple(r.regimes_note for r in rows if r.regimes_note))
+def memory_notes(rows, *, curve: bool = False) -> tuple[str, ...]:
+    """The confirmations of ``rows``' levels, then their regimes: the lines under a memory table (``curve``: each
+    line led by its level's curve, "fp64 rw L2: ...", under a table of several curves)."""
+    notes = ([(r, r.confirmation_note) for r in rows if r.confirmation_note]
+             + [(r, r.regimes_note) for r in rows if r.regimes_note])
+    return tuple(f"{r.cells['curve']} {note}" if curve else note for r, note in notes)
 
 
 def memory_row(e: dict, numbered: set[str]) -> MemoryRow:
