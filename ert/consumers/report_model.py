@@ -1,13 +1,12 @@
-"""The report model: a ceilings document as typed rows and tables, which the terminal report and the HTML page both render.
+"""The report model: a ceilings document as the typed rows and tables that `ert show` and `ert report` both render.
 
-``Report(doc)`` builds every row once (``ert.consumers.report_rows``): the header, the memory levels with their
-confirmations and rated shares, the compute peaks, links, held values, thread counts, the hosts and the warnings
-by group. Its tables carry their titles, columns and cells; ``ert show`` lays them out as aligned columns and
-``ert report`` as HTML tables, and each numbers the rated values' derivations (``derivations``) its own way, so
-the two cannot show different values. A new section is one row type and its table here, and one renderer in
-each product.
+``Report(doc)`` builds every row once (``ert.consumers.report_rows``, ``ert.consumers.report_sections``): the
+header, the memory levels with their confirmations and rated shares, the compute peaks, links, held values,
+thread counts, the hosts and the warnings by group. Its tables carry their titles, columns and cells; ``ert
+show`` lays them out as aligned columns and ``ert report`` as HTML tables, and each numbers the rated values'
+derivations (``derivations``) its own way, so the two cannot show different values. A new section is one row
+type and its table (``report_sections``), one attribute of ``Report``, and one renderer in each product.
 """
-
 from __future__ import annotations
 
 import statistics
@@ -17,8 +16,8 @@ from typing import Any
 from ert.consumers.cells import MISSING, compute_name, format_rate, is_transfer_entry, memory_name, unit_of
 from ert.consumers.compare.ceiling_values import ceiling_values
 from ert.consumers.report_rows import (ACCESS_WORDS, MEMORY_COLUMNS, RATED_TABLE_COLUMNS, Column, Table,
-                                       compute_row, compute_tables, links_table, memory_notes, memory_row, rated_row,
-                                       scaling_table, sustained_table, transfer_row)
+                                       compute_row, compute_tables, memory_notes, memory_row, rated_row)
+from ert.consumers.report_sections import links_table, scaling_table, sustained_table, transfer_row
 from ert.hardware import NO_RATED
 from ert.records.warning_codes import GROUPS, Coded, coded_warnings
 

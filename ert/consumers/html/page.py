@@ -64,7 +64,8 @@ def _table(headers: list[str], rows: list[list[str]], *, numeric: set[int] = fro
 
 # ----------------------------------------------------------------------------------------- header
 def header_fields(h: Header) -> list[tuple[str, str]]:
-    """(name, value) of the header: host, CPU/device, measured clock, backend, ranks x threads, date, version, config."""
+    """(name, value) of the header: host, CPU/device, measured clock, backend, ranks x threads, date, version,
+    config."""
     hosts = h.hosts
     return [("host" if len(hosts) <= 1 else f"hosts ({len(hosts)})", ", ".join(hosts) if len(hosts) > 1
              else str(h.host)),
@@ -186,7 +187,8 @@ def single_report(machine: Machine) -> str:
     doc = machine.doc
     report = Report(doc)
     label = roofs_mod.machine_label(doc)
-    parts = [f"<h1>Roofline report</h1><p class=\"sub\">{text(label)}</p>", _header_block(report.header, machine.source),
+    parts = [f"<h1>Roofline report</h1><p class=\"sub\">{text(label)}</p>",
+             _header_block(report.header, machine.source),
              html_charts.roofline([doc], [str(doc['metadata'].get('host', 'run'))], chart_id="roofline")]
     if machine.raw is not None:
         parts += html_sweep.sweep_charts(machine.raw, doc, chart_id="sweep")
