@@ -168,7 +168,7 @@ class Report:
         entries += [(e, "gbytes_per_s", "GB/s", memory_name(e)) for e in memory]
         # Files from before 1.2 carry rated peaks only in metadata.backend_info.rated (legacy_rated_table).
         self.rated_legacy = not any(isinstance(e.get("rated"), dict) for e, *_ in entries)
-        self.rated = [] if self.rated_legacy else [rated_row(e, key, unit, name, numbered, NO_RATED)
+        self.rated = [] if self.rated_legacy else [rated_row(e, key, unit, name, numbered)
                                                     for e, key, unit, name in entries]
         self.sustained = sustained_table(ceilings)
         self.scaling = scaling_table(doc.get("scaling"))
@@ -207,7 +207,7 @@ class Report:
         """The floating-point peaks (with their rated columns where filled, unless not ``rated``), tensor,
         integer and mixes."""
         tables = compute_tables(self.compute)
-        if tables[0].title == "Compute":
+        if tables[0].key == "compute":
             tables[0] = tables[0].shown() if rated else tables[0].without("rated", "of_rated", "from")
         return tables
 

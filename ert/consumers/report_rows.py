@@ -12,6 +12,7 @@ from typing import Any
 
 from ert.consumers.cells import (MISSING, compute_name, format_bytes, format_count, format_flag, format_rate,
                                  format_spread, format_wss_range, is_int_entry, unit_of)
+from ert.hardware import NO_RATED
 
 ACCESS_WORDS = {"rw": "read+write", "ro": "read-only"}
 
@@ -280,13 +281,13 @@ RATED_TABLE_COLUMNS = (Column("ceiling", "ceiling"), Column("measured", "measure
                        Column("from", "from", footnote=True))
 
 
-def rated_row(e: dict, key: str, unit: str, name: str, numbered: set[str], no_rated: str) -> RatedRow:
+def rated_row(e: dict, key: str, unit: str, name: str, numbered: set[str]) -> RatedRow:
     rated = Rated.of(e, key)
     cells = {"ceiling": f"{name} {unit}", "measured": format_rate(e.get(key))}
     if rated.value is None:  # no value: the reason it has none is its note
-        cells.update(rated=MISSING, of_rated=MISSING)
-        cells["from"] = rated.derivation if rated.derivation.startswith(no_rated) and rated.derivation in numbered \
-            else ""
+        how = rated.derivation
+        cells.update(rated=MISSING, of_rated=MISSING, **{"from": how if how.startswith(NO_RATED) and how in numbered
+                                                         else ""})
     else:
         cells.update(rated.cells(numbered))
         cells["rated"] = format_rate(rated.value)
