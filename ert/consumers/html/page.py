@@ -84,7 +84,7 @@ def _header_block(h: Header, source: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------- tables
-def model_table(table: Table | None, report: Report, *, notes: bool = True) -> str:
+def model_table(table: Table | None, report: Report) -> str:
     """A table of the report model: its title, its columns (numbers class=num; a derivation as its note's number,
     as `ert show --verbose` numbers them), its notes as a list. A table without columns is its title alone."""
     if table is None:
@@ -95,7 +95,7 @@ def model_table(table: Table | None, report: Report, *, notes: bool = True) -> s
     rows = [[number.get(cell, "") if c.footnote else cell for c, cell in zip(table.columns, row)]
             for row in table.cells()]
     numeric = {i for i, c in enumerate(table.columns) if c.numeric}
-    items = "".join(f"<li>{text(n)}</li>" for n in table.notes) if notes else ""
+    items = "".join(f"<li>{text(n)}</li>" for n in table.notes)
     return (f"<h4>{text(table.title)}</h4>" + _table(table.headers, rows, numeric=numeric, key=table.key)
             + (f'<ul class="notes">{items}</ul>' if items else ""))
 
