@@ -1,5 +1,5 @@
-"""The host's weather in the reports: ``ert show --verbose`` (consumers.terminal.report_extras), ``ert report``'s
-timeline (consumers.html.weather), and the '*' beside a ceiling measured only while disturbed."""
+"""The host's weather in the reports: the report model's weather table (consumers.report_sections), ``ert show
+--verbose`` with its timeline, ``ert report``'s chart (consumers.html.weather), and the '*' of a flagged level."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import re
 
 from test_analysis_weather import _run, _sentinels, _timed_sweep
 
-from ert.consumers.html.page import _memory_tables
+from ert.consumers.html.page import _tables
+from ert.consumers.report_model import Report
 from ert.consumers.html.weather import weather_timeline
 from ert.consumers.terminal.report import format_ceilings
 from ert.records.rawio import RawData
@@ -45,5 +46,6 @@ def test_ert_report_draws_the_weather_as_a_timeline_under_the_sweep():
     assert len(ticks) == len(points) and ticks.count("#c00") == doc["weather"]["points"]["suspect"] == 15
     assert html.count('<circle') == doc["weather"]["levels"]["L1"]["readings"]
     assert weather_timeline(_run(points, []), None) == ""
-    tables = _memory_tables(doc)  # the page's tables mark the flagged level as the screen does
-    assert "<td>L1 *</td>" in tables and "measured only while the host was disturbed" in tables
+    tables = _tables(doc, Report(doc))  # the page's tables: the flagged level marked, the weather's table
+    assert re.search(r"<td>L1\*</td>", tables) and "measured only while the host was disturbed" in tables
+    assert "<h4>Host weather (sentinels between the points" in tables
