@@ -24,7 +24,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ert.hwinfo import iface_bytes, ipv4_addresses
+from ert.hardware.hwinfo import iface_bytes, ipv4_addresses
 
 ROUND_TRIPS = 200
 

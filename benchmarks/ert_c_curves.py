@@ -40,9 +40,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from ert import hwinfo  # noqa: E402
+from ert.hardware import hwinfo  # noqa: E402
 from ert.measure.metadata import caches_reported, now_iso  # noqa: E402
-from ert.rawio import RAW_VERSION  # noqa: E402
+from ert.records.rawio import RAW_VERSION  # noqa: E402
 from ert.spec import KernelSpec  # noqa: E402
 
 SOURCE = HERE / "ert_c_kernel.c"

@@ -89,7 +89,7 @@ declare -A RUN_CONFIG=([tensor-first]=gpu-tensor-first [tiny-gpu]=tiny-gpu [link
 TENSOR_TESTS="tests/test_cuda_tensor.py"
 TENSOR_K="replayed_values or rated_tensor_peak"
 GPU_TESTS_K="not (replayed_values or rated_tensor_peak or full_sweep_gives_sane_ceilings or gpu_ert_run_gives_checked_tensor_roofs)"
-# The metrics `ert profile` reads (ert/consumers/ncu_csv.py): time, bytes at L1, L2 and DRAM, FLOPs per
+# The metrics `ert profile` reads (ert/interop/ncu_csv.py): time, bytes at L1, L2 and DRAM, FLOPs per
 # precision. The optional ones (tensor pipes, integer instructions) are captured apart, only those this
 # ncu lists for the GPU, so a name it does not know cannot spoil the main capture.
 NCU_METRICS=gpu__time_duration.sum,l1tex__t_bytes.sum,lts__t_bytes.sum,dram__bytes.sum

@@ -3,7 +3,7 @@
 
     python benchmarks/gpu_summary.py RUN_DIR [RUN_DIR ...] [--json FILE]
 
-Each RUN_DIR's ``ceilings.json`` is read with ert's own reader (``ert.ceilings_io.load_ceilings``,
+Each RUN_DIR's ``ceilings.json`` is read with ert's own reader (``ert.records.ceilings_io.load_ceilings``,
 which validates it) and each ceiling is printed with the name ``ert show`` gives it, its unit, the
 measured value, the rated value, measured/rated (the file's ``rated.ratio``), its spread and how
 many of the run's warnings name it. Written for benchmarks/gpu_acceptance.sh (the cuda runs), it
@@ -21,10 +21,11 @@ import json
 import sys
 from pathlib import Path
 
-from ert.ceilings_io import load_ceilings
-from ert.consumers import report, report_cells
+from ert.records.ceilings_io import load_ceilings
+from ert.consumers.terminal import report
+from ert.consumers.terminal import report_cells
 from ert.errors import ErtError
-from ert.files import CEILINGS_NAME
+from ert.records.files import CEILINGS_NAME
 
 PARTIAL_NAME = "ceilings-partial.json"
 HEADERS = ("ceiling", "unit", "measured", "rated", "measured/rated", "spread", "warnings")

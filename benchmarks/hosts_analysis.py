@@ -39,7 +39,7 @@ DRAM_BYTES = 256 << 20  # working sets from here on are DRAM-bound on the base m
 
 def write_synthetic(path: Path, *, hosts: int, ranks_per_host: int, seed: int = 0) -> dict[str, str]:
     """The synthetic raw.jsonl; returns {slow host: what is slow about it}."""
-    from ert.rawio import read_raw
+    from ert.records.rawio import read_raw
 
     base = read_raw(BASE)
     names = [f"node{i + 1}" for i in range(hosts)]
@@ -83,7 +83,7 @@ def analyse(path: Path) -> None:
     """The child: read, build (per-host part included), then the per-host part alone; prints one JSON line."""
     from ert.analysis.ceilings import build
     from ert.analysis.hosts import host_ceilings
-    from ert.rawio import read_raw
+    from ert.records.rawio import read_raw
 
     t0 = time.perf_counter()
     raw = read_raw(path)

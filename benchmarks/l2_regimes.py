@@ -55,7 +55,7 @@ def main() -> int:
     p.add_argument("--cc", default="gcc")
     args = p.parse_args()
 
-    from ert import hwinfo
+    from ert.hardware import hwinfo
     from ert.backends import REGISTRY
     from ert.spec import KernelSpec
 

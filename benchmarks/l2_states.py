@@ -31,7 +31,7 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=12)
     args = p.parse_args()
 
-    from ert import hwinfo
+    from ert.hardware import hwinfo
     from ert.backends import REGISTRY
     from ert.spec import KernelSpec
 

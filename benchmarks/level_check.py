@@ -6,7 +6,7 @@ Runs benchmarks/ert_c_kernel.c's read-only fp64 kernel (a sum per trial, 8
 vector accumulators, built as numba_vs_c.py builds it) on the same number of
 threads, bound as ert binds them (OMP_PROC_BIND=close, OMP_PLACES=cores), at
 1/4, 1/2 and 3/4 of L2 per thread and of L3 per thread (this host's caches,
-ert.hwinfo), and prints C / ert's read-only fp64 roof of that level.  Target:
+ert.hardware.hwinfo), and prints C / ert's read-only fp64 roof of that level.  Target:
 no ratio above 1.05 (the roof is an upper bound of what a kernel sustains in
 the level).  Each size is run --rounds times, rounds interleaved, and the
 fastest is compared (contention on a shared host only slows a run down).
@@ -60,8 +60,8 @@ def main() -> int:
     p.add_argument("--cc", default=os.environ.get("CC", "gcc"))
     args = p.parse_args()
 
-    from ert import hwinfo
-    from ert.ceilings_io import load_ceilings
+    from ert.hardware import hwinfo
+    from ert.records.ceilings_io import load_ceilings
 
     path = Path(args.ceilings)
     doc = load_ceilings(path / "ceilings.json" if path.is_dir() else path)

@@ -37,9 +37,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from ert.backends import REGISTRY
-    from ert.config import TransferOptions, from_dict
+    from ert.config.schema import TransferOptions, from_dict
     from ert.measure import transfers as stage
-    from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
+    from ert.records.rawio import transfer_gbytes_per_s, transfer_latency_us
 
     # The sizes ert-run would sweep (config key transfer), here one per octave.
     sizes = TransferOptions(min_bytes=args.min_bytes, max_bytes=args.max_bytes, growth=2).sizes(args.max_bytes)

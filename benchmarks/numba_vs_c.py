@@ -257,7 +257,7 @@ class NumbaSide:
             self.backend.run(1)
 
     def run(self, point: Point, args) -> Result:
-        from ert.config import Timing
+        from ert.config.schema import Timing
         from ert.measure.driver import measure
         from ert.spec import KernelSpec
 
@@ -291,7 +291,7 @@ def fmt_bytes(n: int) -> str:
 
 
 def describe(args, built, numba_side) -> dict:
-    from ert import hwinfo
+    from ert.hardware import hwinfo
 
     info = numba_side.backend.describe()
     return {

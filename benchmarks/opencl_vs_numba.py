@@ -92,8 +92,8 @@ def main(argv=None) -> int:
     if args.quick:
         args.rounds, args.min_seconds, args.repeats = 2, 0.02, 3
 
-    from ert import hwinfo
-    from ert.config import Timing, from_dict
+    from ert.hardware import hwinfo
+    from ert.config.schema import Timing, from_dict
 
     threads = args.threads or hwinfo.usable_cpus()
     config = from_dict({"precisions": ["fp64"], "opencl": {"cpu_reference": False}})

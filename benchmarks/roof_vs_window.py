@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ert.analysis.ceilings import build  # noqa: E402
 from ert.analysis.memory import caches_by_access  # noqa: E402
-from ert.analysis.confirm import mark_not_reproduced, noise_threshold  # noqa: E402
+from ert.analysis.roof_confirm import mark_not_reproduced, noise_threshold  # noqa: E402
 from ert.analysis.cache_match import cache_hints  # noqa: E402
-from ert.measure.confirm import level_windows  # noqa: E402
-from ert.rawio import read_raw  # noqa: E402
+from ert.measure.window_search import level_windows  # noqa: E402
+from ert.records.rawio import read_raw  # noqa: E402
 from ert.spec import rates  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""A run's ceilings against a reference ceilings.json (ert.consumers.acceptance, behind jobs/reframe/ert_check.py).
+"""A run's ceilings against a reference ceilings.json (ert.consumers.compare.acceptance, behind jobs/reframe/ert_check.py).
 
 Built on per-host ceilings.json documents from the synthetic multi-host runs
 of test_analysis_hosts (a real sweep fanned out over hosts), so names and
@@ -11,8 +11,8 @@ import pytest
 from test_analysis_hosts import BASE, fan_out, slow_dram
 
 from ert.analysis.ceilings import build
-from ert.consumers.acceptance import bounds, missing, perf_values, reference_values, references
-from ert.rawio import read_raw
+from ert.consumers.compare.acceptance import bounds, missing, perf_values, reference_values, references
+from ert.records.rawio import read_raw
 
 
 @pytest.fixture(scope="module")

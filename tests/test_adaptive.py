@@ -9,8 +9,8 @@ import pytest
 
 from ert.measure.adaptive import AdaptivePlanner
 from ert.analysis.ceilings import build
-from ert.config import from_dict
-from ert.rawio import RawData
+from ert.config.schema import from_dict
+from ert.records.rawio import RawData
 from ert.measure.plan import plan
 
 # A Zen 4-like machine, 2 threads: (aggregate capacity, GB/s) per level, then memory.
@@ -206,8 +206,8 @@ def test_each_cache_window_is_sampled_densely_from_the_first_pass():
 def test_the_memory_window_is_not_bisected_for_a_shared_hosts_modes():
     """Past 2 x the last cache there is one level, the memory: a host switching between modes (Zen 4 guest:
     read-only 34 or 57 GB/s from one point to the next) makes no transitions to bisect there, and no scattered
-    plateau to sample more densely; its fastest point is measured again instead (ert.measure.confirm)."""
-    from ert.measure.confirm import level_windows
+    plateau to sample more densely; its fastest point is measured again instead (ert.measure.window_search)."""
+    from ert.measure.window_search import level_windows
 
     cfg = from_dict({**CONFIG, "precisions": ["fp64"], "flops_per_element": [1]})
     windows = level_windows([64 << 10, 2 << 20, 32 << 20])

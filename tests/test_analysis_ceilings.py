@@ -11,8 +11,8 @@ from ert.analysis.ceilings import build, compute_ceilings
 from ert.analysis.memory import memory_ceilings
 from ert.spec import rates
 from ert.analysis.plateaus import _densest_median, level_over_range
-from ert.hwinfo import CacheInfo
-from ert.rawio import RawData
+from ert.hardware.hwinfo import CacheInfo
+from ert.records.rawio import RawData
 from ert.spec import KernelSpec
 
 ZEN4_CACHES = [CacheInfo(1, "Data", 32 << 10, 1), CacheInfo(2, "Unified", 1 << 20, 1),
@@ -134,7 +134,7 @@ def test_build_counts_and_warns_about_partial_runs():
 
 
 def test_best_launch_per_working_set_is_used_and_others_kept_as_evidence():
-    from ert.rawio import best_launches
+    from ert.records.rawio import best_launches
 
     curve = sweep(RW, [(400.0, 64 << 10), (50.0, None)], hi=64 << 20, seed=3)
     measured = []
@@ -158,7 +158,7 @@ def test_a_busy_machine_is_the_first_warning_and_a_quiet_run_has_none():
     from pathlib import Path
 
     from ert.analysis.ceilings import BUSY_NOISY_SHARE, build
-    from ert.rawio import read_raw
+    from ert.records.rawio import read_raw
 
     raw = read_raw(Path(__file__).parent / "data" / "bare-zen4-full.raw.jsonl")  # a quiet Zen 4 run
     quiet = build(raw)

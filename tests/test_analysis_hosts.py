@@ -16,12 +16,12 @@ import pytest
 
 from conftest import run_cmd
 from ert.analysis.ceilings import build
-from ert.ceilings_io import validate
-from ert.consumers.ceiling_values import ceiling_values
-from ert.consumers.hosts_table import format_hosts_comparison, format_hosts_section
-from ert.consumers.report import format_ceilings
+from ert.records.ceilings_io import validate
+from ert.consumers.compare.ceiling_values import ceiling_values
+from ert.consumers.terminal.hosts_table import format_hosts_comparison, format_hosts_section
+from ert.consumers.terminal.report import format_ceilings
 from ert.measure.driver import host_region_seconds
-from ert.rawio import RawData, point_record, read_raw, write_raw
+from ert.records.rawio import RawData, point_record, read_raw, write_raw
 
 BASE = Path(__file__).parent / "data" / "bare-zen4-full.raw.jsonl"
 DRAM = 64 << 20  # DRAM-bound working sets of the base run: the memory window starts at 2 x its 32 MiB L3
@@ -189,7 +189,7 @@ def test_hosts_apart_only_within_the_scatter_are_listed_not_named(base):
 
 
 def test_the_threshold_key_is_checked():
-    from ert.config import from_dict
+    from ert.config.schema import from_dict
     from ert.errors import ErtError
 
     assert from_dict({"slow_host_threshold": 0.2}).slow_host_threshold == 0.2

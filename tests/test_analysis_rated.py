@@ -11,8 +11,8 @@ import pytest
 
 from ert.analysis.ceilings import build
 from ert.analysis.rated import ABOVE_RATED, scaled_rated
-from ert.config import from_dict
-from ert.rawio import RawData
+from ert.config.schema import from_dict
+from ert.records.rawio import RawData
 from ert.spec import KernelSpec
 
 from conftest import run_cmd

@@ -7,9 +7,9 @@ import inspect
 
 import pytest
 
-from ert import hwinfo
+from ert.hardware import hwinfo
 from ert.backends import REGISTRY, Backend
-from ert.config import from_dict
+from ert.config.schema import from_dict
 from ert.spec import ITEMSIZE, KernelSpec
 
 # A config every backend accepts; the OpenCL CPU caveat's numba-cpu reference

@@ -9,9 +9,9 @@ import pathlib
 
 import pytest
 
-from ert import ceilings_io
-from ert.ceilings_io import SCHEMA_VERSION, load_ceilings, schema, validate, write_ceilings
-from ert.files import write_json_atomic
+from ert.records import ceilings_io
+from ert.records.ceilings_io import SCHEMA_VERSION, load_ceilings, schema, validate, write_ceilings
+from ert.records.files import write_json_atomic
 from ert.errors import ErtError
 
 
@@ -492,7 +492,7 @@ def test_every_consumer_refuses_an_overflowing_number_in_one_line(tmp_path):
 @pytest.mark.parametrize("gflops, gbytes", [(1e29, 49.9853), (33.7209, 1e-29)])
 def test_plot_axes_take_extreme_but_finite_roofs(tmp_path, gflops, gbytes):
     """Decades of 1e29 were Python ints that numpy's axis limits refuse; they are floats now."""
-    from ert.consumers.plot import plot_roofline
+    from ert.consumers.plots.plot import plot_roofline
 
     path = _with_number(tmp_path, "33.7209", repr(gflops))
     path.write_text(path.read_text().replace("49.9853", repr(gbytes), 1))

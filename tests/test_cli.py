@@ -203,8 +203,8 @@ def test_validate_tiny():
     assert str(TINY) in proc.stdout and "valid" in proc.stdout
     assert "8 kernel variant(s)" in proc.stdout
     # The count is the plan ert-run makes with this CPU's chain counts (made without importing numba).
-    from ert.config import load
-    from ert.hwinfo import usable_cpus
+    from ert.config.schema import load
+    from ert.hardware.hwinfo import usable_cpus
 
     planned = numba_plan(load(TINY), usable_cpus())
     assert f": {len(planned)} points per rank layout" in proc.stdout

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ert import config as config_mod
-from ert.config import RunConfig, default_path, from_dict, load, with_overrides
-from ert.config_errors import key_path
+from ert.config import schema as config_mod
+from ert.config.schema import RunConfig, default_path, from_dict, load, with_overrides
+from ert.config.errors import key_path
 from ert.errors import ErtError
 
 from conftest import CONFIGS
@@ -376,7 +376,7 @@ def test_config_is_read_as_utf8_whatever_the_locale(tmp_path):
     path = write(tmp_path, "# Durchsatz in Größe: café\nthreads: 1\n")
     path.write_bytes(path.read_text().encode("utf-8"))
     env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
-    code = f"from ert.config import load; print(load({str(path)!r}).threads)"
+    code = f"from ert.config.schema import load; print(load({str(path)!r}).threads)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr[-300:]
 

@@ -1,11 +1,11 @@
-"""A roof is the best rate the run confirmed (ert.analysis.confirm): re-measurements, neighbours, noisy points."""
+"""A roof is the best rate the run confirmed (ert.analysis.roof_confirm): re-measurements, neighbours, noisy points."""
 
 from __future__ import annotations
 
 from test_analysis_ceilings import RO, RO_LEVELS, ZEN4_CACHES, sweep
 
 from ert.analysis.ceilings import build
-from ert.rawio import RawData, confirm_record
+from ert.records.rawio import RawData, confirm_record
 from ert.spec import rates
 from ert.units import human_bytes
 
@@ -69,7 +69,7 @@ def test_a_noisy_point_that_a_clean_re_measurement_reproduces_is_a_roof():
 
 
 def test_ert_show_prints_each_levels_confirmed_rate_how_often_and_its_slower_stretches():
-    from ert.consumers.report import format_ceilings
+    from ert.consumers.terminal.report import format_ceilings
 
     points, fast = _with_fast_point(1.4)
     doc = _doc(points, [_again(fast, 0.95)])

@@ -23,7 +23,7 @@ from ert.backends import cuda_host as host
 from ert.hardware import nvidia
 from ert.backends.check import NUMPY_DTYPE, replay_rw
 from ert.measure.comm import SerialComm
-from ert.config import RunConfig, Timing, from_dict
+from ert.config.schema import RunConfig, Timing, from_dict
 from ert.measure.driver import calibrate, measure
 from ert.errors import ErtError
 from ert.spec import KernelSpec
@@ -507,7 +507,7 @@ def test_ert_backends_shows_cuda_unavailable_in_one_line():
 
 
 def test_report_puts_each_ceiling_beside_its_rated_peak():
-    from ert.consumers.report import format_ceilings
+    from ert.consumers.terminal.report import format_ceilings
 
     backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=EmulatedGpu(V100))
     doc = {"metadata": {"backend_info": backend.describe()},
@@ -594,8 +594,8 @@ def test_install_names_the_cuda_headers():
 def test_a_busy_launch_raises_the_clocks_before_timing_and_clocks_are_recorded(tmp_path):
     from ert.measure.comm import SerialComm
     from ert.measure.driver import run_sweep
-    from ert.rawio import read_raw
-    from ert.rawlog import RawLog
+    from ert.records.rawio import read_raw
+    from ert.records.rawlog import RawLog
     from ert.measure.plan import plan
 
     dev = EmulatedGpu(V100, clock_mhz=1530)

@@ -20,9 +20,9 @@ from ert.backends import cuda_host as host
 from ert.hardware import nvidia
 from ert.backends.cuda_tensor import sass_tools
 from ert.backends.check import A_INT, C_INT, replay_rw_int, replay_rw_int_stepwise
-from ert.config import RunConfig
+from ert.config.schema import RunConfig
 from ert.measure.precisions import supported_precisions
-from ert.config import from_dict
+from ert.config.schema import from_dict
 from ert.spec import KernelSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -27,8 +27,8 @@ from ert.backends import cuda as cuda_mod
 from ert.backends import cuda_copies as cc
 from ert.backends import cuda_links as cl
 from ert.measure import transfers as stage
-from ert.rawio import transfer_gbytes_per_s, transfer_latency_us, transfer_record
-from ert.config import TransferOptions
+from ert.records.rawio import transfer_gbytes_per_s, transfer_latency_us, transfer_record
+from ert.config.schema import TransferOptions
 
 _OK, _REASON, _DETAIL = cuda_mod.probe()
 pynvml = pytest.importorskip("pynvml")  # the installed nvidia-ml-py: its names and constants are the reference

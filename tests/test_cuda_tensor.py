@@ -724,7 +724,7 @@ def test_gpu_reaches_the_rated_tensor_peak(name, instruction):
 
 
 # ----------------------------------------------------------------------------- wired into ert-run (host logic)
-from ert.config import from_dict  # noqa: E402
+from ert.config.schema import from_dict  # noqa: E402
 from ert.errors import ErtError  # noqa: E402
 from ert.spec import KernelSpec  # noqa: E402
 
@@ -963,13 +963,13 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     """The driver, raw.jsonl, build and the schema over an emulated H100: wgmma at 90 % of the rate at 1755 MHz,
     mma.sync at 50 % (below Hopper's wgmma rate, labelled so), FP64 mma.sync (DMMA) m16n8k16 at 90 % and m8n8k4
     at 45 %: the faster shape is the FP64 roof."""
-    from ert import ceilings_io
+    from ert.records import ceilings_io
     from ert.analysis.ceilings import build
     from ert.measure.comm import SerialComm
     from ert.measure.driver import run_sweep
     from ert.measure.metadata import run_header
-    from ert.rawio import read_raw
-    from ert.rawlog import RawLog
+    from ert.records.rawio import read_raw
+    from ert.records.rawlog import RawLog
 
     cfg = from_dict({"backend": "cuda", "precisions": ["fp32"], "flops_per_element": [1], "threads": 1,
                      "working_set": {"min_bytes": 1 << 16, "max_bytes": 1 << 16},
@@ -1033,7 +1033,7 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     assert int8_below.count("GIOP/s") == 2 and "GFLOP/s" not in int8_below
     assert not any("wgmma) peak" in w for w in doc["warnings"]), doc["warnings"]
     from ert.consumers import roofs as roofs_mod
-    from ert.consumers.report import _compute_section
+    from ert.consumers.terminal.report import _compute_section
 
     shown = _compute_section(doc["ceilings"]["compute"])
     assert ("Tensor-core compute (warp-level MMA, warpgroup wgmma on Hopper; a multiply-add is 2 FLOPs; int8: 2 "
@@ -1048,8 +1048,8 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
         "fp64": "GFLOP/s", "fp16": "GFLOP/s", "bf16": "GFLOP/s", "tf32": "GFLOP/s", "fp8": "GFLOP/s",
         "int8": "GIOP/s"}
     assert not any(line.startswith("Integer compute") for line in shown)
-    from ert.consumers.notes import Notes
-    from ert.consumers.report import _rated_section
+    from ert.consumers.terminal.notes import Notes
+    from ert.consumers.terminal.report import _rated_section
 
     rated_rows = [line for line in _rated_section(doc, Notes(doc, verbose=True, width=100)) if "tensor peak" in line]
     assert sum("int8 tensor peak GIOP/s" in line for line in rated_rows) == 2  # wgmma and mma.sync
@@ -1060,7 +1060,7 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
 
     roof = roofs_mod.tensor_roof(doc, "fp16")
     assert roof.entry["instruction"] == "wgmma" and roof.name == "FP16 tensor (wgmma m64n256k16, f32 accumulate)"
-    from ert.consumers.compare import _rows as compare_rows
+    from ert.consumers.compare.compare import comparison_rows as compare_rows
 
     labels = [r.label for r in compare_rows([doc, doc]) if "fp16 tensor" in r.label]
     assert labels == ["fp16 tensor m16n8k16, f32 accumulate peak", "fp16 tensor wgmma m64n256k16, f32 accumulate peak"]
@@ -1068,7 +1068,7 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     assert units["int8 tensor wgmma m64n256k32, s32 accumulate peak"] == "GIOP/s"
     assert units["fp8 tensor wgmma m64n256k32, f32 accumulate peak"] == "GFLOP/s"
     # ERT's JSON export: an integer roof is no FLOP row; INT8 Tensor under INTEGER_GIOPS, its shape in TENSOR.
-    from ert.consumers.export import to_csv, to_ert
+    from ert.consumers.export.export import to_csv, to_ert
 
     hbm = {"level": "HBM", "precision": "fp32", "access": "rw", "gbytes_per_s": 3000.0, "spread": 0.01,
            "wss_bytes": [1 << 30, 1 << 31], "n_points": 3, "flops_per_element": 1}
@@ -1158,7 +1158,7 @@ def test_the_tensor_first_config_plans_only_tensor_points_on_an_emulated_h100(ca
     import argparse
 
     from ert.cli import cmd_validate
-    from ert.config import load
+    from ert.config.schema import load
 
     path = Path(__file__).resolve().parents[1] / "configs" / "gpu-tensor-first.yaml"
     cfg = load(path)

@@ -13,11 +13,11 @@ import statistics
 import pytest
 
 from ert.measure.comm import SerialComm
-from ert.config import Timing
+from ert.config.schema import Timing
 from ert.measure.driver import MAX_TRIALS, calibrate, measure
 from ert.spec import KernelSpec
 from ert.measure.plan import Point
-from ert.rawio import point_record
+from ert.records.rawio import point_record
 
 
 class ScriptedBackend:

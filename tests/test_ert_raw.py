@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import run_cmd, stderr_lines
-from ert.ert_raw import looks_like_ert_results, read_ert_results
+from ert.interop.ert_raw import looks_like_ert_results, read_ert_results
 
 META = """
 META_DATA

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ert import cli
-from ert.ceilings_io import load_ceilings
+from ert.interop.ert_results import load_any_ceilings
 from ert.errors import ErtError
 
 # ERT 1.1 (2019) layout: "GFLOPs" without a precision, metadata as dicts, ERT's per-section lists.
@@ -51,7 +51,7 @@ def _write(tmp_path, name, doc):
 
 
 def test_dict_metadata(tmp_path):
-    doc = load_ceilings(_write(tmp_path, "roofline.json", ERT_DICT_META))
+    doc = load_any_ceilings(_write(tmp_path, "roofline.json", ERT_DICT_META))
     meta = doc["metadata"]
     assert meta["tool"] == "ERT" and meta["host"] == "nodeA"
     assert (meta["ranks"], meta["threads_per_rank"]) == (2, 4)
@@ -64,7 +64,7 @@ def test_dict_metadata(tmp_path):
 
 
 def test_list_metadata_and_extended_rows(tmp_path):
-    doc = load_ceilings(_write(tmp_path, "r.json", ERT_LIST_META))
+    doc = load_any_ceilings(_write(tmp_path, "r.json", ERT_LIST_META))
     assert doc["metadata"]["host"] == "nodeB" and doc["metadata"]["threads_per_rank"] == 8
     assert [m["level"] for m in doc["ceilings"]["memory"]] == ["L1", "L2", "HBM"]
     peaks = {(c["precision"], c["fma"]): c["gflops_per_s"] for c in doc["ceilings"]["compute"]}
@@ -107,7 +107,7 @@ def test_bad_ert_file_is_one_line(tmp_path, capsys, change, key):
     change(doc)
     path = _write(tmp_path, "bad.json", doc)
     with pytest.raises(ErtError) as info:
-        load_ceilings(path)
+        load_any_ceilings(path)
     assert info.value.key == key
     assert cli.main(["show", str(path)]) == 2
     err = capsys.readouterr().err.strip()
@@ -118,6 +118,6 @@ def test_a_timestamp_that_is_no_date_is_skipped(tmp_path):
     """TIMESTAMP_DATA 1e300 overflowed datetime in every consumer; a stamp past year 9999 counts as none."""
     doc = json.loads(json.dumps(ERT_DICT_META))
     doc["empirical"]["gflops"]["metadata"]["TIMESTAMP_DATA"] = [1e300]
-    assert load_ceilings(_write(tmp_path, "r.json", doc))["metadata"]["date"] == "2020-09-13T12:26:50+00:00"  # 1600000010 s, the latest real one
+    assert load_any_ceilings(_write(tmp_path, "r.json", doc))["metadata"]["date"] == "2020-09-13T12:26:50+00:00"  # 1600000010 s, the latest real one
     doc["empirical"]["gbytes"]["metadata"]["TIMESTAMP_DATA"] = [1e300]
-    assert load_ceilings(_write(tmp_path, "r.json", doc))["metadata"]["date"].startswith("1970")
+    assert load_any_ceilings(_write(tmp_path, "r.json", doc))["metadata"]["date"].startswith("1970")

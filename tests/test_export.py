@@ -9,8 +9,8 @@ import json
 import yaml
 
 from conftest import REPO, run_cmd, stderr_lines
-from ert.ceilings_io import load_ceilings
-from ert.consumers.export import to_csv, to_ert, to_nersc
+from ert.records.ceilings_io import load_ceilings
+from ert.consumers.export.export import to_csv, to_ert, to_nersc
 
 DATA = REPO / "tests" / "data"
 

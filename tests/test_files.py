@@ -1,4 +1,4 @@
-"""-o through ert.files: devices, FIFOs and stdout written in place, symlinks followed, long names, and a bad
+"""-o through ert.records.files: devices, FIFOs and stdout written in place, symlinks followed, long names, and a bad
 -o found before anything else is written."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
 from ert.errors import ErtError
-from ert.files import check_writable, write_text_atomic
+from ert.records.files import check_writable, write_text_atomic
 
 CEILINGS = REPO / "tests" / "data" / "bare-2core-busy.ceilings.json"
 RAW = REPO / "tests" / "data" / "bare-zen4-fp64.raw.jsonl"

@@ -87,7 +87,7 @@ def test_the_dry_run_lists_every_step_in_order_with_caps_that_fit_the_budget(dry
 
 
 def test_every_config_it_runs_exists_and_validates_with_the_backend_it_passes(dry, tmp_path, capsys):
-    from ert import config as config_mod
+    from ert.config import schema as config_mod
     from ert.cli import main
 
     out, stdout = dry
@@ -157,7 +157,8 @@ def test_the_pytest_steps_use_declared_markers_name_real_tests_and_keep_their_re
 
 
 def test_ncu_captures_the_metrics_ert_profile_reads_and_profile_reads_the_exports(dry):
-    from ert.consumers import appdata, ncu_csv
+    from ert.interop import kernel_data as appdata
+    from ert.interop import ncu_csv
 
     out, stdout = dry
     cmds = commands(stdout)
@@ -451,7 +452,7 @@ def test_the_ncu_driver_runs_and_checks_every_kernel_on_an_emulated_h100(capsys)
     from test_cuda_tensor import SMALL_H100, EmulatedTensorGpu
 
     from ert.backends import cuda as cuda_mod
-    from ert.config import RunConfig
+    from ert.config.schema import RunConfig
 
     driver = _driver()
     todo = driver.kernels(scale=1 / 256)
@@ -477,7 +478,7 @@ def test_the_ncu_driver_counts_a_failed_check_and_a_raising_kernel_and_goes_on(c
 
     from ert.backends import cuda as cuda_mod
     from ert.backends.check import CheckResult
-    from ert.config import RunConfig
+    from ert.config.schema import RunConfig
 
     driver = _driver()
     todo = [k for k in driver.kernels(scale=1 / 256) if not k[0].tensor][:3]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ert.config import from_dict
+from ert.config.schema import from_dict
 from ert.errors import ErtError
 from ert.hardware import dram as dram_rated
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
-from ert.ceilings_io import load_ceilings
-from ert.consumers.report_cells import format_rate
+from ert.interop.ert_results import load_any_ceilings
+from ert.consumers.terminal.report_cells import format_rate
 
 pytestmark = pytest.mark.slow  # runs ert, and a browser
 
@@ -118,7 +118,7 @@ def _need(path: Path) -> None:
 def test_bare_run_report(browser, tiny_run, tmp_path):
     out = _report(tmp_path, "bare.html", tiny_run)
     assert out.stat().st_size < MAX_BARE_BYTES
-    doc = load_ceilings(tiny_run / "ceilings.json")
+    doc = load_any_ceilings(tiny_run / "ceilings.json")
     page = Page(browser, out)
     p = page.page
     # The roofline holds every roof of the file; the sweep every memory plateau and every compute peak.
@@ -172,7 +172,7 @@ def test_bare_run_report(browser, tiny_run, tmp_path):
 def test_ert_roofline_report(browser, tmp_path):
     _need(CASCADELAKE)
     out = _report(tmp_path, "ert.html", CASCADELAKE)
-    doc = load_ceilings(CASCADELAKE)
+    doc = load_any_ceilings(CASCADELAKE)
     page = Page(browser, out)
     p = page.page
     assert p.locator("figure[data-chart=roofline] g.roof").count() == _roof_count(doc)
@@ -188,7 +188,7 @@ def test_comparison_of_three_machines(browser, tiny_run, tmp_path):
     _need(SKYLAKE)
     inputs = [tiny_run / "ceilings.json", HANDWORKED, SKYLAKE]
     out = _report(tmp_path, "compare.html", *inputs, "--labels", "tiny,handworked,skylake")
-    docs = [load_ceilings(path) for path in inputs]
+    docs = [load_any_ceilings(path) for path in inputs]
     page = Page(browser, out)
     p = page.page
     chart = p.locator("figure[data-chart=roofline]")
@@ -215,7 +215,7 @@ def test_comparison_of_three_machines(browser, tiny_run, tmp_path):
     # The ratio table of ert compare (each against the first), and the unpaired ceilings apart.
     ratios = p.locator("table.ratios").inner_text()
     assert "B/A" in ratios and "C/A" in ratios
-    from ert.consumers import compare
+    from ert.consumers.compare import compare
 
     data = compare.to_json(docs, ["tiny", "handworked", "skylake"])
     assert p.locator("table.ratios tbody tr").count() == sum(1 for c in data["ceilings"] if c["paired"])
@@ -228,12 +228,12 @@ def check_two_host_report(run_dir: Path, tmp_path: Path) -> None:
     table name both hosts, the chart holds every roof, network ones included, and a network roof's hover gives
     its value; in Chromium where there is one (the tests above skip, naming why, where there is none)."""
     out = _report(tmp_path, "two-hosts.html", run_dir)
-    doc = load_ceilings(run_dir / "ceilings.json")
+    doc = load_any_ceilings(run_dir / "ceilings.json")
     page_text = out.read_text()
     assert "<h4>Hosts</h4>" in page_text and "node1, node2" in page_text
     # Per-host ceilings (issue 32's hosts section): a row per ceiling, each host's value and ratio to the median.
     assert "Per-host ceilings (value and ratio to the median of 2 hosts" in page_text
-    from ert.consumers.ceiling_values import ceiling_values
+    from ert.consumers.compare.ceiling_values import ceiling_values
 
     node2 = next(h for h in doc["hosts"] if h["host"] == "node2")
     name, value = next(iter(ceiling_values(node2["ceilings"]).items()))

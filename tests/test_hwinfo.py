@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ert.hwinfo import (
+from ert.hardware.hwinfo import (
     CacheInfo,
     aggregate_capacity_bytes,
     cpu_model,

@@ -7,7 +7,7 @@ import yaml
 
 from conftest import REPO, run_cmd, stderr_lines
 from ert.errors import ErtError
-from ert.import_ert import parse_int_set
+from ert.interop.import_ert import parse_int_set
 
 DATA = REPO / "tests" / "data"
 
@@ -84,7 +84,7 @@ def test_integer_sets():
 ])
 def test_hip_and_sycl_configs_refused_never_a_cpu_run(tmp_path, lines, key):
     """ERT's HIP/SYCL GPU configs: one-line refusal, never backend auto or a 1-thread numba-cpu sweep."""
-    from ert import import_ert as _ie
+    from ert.interop import import_ert as _ie
     from ert.errors import ErtError as _Err
 
     path = tmp_path / "config.gpu"

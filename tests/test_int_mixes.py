@@ -7,11 +7,11 @@ import re
 import numpy as np
 import pytest
 
-from ert.ceilings_io import SCHEMA_VERSION
+from ert.records.ceilings_io import SCHEMA_VERSION
 from ert.hardware import cpu
 from ert.backends.check import mix_expected_bits, replay_mix, replay_rw_int, replay_rw_int_stepwise
-from ert.ceilings_io import load_ceilings
-from ert.config import from_dict
+from ert.records.ceilings_io import load_ceilings
+from ert.config.schema import from_dict
 from ert.consumers.roofs import compute_roofs, fma_roof
 from ert.errors import ErtError
 from ert.measure.plan import kernel_specs

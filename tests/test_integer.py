@@ -12,11 +12,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from ert.ceilings_io import SCHEMA_VERSION
+from ert.records.ceilings_io import SCHEMA_VERSION
 from ert.hardware import cpu
 from ert.backends.check import replay_rw, replay_rw_int, replay_rw_int_stepwise
-from ert.ceilings_io import load_ceilings
-from ert.config import load
+from ert.records.ceilings_io import load_ceilings
+from ert.config.schema import load
 from ert.errors import ErtError
 from ert.spec import KernelSpec, ops_unit
 

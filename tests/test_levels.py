@@ -9,7 +9,7 @@ import pytest
 
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.plateaus import Plateau, find_plateaus
-from ert.hwinfo import CacheInfo
+from ert.hardware.hwinfo import CacheInfo
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 

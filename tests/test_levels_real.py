@@ -18,7 +18,7 @@ import pytest
 
 from ert.analysis.ceilings import build
 from ert.spec import rates
-from ert.rawio import read_raw
+from ert.records.rawio import read_raw
 
 DATA = Path(__file__).parent / "data"
 KiB, MiB = 1024, 1024**2
@@ -42,7 +42,7 @@ def test_real_c_kernel_curve_has_exactly_the_caches_plus_memory(name):
         lo, hi = INSIDE[level["level"]]
         inside = gbs[(wss >= lo) & (wss <= hi)]
         reference = float(np.median(inside))
-        # A roof is the fastest rate confirmed inside the level's window (ert.analysis.confirm): an upper
+        # A roof is the fastest rate confirmed inside the level's window (ert.analysis.roof_confirm): an upper
         # bound of the level, from its median to its fastest point.
         window = gbs[(wss >= WINDOW[level["level"]][0]) & (wss <= max(WINDOW[level["level"]][1],
                                                                       level["wss_bytes"][1]))]

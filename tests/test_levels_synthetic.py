@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ert.analysis.memory import memory_ceilings
-from ert.hwinfo import CacheInfo
+from ert.hardware.hwinfo import CacheInfo
 from ert.spec import KernelSpec
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -33,7 +33,7 @@ ZEN5_1T = [(500.0, 48 * KiB), (395.0, 1 * MiB), (210.0, 24 * MiB), (58.0, None)]
 XEON_CACHES = [CacheInfo(1, "Data", 48 * KiB, 1), CacheInfo(1, "Instruction", 32 * KiB, 1),
                CacheInfo(2, "Unified", 2 * MiB, 1), CacheInfo(3, "Unified", 260 * MiB, 2)]
 XEON_2T = [(900.0, 96 * KiB), (300.0, 4 * MiB), (150.0, 64 * MiB), (55.0, None)]
-# Each level's window (ert.analysis.confirm): L1 to its capacity, each later cache from 2 x the one before to
+# Each level's window (ert.analysis.roof_confirm): L1 to its capacity, each later cache from 2 x the one before to
 # its own, the memory from 2 x the last cache on (aggregate over the threads).
 ZEN5_WINDOWS = [(0, 48 * KiB), (96 * KiB, 1 * MiB), (2 * MiB, 32 * MiB), (64 * MiB, math.inf)]
 XEON_WINDOWS = [(0, 96 * KiB), (192 * KiB, 4 * MiB), (8 * MiB, 260 * MiB), (520 * MiB, math.inf)]
@@ -72,7 +72,7 @@ def by_construction(truth: np.ndarray, gbps: np.ndarray, values, judged=(1, 2), 
     the level's value (no ramp, no transition, no slowed stretch), outliers
     included; with ``wss``, only those inside the level's window (``windows``,
     default ZEN5_WINDOWS: L1 up to its capacity, each later cache from 2 x the
-    one before to its own, the memory from 2 x the last cache on).  ert.analysis.confirm
+    one before to its own, the memory from 2 x the last cache on).  ert.analysis.roof_confirm
     roofs every level by its fastest point that a neighbouring clean point
     reproduces within the noise threshold (10 %): in the interior, the fastest
     point with a neighbour within 10 % (a point slowed by a tenant matches no

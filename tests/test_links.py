@@ -10,7 +10,7 @@ import pytest
 from ert.hardware import links as hw_links
 from ert.backends import links
 from ert.measure import transfers as stage
-from ert.rawio import transfer_gbytes_per_s, transfer_latency_us, transfer_record
+from ert.records.rawio import transfer_gbytes_per_s, transfer_latency_us, transfer_record
 
 
 def test_record_follows_the_contract_and_its_rate_and_latency():

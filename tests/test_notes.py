@@ -1,4 +1,4 @@
-"""The report's screen (ert.consumers.notes): a bare run fits 70 rows at 100 columns, each derivation printed
+"""The report's screen (ert.consumers.terminal.notes): a bare run fits 70 rows at 100 columns, each derivation printed
 once, warnings one line each under their groups; --verbose prints every warning and derivation whole."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 
 from conftest import command, run_cmd
 from ert.analysis.ceilings import build
-from ert.ceilings_io import load_ceilings, validate
-from ert.consumers.notes import GROUP_LINES
-from ert.consumers.report import format_ceilings
-from ert.rawio import read_raw
-from ert.warning_codes import GROUPS, coded_warnings
+from ert.records.ceilings_io import load_ceilings, validate
+from ert.consumers.terminal.notes import GROUP_LINES
+from ert.consumers.terminal.report import format_ceilings
+from ert.records.rawio import read_raw
+from ert.records.warning_codes import GROUPS, coded_warnings
 
 DATA = Path(__file__).parent / "data"
 # A real bare `ert-run` on this project's 2-core AMD EPYC guest (Zen 4 in the rated table), made while other

@@ -21,7 +21,7 @@ import yaml
 
 from conftest import TINY, opencl_status, pyopencl_importable, run_cmd, write_config
 from ert.backends import REGISTRY
-from ert.config import from_dict
+from ert.config.schema import from_dict
 from ert.errors import ErtError
 from ert.spec import KernelSpec
 
@@ -62,7 +62,7 @@ def _device_names() -> list[str]:
 # ----------------------------------------------------------------------------- end to end
 @needs_device
 def test_tiny_run_writes_valid_ceilings_naming_the_device(opencl_run):
-    from ert.ceilings_io import load_ceilings
+    from ert.records.ceilings_io import load_ceilings
 
     doc = load_ceilings(opencl_run / "ceilings.json")  # validates against the schema
     meta = doc["metadata"]
@@ -168,7 +168,7 @@ def test_ert_backends_without_any_icd_gives_the_reason(tmp_path):
 @needs_device
 def test_selection_by_name_index_and_type():
     from ert.backends.opencl_devices import all_devices, build_problem, select_device, type_name
-    from ert.config import OpenCLOptions
+    from ert.config.schema import OpenCLOptions
 
     usable = [c for c in all_devices() if not build_problem(c[2])]
     p_index, d_index, first = usable[0]
@@ -269,7 +269,7 @@ def test_programs_are_cached_and_never_built_in_a_timed_region(cl_backend):
 _ASM_SCRIPT = textwrap.dedent("""
     import sys
     from ert.backends import opencl as ocl
-    from ert.config import from_dict
+    from ert.config.schema import from_dict
     from ert.spec import KernelSpec
     backend = ocl.create(options=from_dict({"opencl": {"cpu_reference": False}}).opencl)
     spec = KernelSpec("fp64", 8, sys.argv[1] == "fma")

@@ -14,7 +14,7 @@ from conftest import pyopencl_importable
 from ert.hardware import links as hw_links
 from ert.backends import links
 from ert.measure import transfers as stage
-from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
+from ert.records.rawio import transfer_gbytes_per_s, transfer_latency_us
 
 pytestmark = [pytest.mark.skipif(not pyopencl_importable(), reason="pyopencl is not importable here"),
               pytest.mark.opencl_device, pytest.mark.slow]
@@ -24,7 +24,7 @@ SIZES = [4096, 65536, 1 << 20]
 @pytest.fixture(scope="module")
 def measured():
     from ert.backends import opencl as ocl
-    from ert.config import from_dict
+    from ert.config.schema import from_dict
 
     backend = ocl.create(options=from_dict({"opencl": {"cpu_reference": False}}).opencl)
     records = []
@@ -93,7 +93,7 @@ def test_a_corrupted_destination_fails_the_check():
 
     from ert.backends import opencl_links
     from ert.backends.opencl_devices import select_device
-    from ert.config import from_dict
+    from ert.config.schema import from_dict
 
     device, _ = select_device(from_dict({}).opencl)
     context = cl.Context([device])

@@ -30,7 +30,7 @@ def test_wheel_ships_kernels_configs_and_schemas(wheel):
     for needed in ("ert/kernels/numba_cpu.py", "ert/configs/default.yaml", "ert/configs/tiny.yaml",
                    "ert/schemas/ceilings-1.schema.json", "ert/schemas/HISTORY.md", "ert/cli/__init__.py",
                    "ert/kernels/ert_opencl.cl", "ert/kernels/ert_cuda.cu", "ert/kernels/ert_cuda_wgmma.cu", "ert/configs/gpu-a100.yaml",
-                   "ert/configs/thorough-cpu.yaml", "ert/consumers/html_report.js", "ert/consumers/html_report.css"):
+                   "ert/configs/thorough-cpu.yaml", "ert/consumers/html/html_report.js", "ert/consumers/html/html_report.css"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -44,10 +44,10 @@ def test_installed_wheel_runs_from_packaged_files(wheel, tmp_path):
     # -S keeps the editable install's path hook out; dependencies come from this venv.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), sysconfig.get_paths()["purelib"],
                                                         sysconfig.get_paths()["platlib"]]))
-    probe = ("import ert, ert.config, ert.cli; "
-             "p = ert.config.default_path(); assert p.is_file(), p; "
+    probe = ("import ert, ert.config.schema, ert.cli; "
+             "p = ert.config.schema.default_path(); assert p.is_file(), p; "
              "assert str(p).startswith(%r), p; "
-             "ert.config.load(p); print(ert.__file__)") % str(target)
+             "ert.config.schema.load(p); print(ert.__file__)") % str(target)
     done = subprocess.run([sys.executable, "-S", "-c", probe], env=env, capture_output=True, text=True,
                           cwd=tmp_path)  # not the checkout: `-c` puts the cwd first on sys.path
     assert done.returncode == 0, done.stderr

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from ert.config import RunConfig, from_dict, load
+from ert.config.schema import RunConfig, from_dict, load
 from ert.spec import KernelSpec
 from ert.measure.plan import Point, kernel_specs, plan, working_sets
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
-from ert.consumers.plot import _fmt_rate
+from ert.consumers.plots.plot import _fmt_rate
 
 pytestmark = pytest.mark.slow  # every test here runs ert-run, pip or a tool as a process
 

@@ -7,10 +7,11 @@ import json
 import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
-from ert.consumers.appdata import load_app, parse_number, unit_scale
-from ert.ceilings_io import load_ceilings
+from ert.consumers.profile.appdata import load_app
+from ert.interop.kernel_data import parse_number, unit_scale
+from ert.records.ceilings_io import load_ceilings
 from ert.errors import ErtError
-from ert.consumers.profile import fma_ratio_ceiling, profile_all
+from ert.consumers.profile.profile import fma_ratio_ceiling, profile_all
 
 DATA = REPO / "tests" / "data"
 CPU = DATA / "ceilings-handworked-cpu.json"  # fp64 rw: L1 400, L2 200, L3 100, DRAM 25 GB/s; FP64 FMA 100 GFLOP/s

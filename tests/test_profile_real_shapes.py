@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ert import cli
-from ert.consumers.appdata import load_app
+from ert.consumers.profile.appdata import load_app
 from ert.errors import ErtError
 from conftest import REPO, run_cmd, stderr_lines
 

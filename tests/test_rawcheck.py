@@ -1,4 +1,4 @@
-"""raw.jsonl records checked by type and range as they are read (ert.rawcheck): one line naming the line and
+"""raw.jsonl records checked by type and range as they are read (ert.records.rawcheck): one line naming the line and
 key, in analyze and before `--resume` measures anything."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
 from ert.errors import ErtError
-from ert.rawio import read_raw
+from ert.records.rawio import read_raw
 
 RAW = REPO / "tests" / "data" / "bare-zen4-fp64.raw.jsonl"
 
@@ -96,7 +96,7 @@ def test_resume_refuses_a_damaged_record_before_measuring_anything(tiny_copy):
 
 def test_a_re_measurement_is_checked_as_its_point_is(tmp_path):
     """A "confirm" record (issue 30) carries a point's keys and the point it repeats: checked the same way."""
-    from ert.rawio import confirm_record
+    from ert.records.rawio import confirm_record
 
     lines = RAW.read_text().splitlines()
     point = json.loads(lines[1])

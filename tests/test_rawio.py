@@ -1,4 +1,4 @@
-"""raw.jsonl (ert/rawio.py): appending, and the repair of a tail a kill left torn."""
+"""raw.jsonl (ert/records/rawio.py): appending, and the repair of a tail a kill left torn."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ert.errors import ErtError
-from ert.rawio import RawWriter, read_raw
+from ert.records.rawio import RawWriter, read_raw
 
 
 def _write(path, data: bytes):
@@ -59,7 +59,7 @@ def test_write_raw_round_trips_every_record_type_and_save_raw_keeps_link_and_net
     from conftest import run_cmd
     from test_transfers import curve
 
-    from ert.rawio import confirm_record, write_raw
+    from ert.records.rawio import confirm_record, write_raw
 
     source = Path(__file__).parent / "data" / "bare-zen4-fp64.raw.jsonl"
     lines = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
@@ -71,7 +71,7 @@ def test_write_raw_round_trips_every_record_type_and_save_raw_keeps_link_and_net
                "wss_bytes": held["wss_bytes"], "elements": held["elements"], "trials_per_region": held["trials"],
                "region_seconds": [held["seconds"]["median"]] * 10, "hold_seconds": 10 * held["seconds"]["median"],
                "valid": True, "check": "ok", "time": 0.0}
-    # A re-measurement of the fastest read+write point (ert.measure.confirm), 3 % slower: it confirms it.
+    # A re-measurement of the fastest read+write point (ert.measure.window_search), 3 % slower: it confirms it.
     rw = [r for r in lines if r["type"] == "point" and r["spec"]["access"] == "rw"
           and r["spec"]["flops_per_element"] == 1 and not r["noisy"]]
     fastest = max(rw, key=lambda r: r["wss_bytes"] * r["trials"] / r["seconds"]["median"] if r["wss_bytes"] <= 1 << 16
@@ -119,7 +119,7 @@ def test_write_raw_round_trips_every_record_type_and_save_raw_keeps_link_and_net
 
 
 def test_write_raw_writes_through_the_atomic_writer_with_the_usual_mode(tmp_path):
-    from ert.rawio import header_record, write_raw
+    from ert.records.rawio import header_record, write_raw
 
     writer = RawWriter(tmp_path / "raw.jsonl")
     writer.append(header_record({"metadata": {"m": 1}, "planned_points": 2}))

@@ -1,11 +1,11 @@
-"""The stage frame (ert/rawlog.py): one writer, the records filed for later stages, Ctrl-C and errors."""
+"""The stage frame (ert/records/rawlog.py): one writer, the records filed for later stages, Ctrl-C and errors."""
 
 from __future__ import annotations
 
 import pytest
 
-from ert.rawio import RAW_VERSION, end_record, read_raw
-from ert.rawlog import RawLog
+from ert.records.rawio import RAW_VERSION, end_record, read_raw
+from ert.records.rawlog import RawLog
 
 
 def _new_log(tmp_path, **header):

@@ -24,12 +24,12 @@ import pytest
 
 from ert.analysis.ceilings import build
 from ert.backends.check import CheckResult
-from ert.config import default_path, from_dict, load
+from ert.config.schema import default_path, from_dict, load
 from ert.measure.comm import SerialComm
 from ert.measure.driver import run_sweep
 from ert.measure.plan import plan
-from ert.rawio import read_raw
-from ert.rawlog import RawLog
+from ert.records.rawio import read_raw
+from ert.records.rawlog import RawLog
 from ert.spec import rates
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "measurements" / "zen5-l2-window"

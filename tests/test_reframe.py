@@ -30,7 +30,7 @@ import yaml
 from conftest import REPO, TINY, run_cmd
 from test_cluster import STATE, VENV, _env, _rig, _why_not
 
-from ert.warning_codes import coded_warnings
+from ert.records.warning_codes import coded_warnings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -19,8 +19,8 @@ from ert.analysis.memory import memory_ceilings
 from ert.analysis.levels import NamedLevel
 from ert.analysis.plateaus import Plateau
 from ert.analysis.regimes import MIN_REGIME_POINTS, find_regimes, judge_levels, unassigned_points
-from ert.hwinfo import CacheInfo
-from ert.rawio import read_raw
+from ert.hardware.hwinfo import CacheInfo
+from ert.records.rawio import read_raw
 from ert.spec import rates
 
 DATA = Path(__file__).parent / "data"
@@ -240,7 +240,7 @@ def test_a_last_level_break_far_past_the_l3_hint_says_what_it_suggests():
 
 
 def test_ert_show_prints_a_level_with_several_regimes_as_its_range_and_regimes():
-    from ert.consumers.report import _regimes_note
+    from ert.consumers.terminal.report import _regimes_note
 
     entry = {"level": "L2", "gbytes_per_s": 950.0, "range_gbytes_per_s": [560.0, 1010.0],
              "regimes": [{"wss_bytes": [96 * KIB, 400 * KIB], "gbytes_per_s": 610.0, "n_points": 6},

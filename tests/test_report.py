@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ert.ceilings_io import validate
-from ert.consumers.report import format_ceilings
-from ert.consumers.report_cells import format_rate
+from ert.records.ceilings_io import validate
+from ert.consumers.terminal.report import format_ceilings
+from ert.consumers.terminal.report_cells import format_rate
 from ert.units import human_bytes
 
 

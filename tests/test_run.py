@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ert.ceilings_io import SCHEMA_VERSION
-from ert.ceilings_io import load_ceilings
-from ert.config import load
+from ert.records.ceilings_io import SCHEMA_VERSION
+from ert.records.ceilings_io import load_ceilings
+from ert.config.schema import load
 
 from conftest import (command, numba_plan, point_records, raw_lines, raw_records, run_cmd, stderr_lines,
                       write_config)
@@ -388,7 +388,7 @@ def test_resume_rebuilds_a_deleted_config_yaml_from_the_header(tiny_copy):
 
 @pytest.mark.parametrize("how", ["--resume", "--restart"])
 def test_a_run_killed_before_its_header_is_no_dead_end(tmp_path, how):
-    from ert.config import from_dict
+    from ert.config.schema import from_dict
     from ert.measure import rundir
 
     run = tmp_path / "run"
@@ -426,7 +426,7 @@ def run_cmd_env(args, env) -> subprocess.CompletedProcess:
 
 
 def test_more_threads_than_cpus_is_a_warning_in_the_run_and_in_ceilings_json(tmp_path):
-    from ert.warning_codes import coded_warnings
+    from ert.records.warning_codes import coded_warnings
 
     cpus = len(os.sched_getaffinity(0))
     cfg = write_config(tmp_path / "micro.yaml", MICRO)

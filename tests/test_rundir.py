@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from ert import hwinfo
-from ert.config import from_dict, load
+from ert.hardware import hwinfo
+from ert.config.schema import from_dict, load
 from ert.errors import ErtError
 from ert.measure import rundir
 from ert.measure.metadata import run_header

@@ -9,15 +9,15 @@ import sys
 
 import pytest
 
-from ert import runlock
+from ert.records import runlock
 from ert.errors import ErtError
-from ert.rawio import RawWriter
+from ert.records.rawio import RawWriter
 
 # A second process that takes the lock (or a RawWriter, which does), says so, and holds it until killed.
 HOLDER = """
 import sys, time
-from ert import runlock
-from ert.rawio import RawWriter
+from ert.records import runlock
+from ert.records.rawio import RawWriter
 held = RawWriter(sys.argv[1] + "/raw.jsonl") if sys.argv[2] == "writer" else runlock.hold(sys.argv[1])
 print("held", flush=True)
 time.sleep(120)

@@ -9,13 +9,13 @@ from collections import Counter
 
 import pytest
 
-from ert.warning_codes import CODES
-from ert.ceilings_io import SCHEMA_VERSION
+from ert.records.warning_codes import CODES
+from ert.records.ceilings_io import SCHEMA_VERSION
 from ert.measure.adaptive import AdaptivePlanner
-from ert.ceilings_io import load_ceilings, validate
-from ert.config import load
+from ert.records.ceilings_io import load_ceilings, validate
+from ert.config.schema import load
 from ert.measure.driver import _cache_resident_bytes, cache_windows
-from ert.consumers.report import format_ceilings
+from ert.consumers.terminal.report import format_ceilings
 from ert.measure.modes import plan_for
 
 from conftest import command, numba_plan, point_records, raw_records, run_cmd, write_config
@@ -173,9 +173,9 @@ def test_adaptive_run_resumes_after_kill_9_and_finishes_its_plan(tmp_path):
     candidates = numba_plan(cfg, threads)
     # As the driver builds it (numba-cpu's caches are the host's: None here), with its re-measurements.
     from ert.backends.numba_cpu import NumbaCpuBackend
-    from ert.measure.confirm import level_windows
+    from ert.measure.window_search import level_windows
     from ert.measure.driver import _capacities
-    from ert.rawio import read_raw
+    from ert.records.rawio import read_raw
 
     granule = NumbaCpuBackend(threads=threads).granule_elements
     planner = AdaptivePlanner(candidates, growth=cfg.working_set.growth,

@@ -6,7 +6,7 @@ import pytest
 
 from ert.cli import select
 from ert.cli.run import _thread_counts
-from ert.config import from_dict
+from ert.config.schema import from_dict
 from ert.errors import ErtError
 
 

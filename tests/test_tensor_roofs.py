@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import REPO, run_cmd
-from ert.ceilings_io import validate
+from ert.records.ceilings_io import validate
 from ert.consumers import roofs as roofs_mod
 
 GPU = REPO / "tests" / "data" / "ceilings-handworked-gpu.json"
@@ -97,7 +97,7 @@ def test_ert_profile_places_a_tensor_core_gemm_under_the_tensor_roof(tmp_path):
 @pytest.mark.parametrize("cc, per, words", [("7.0", 512, "x 512 FLOPs"), ("9.0", 4096, "sm_90"),
                                             ("10.0", None, "no FLOPs per HMMA instruction known for sm_100")])
 def test_flops_per_tensor_instruction_by_architecture(tmp_path, cc, per, words):
-    from ert.consumers.appdata import load_app
+    from ert.consumers.profile.appdata import load_app
 
     kernel = load_app(_ncu_csv(tmp_path / "k.csv", cc=cc))[0]
     if per is None:
@@ -109,7 +109,7 @@ def test_flops_per_tensor_instruction_by_architecture(tmp_path, cc, per, words):
 
 def test_a_dmma_count_on_sm_90_says_the_wide_shape_does_8x(tmp_path):
     """sm_90 has DMMA.16x8x16 (m16n8k16, 4096 FLOPs) beside DMMA.884 (512, the count assumed): the note says so."""
-    from ert.consumers.appdata import load_app
+    from ert.consumers.profile.appdata import load_app
 
     path = _ncu_csv(tmp_path / "k.csv", cc="9.0")
     path.write_text(path.read_text().replace('"sm__inst_executed_pipe_tensor_op_dmma.sum","inst","0"',
@@ -158,7 +158,7 @@ def test_ert_plot_draws_the_extra_roofs_grouped_with_a_legend(tmp_path):
 
 
 def test_compare_pairs_by_pipe_and_labels_units(tmp_path):
-    from ert.consumers.compare import _rows as compare_rows
+    from ert.consumers.compare.compare import comparison_rows as compare_rows
 
     a, b = a100_doc(), a100_doc()
     b["ceilings"]["compute"] = [c for c in b["ceilings"]["compute"] if c.get("pipe") != "tensor"
@@ -194,9 +194,9 @@ def test_export_carries_tensor_and_integer_roofs_and_reads_back(tmp_path):
     # Read back (ert show reads ERT's roofline.json): tensor rows stay tensor roofs, FP16 FMA stays 78000.
     proc = run_cmd("ert", "show", out)
     assert proc.returncode == 0, proc.stderr
-    from ert.ceilings_io import load_ceilings
+    from ert.interop.ert_results import load_any_ceilings
 
-    back = load_ceilings(out)
+    back = load_any_ceilings(out)
     assert roofs_mod.fma_roof(back, "fp16").gflops_per_s == 78000.0
     assert roofs_mod.tensor_roof(back, "fp64").entry["accumulate"] == "f64"
     csv_text = run_cmd("ert", "export", ceilings, "--format", "csv").stdout
@@ -284,9 +284,9 @@ def test_plot_and_export_keep_int8_in_giops(tmp_path):
     assert ert["metadata"]["INTEGER_GIOPS"] == {"INT32": 19500.0, "INT8 Tensor": 600000.0}
     assert ert["metadata"]["TENSOR"]["INT8 Tensor"] == {"unit": "GIOP/s", "mma_shape": "m16n8k32", "input_type": "s8",
                                                          "accumulate": "s32", "flops_per_mma": 8192}
-    from ert.ceilings_io import load_ceilings
+    from ert.interop.ert_results import load_any_ceilings
 
-    back = roofs_mod.tensor_roof(load_ceilings(out), "int8")
+    back = roofs_mod.tensor_roof(load_any_ceilings(out), "int8")
     assert (back.unit, back.value, back.entry["accumulate"]) == ("GIOP/s", 600000.0, "s32")
     csv_text = run_cmd("ert", "export", ceilings, "--format", "csv").stdout
     assert 'compute,"INT8 tensor (mma.sync m16n8k32, s32 accumulate)",,int8,,true,600000.0,GIOP/s' in csv_text

@@ -15,23 +15,23 @@ import numpy as np
 import pytest
 
 from conftest import command
-from ert import config as config_mod
+from ert.config import schema as config_mod
 from ert.analysis.ceilings import build
 from ert.analysis.transfers import best_pair, plateau_of_largest, transfer_ceilings
-from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
-from ert.ceilings_io import SCHEMA_VERSION, load_ceilings, validate, write_ceilings
+from ert.records.rawio import transfer_gbytes_per_s, transfer_latency_us
+from ert.records.ceilings_io import SCHEMA_VERSION, load_ceilings, validate, write_ceilings
 from ert.consumers import roofs
-from ert.consumers.compare import format_comparison
-from ert.consumers.report import format_ceilings
+from ert.consumers.compare.compare import format_comparison
+from ert.consumers.terminal.report import format_ceilings
 from ert.errors import ErtError
 from ert.measure import rundir
 from ert.measure.comm import SerialComm
-from ert.hwinfo import read_nics
+from ert.hardware.hwinfo import read_nics
 from ert.measure.metadata import run_header
 from ert.measure.network import node_id, plan_pairs
 from ert.measure.transfers import run_transfers
-from ert.rawio import end_record, read_raw
-from ert.rawlog import RawLog
+from ert.records.rawio import end_record, read_raw
+from ert.records.rawlog import RawLog
 
 
 def rec(level, variant, size, seconds, *, repeats=10, moved=None, valid=True, pair=None, kind=None, **extra):
@@ -316,9 +316,9 @@ def test_consumers_keep_transfer_levels_apart_from_memory_roofs(tmp_path):
 
 
 def test_plot_and_profile_use_the_link_roofs(tmp_path):
-    from ert.consumers.ncu_csv import read_ncu_csv
-    from ert.consumers.plot import _fmt_rate, plot_roofline
-    from ert.consumers.profile import profile_kernel
+    from ert.interop.ncu_csv import read_ncu_csv
+    from ert.consumers.plots.plot import _fmt_rate, plot_roofline
+    from ert.consumers.profile.profile import profile_kernel
 
     doc = _doc_with_transfers()
     path = tmp_path / "roofline.svg"
@@ -375,7 +375,7 @@ def test_a_network_only_run_on_one_rank_says_nothing_was_measured(tmp_path):
 # ----------------------------------------------------------------------------- the link between hosts
 from ert.analysis.rated import occupied_cores  # noqa: E402
 from ert.analysis.transfers import MIN_INTERFACE_SHARE, interface_share  # noqa: E402
-from ert.hwinfo import iface_bytes, interfaces, route_between  # noqa: E402
+from ert.hardware.hwinfo import iface_bytes, interfaces, route_between  # noqa: E402
 
 VETH_ROUTE = {"name": "eth0", "address": "10.77.0.11/24", "virtual": True, "kind": "veth", "speed_mbit": 10000,
               "peer_address": "10.77.0.12/24", "from": "node1", "to": "node2"}

@@ -1,4 +1,4 @@
-"""Warning codes and groups (ert.warning_codes): written beside every warning, read back, classified when absent."""
+"""Warning codes and groups (ert.records.warning_codes): written beside every warning, read back, classified when absent."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from ert.analysis.ceilings import build
-from ert.ceilings_io import validate
+from ert.records.ceilings_io import validate
 from ert.errors import ErtError
-from ert.rawio import read_raw
-from ert.warning_codes import CODES, GROUPS, classify, code_of, coded_warnings, codes_of, relabel, warn
+from ert.records.rawio import read_raw
+from ert.records.warning_codes import CODES, GROUPS, classify, code_of, coded_warnings, codes_of, relabel, warn
 
 DATA = Path(__file__).parent / "data"
 BUSY = DATA / "bare-2core-busy.ceilings.json"

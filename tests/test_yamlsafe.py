@@ -1,4 +1,4 @@
-"""Bounded YAML (ert.yamlsafe): alias bombs, deep nesting and duplicate keys are one line each, at once,
+"""Bounded YAML (ert.config.yamlsafe): alias bombs, deep nesting and duplicate keys are one line each, at once,
 in run configs (`ert validate`, `ert-run`) and in `ert profile`'s application files."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import run_cmd, stderr_lines
-from ert.config import load
+from ert.config.schema import load
 from ert.errors import ErtError
 
 # Nine levels of nine aliases: 9^9 (387 million) strings once expanded, under a key the schema knows.
@@ -44,7 +44,7 @@ def _load_fault(tmp_path, text: str) -> tuple[str, float]:
 
     path = tmp_path / "c.yaml"
     path.write_text(text)
-    code = ("import sys, time\nfrom ert.config import load\nfrom ert.errors import ErtError\n"
+    code = ("import sys, time\nfrom ert.config.schema import load\nfrom ert.errors import ErtError\n"
             "start = time.perf_counter()\ntry:\n    load(sys.argv[1])\nexcept ErtError as exc:\n"
             "    print(f'{time.perf_counter() - start:.3f} {exc}')\n")
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30)
@@ -76,7 +76,7 @@ def test_merge_keys_and_small_aliases_still_load(tmp_path):
     path.write_text("timing: &t {repeats: 3}\nprecisions: &p [fp64]\nthread_counts: [1]\nthreads: 1\n")
     cfg = load(path)
     assert cfg.timing.repeats == 3 and cfg.precisions == ["fp64"]
-    from ert import yamlsafe
+    from ert.config import yamlsafe
 
     assert yamlsafe.load("base: &b {x: 1, y: 2}\nuse:\n  <<: *b\n  y: 3\n")["use"] == {"x": 1, "y": 3}
 
@@ -87,7 +87,7 @@ def test_merge_keys_and_small_aliases_still_load(tmp_path):
     ("kernels:\n  - name: a\n    name: b\n    seconds: 1\n", "duplicate key 'name'"),
 ])
 def test_profile_app_yaml_is_bounded_too(tmp_path, text, words):
-    from ert.consumers.appdata import read_handwritten
+    from ert.consumers.profile.appdata import read_handwritten
 
     with _deadline(10), pytest.raises(ErtError) as info:
         read_handwritten(text, path=tmp_path / "app.yaml", as_json=False)

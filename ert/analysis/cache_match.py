@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..hwinfo import CacheInfo, aggregate_capacity_bytes
-from ..units import human_bytes as fmt_bytes
-from .plateaus import Plateau
+from ert.hardware.hwinfo import CacheInfo, aggregate_capacity_bytes
+from ert.units import human_bytes as fmt_bytes
+from ert.analysis.plateaus import Plateau
 
 # A break within this factor of a cache's aggregate capacity matches it.
 # Beyond it the hint and the measurement disagree and a warning says so: a VM

@@ -6,15 +6,15 @@ import copy
 import statistics
 
 from ert.analysis.hosts import host_ceilings
-from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, mark_not_reproduced, noise_threshold
+from ert.analysis.roof_confirm import DEFAULT_NOISE_THRESHOLD, mark_not_reproduced, noise_threshold
 from ert.analysis.memory import PRECISION_ORDER, caches_by_access, memory_ceilings
 from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.transfers import transfer_ceilings
-from ert.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
+from ert.records.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
-from ert.rawio import RAW_NAME, RawData, best_launches
+from ert.records.rawio import RAW_NAME, RawData, best_launches
 from ert.spec import is_integer, ops_unit, peak_spread, rates
-from ert.warning_codes import codes_of, warn
+from ert.records.warning_codes import codes_of, warn
 
 # A run in which at least this share of the points stayed noisy was measured on a busy machine.
 BUSY_NOISY_SHARE = 0.5
@@ -136,7 +136,7 @@ def build(raw: RawData) -> dict:
     # name (HBM); otherwise the host CPU's caches name the levels.
     cache_list = meta.get("backend_info", {}).get("caches", meta.get("caches_reported", []))
     caches = caches_by_access(cache_list)
-    # A point its re-measurement did not reproduce is noisy for every rule below (ert.analysis.confirm).
+    # A point its re-measurement did not reproduce is noisy for every rule below (ert.analysis.roof_confirm).
     threshold = noise_threshold(meta)
     points, unreproduced = mark_not_reproduced(raw.points, raw.confirms, threshold=threshold)
     memory_name = meta.get("backend_info", {}).get("memory_name", meta.get("memory_name", "DRAM"))
@@ -208,7 +208,7 @@ def build(raw: RawData) -> dict:
     if len(points) < planned or not complete:
         warnings.append(warn("partial-run", f"partial run: {len(points)} of {planned} points measured; "
                         f"finish it with `ert-run --resume RUN_DIR`"))
-    # Each warning's code and group, beside the warnings (schema 1.10; ert.warning_codes).
+    # Each warning's code and group, beside the warnings (schema 1.10; ert.records.warning_codes).
     meta["warning_codes"] = codes_of(warnings)
     meta["wall_seconds"] = round(sum(e.get("wall_seconds", 0.0) for e in raw.ends), 3)
     meta["points"] = {"planned": planned, "measured": len(points), "noisy": len(noisy), "invalid": len(invalid)}

@@ -4,7 +4,7 @@ The aggregate (``ert.analysis.ceilings``) is every rank's bytes over the
 slowest rank's time, ERT's rule, so one slow host lowers every roof and the
 aggregate cannot say which.  A point record of a run on 2+ hosts keeps each
 host's seconds of every timed region (``host_seconds``, written by
-``ert.rawio.point_record``); this module re-reads those, from raw.jsonl alone.
+``ert.records.rawio.point_record``); this module re-reads those, from raw.jsonl alone.
 
 Same analysis, per host:
 
@@ -40,9 +40,9 @@ import numpy as np
 
 from ert.analysis.plateaus import level_over_range
 from ert.analysis.rated import compute_name
-from ert.rawio import best_launches
+from ert.records.rawio import best_launches
 from ert.spec import is_integer, rates
-from ert.warning_codes import warn
+from ert.records.warning_codes import warn
 
 DEFAULT_SLOW_HOST_THRESHOLD = 0.10
 # A host is named slow on a ceiling only when its shortfall is beyond this many sigmas of the scatter of its

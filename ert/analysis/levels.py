@@ -46,12 +46,12 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..hwinfo import CacheInfo
-from ..units import human_bytes as fmt_bytes
-from ..warning_codes import warn
-from .cache_match import BOUNDARY_FACTOR, MEMORY, CacheHint, CacheMatch, cache_hints, match_caches
-from .level_spans import cover_to_end, merge_plateaus, points_before, split_ramp
-from .plateaus import Curve, Plateau, local_noise
+from ert.hardware.hwinfo import CacheInfo
+from ert.units import human_bytes as fmt_bytes
+from ert.records.warning_codes import warn
+from ert.analysis.cache_match import BOUNDARY_FACTOR, MEMORY, CacheHint, CacheMatch, cache_hints, match_caches
+from ert.analysis.level_spans import cover_to_end, merge_plateaus, points_before, split_ramp
+from ert.analysis.plateaus import Curve, Plateau, local_noise
 
 # Rule 2: an extra level the hints do not list needs a plateau at least this
 # wide (working-set ratio) on both sides of the step ...

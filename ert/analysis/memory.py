@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, again_rates
+from ert.analysis.roof_confirm import DEFAULT_NOISE_THRESHOLD, again_rates
 from ert.analysis.levels import NamedLevel, fmt_bytes, name_levels
 from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tail
 from ert.analysis.regimes import judge_levels, unassigned_points
-from ert.hwinfo import CacheInfo
+from ert.hardware.hwinfo import CacheInfo
 from ert.spec import rates
-from ert.warning_codes import relabel, warn
+from ert.records.warning_codes import relabel, warn
 
 PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2, "int32": 3, "int64": 4}
 # A level whose plateau_spread (ert.spec) is above this is not flat:
@@ -107,7 +107,7 @@ def memory_ceilings(points: list[dict], caches, *, workers: int, memory_name: st
     warning says so.  ``caches`` is a list (for every curve) or a dict by access
     pattern (``caches_by_access``): a level whose hint does not apply to an
     access pattern is never given to its curves.  ``confirms`` are the run's re-measurements ("confirm"
-    records): every level is roofed by the fastest rate confirmed inside its window (ert.analysis.confirm),
+    records): every level is roofed by the fastest rate confirmed inside its window (ert.analysis.roof_confirm),
     within ``threshold`` (the run's noise threshold).
     """
     again = again_rates(confirms)

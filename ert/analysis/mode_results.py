@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ert.spec import KernelSpec
-from ert.warning_codes import codes_of, warn
+from ert.records.warning_codes import codes_of, warn
 
 # A hold whose last tenth runs this much slower than its first tenth throttled
 # (or was disturbed): say so.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ert.spec import is_integer, ops_unit
 from ert.hardware import no_rated_text
-from ert import warning_codes
+from ert.records import warning_codes
 
 ABOVE_RATED = 1.05
 BELOW_RATED = 0.75
@@ -156,10 +156,10 @@ def _memory_rated(rated: dict, level: str, access: str | None) -> dict | None:
 def inside_level(rec: dict, caches: list | None, memory_name: str = "DRAM") -> str | None:
     """The level (L2, L3 ... or ``memory_name``) whose range a point's working set lies well inside, or None.
 
-    ``caches`` are the run's cache hints (ert.hwinfo.CacheInfo) for the
+    ``caches`` are the run's cache hints (ert.hardware.hwinfo.CacheInfo) for the
     point's access pattern.  L1 is not named: every point is held to it already.
     """
-    from ert.hwinfo import aggregate_capacity_bytes
+    from ert.hardware.hwinfo import aggregate_capacity_bytes
 
     if not caches:
         return None

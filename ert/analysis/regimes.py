@@ -33,7 +33,7 @@ applied here after the levels are named:
   L2: 300-454 GB/s at random), so a median reads the host's load, not the
   cache; one or two fast points alone make no regime.  The level's value
   is the rate of its fastest regime, or its fastest confirmed point where
-  that is higher (ert.analysis.confirm: measured again, or a neighbour
+  that is higher (ert.analysis.roof_confirm: measured again, or a neighbour
   agrees; one or two working sets can be enough there).  Its
   points are its own plus the whole window, its spread is over all of them
   and ``range_gbytes_per_s`` gives their lowest and highest clean rates, so
@@ -51,7 +51,7 @@ above the level's plateau by more than ``MEMORY_MODE_MARGIN``, that rate is
 its roof (what the memory gives the kernel while the host lets it), its
 range the lowest to highest clean rate, and a warning says so. One or two
 fast points make no mode; they are the roof only where the run confirmed them
-(ert.analysis.confirm). Points below 2 x the last cache that read more
+(ert.analysis.roof_confirm). Points below 2 x the last cache that read more
 than ``MEMORY_MODE_MARGIN`` above the memory's roof are the last cache's
 transition (a host cache larger than the guest is told, say), not memory: the
 level starts past the last of them, so that none of its points sits above its
@@ -71,14 +71,14 @@ from typing import Sequence
 import numpy as np
 
 from ert.analysis.cache_match import cache_hints
-from ert.analysis.confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, confirmed_roof
+from ert.analysis.roof_confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, confirmed_roof
 from ert.analysis.levels import NamedLevel
 from ert.analysis.plateaus import Plateau
 from ert.analysis.stepfit import log_noise, median_cost_table, optimal_partition
-from ert.hwinfo import CacheInfo
+from ert.hardware.hwinfo import CacheInfo
 from ert.spec import plateau_spread
 from ert.units import human_bytes as fmt_bytes
-from ert.warning_codes import warn
+from ert.records.warning_codes import warn
 
 # A regime is at least this many neighbouring points: with one point in a
 # window lifted by chance (a quiet moment on a shared host), three points
@@ -154,7 +154,7 @@ class JudgedLevel:
     level: NamedLevel
     regimes: tuple[Regime, ...] = ()
     range_gbytes_per_s: tuple[float, float] | None = None
-    confirmed: Confirmed | None = None  # the window's fastest confirmed point (ert.analysis.confirm)
+    confirmed: Confirmed | None = None  # the window's fastest confirmed point (ert.analysis.roof_confirm)
 
 
 def _is_cache(name: str) -> bool:
@@ -285,7 +285,7 @@ def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, worker
                  label: str, again: Sequence[Sequence[float]] | None = None,
                  noise_threshold: float = DEFAULT_NOISE_THRESHOLD) -> tuple[list[JudgedLevel], list[str]]:
     """Rule 6 over one curve's named levels: each judged cache level valued at its fastest sustained regime, and
-    every level with a window roofed by the fastest rate the run confirmed there (ert.analysis.confirm).
+    every level with a window roofed by the fastest rate the run confirmed there (ert.analysis.roof_confirm).
 
     ``again[i]`` are the rates of point i's re-measurements (None: no re-measurements at all)."""
     wss = np.asarray(wss_bytes, dtype=float)

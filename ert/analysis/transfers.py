@@ -12,10 +12,10 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from ert.rawio import transfer_gbytes_per_s, transfer_latency_us
+from ert.records.rawio import transfer_gbytes_per_s, transfer_latency_us
 from ert.spec import plateau_spread
 from ert.hardware import NO_RATED, no_rated_text
-from ert.warning_codes import warn
+from ert.records.warning_codes import warn
 
 KINDS = ("link", "peer", "network")
 # Order in which levels are reported: links, then peers, then the network.

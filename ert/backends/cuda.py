@@ -101,8 +101,8 @@ class CudaBackend:
     threads = 1
 
     def __init__(self, *, options=None, local_rank: int = 0, local_size: int = 1, device=None):
-        """``options``: the config's ``cuda`` block (ert.config.CudaOptions; defaults when None)."""
-        from ert.config import CudaOptions
+        """``options``: the config's ``cuda`` block (ert.config.schema.CudaOptions; defaults when None)."""
+        from ert.config.schema import CudaOptions
 
         options = options if options is not None else CudaOptions()
         self.local_rank, self.local_size = local_rank, local_size

@@ -5,7 +5,7 @@ Shared by the device backends' ``link_transfers`` (``ert.backends.opencl_links``
 per (level, variant), which moves the bytes and times them on its device;
 ``ert.measure.transfers`` does the rest (sizes from ``config.TransferOptions.sizes``,
 calibration, samples, checks, records) in one place for every runtime, and
-``ert.rawio.transfer_gbytes_per_s`` / ``transfer_latency_us`` compute the rates.
+``ert.records.rawio.transfer_gbytes_per_s`` / ``transfer_latency_us`` compute the rates.
 The rated link rates (PCIe, C2C, NVLink) are hardware facts: ``ert.hardware.links``.
 
 Words (as in raw.jsonl's "transfer" records): a **transfer** is one copy of

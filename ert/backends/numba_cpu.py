@@ -107,7 +107,7 @@ class NumbaCpuBackend:
     def describe(self) -> dict:
         """Device, what Numba compiled with, and the rated ceilings (measured once per backend)."""
         if self._described is None:
-            from ert import hwinfo
+            from ert.hardware import hwinfo
 
             from ert.hardware import arm
 
@@ -156,7 +156,7 @@ class NumbaCpuBackend:
 
     def rated(self) -> dict:
         """The rated ceilings of the cores this backend runs on, with their derivation."""
-        from ert import hwinfo
+        from ert.hardware import hwinfo
         from ert.hardware import cpu
 
         if self.emulated:  # no clock, no table: an emulator's rates say nothing about a machine

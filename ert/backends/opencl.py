@@ -56,7 +56,7 @@ def contract_warning(precision: str, fused: int) -> str:
 
 
 def create(*, threads: int = 1, options=None, local_rank: int = 0, local_size: int = 1) -> "OpenCLBackend":
-    """``options``: the config's ``opencl`` block (ert.config.OpenCLOptions; defaults when None); ``threads`` is
+    """``options``: the config's ``opencl`` block (ert.config.schema.OpenCLOptions; defaults when None); ``threads`` is
     ignored (one host thread per rank drives the device)."""
     return OpenCLBackend(options=options, local_rank=local_rank, local_size=local_size)
 
@@ -71,7 +71,7 @@ class OpenCLBackend:
         import numpy as np
         import pyopencl as cl
 
-        from ert.config import OpenCLOptions
+        from ert.config.schema import OpenCLOptions
 
         self._np, self._cl = np, cl
         self.options = options if options is not None else OpenCLOptions()
@@ -389,7 +389,7 @@ class OpenCLBackend:
         """numba-cpu's FP64 FMA peak on this node, measured once (a CPU device, rank 0 of the node), or None."""
         if (self.kind == "cpu" and self._want_reference and self._cpu_reference is None
                 and self._measure_reference is not None):
-            from ert import hwinfo
+            from ert.hardware import hwinfo
 
             self._cpu_reference = self._measure_reference(max(1, hwinfo.usable_cpus() // max(self.local_size, 1)))
         return self._cpu_reference

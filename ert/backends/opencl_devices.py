@@ -326,7 +326,7 @@ def cache_hints(device, *, local_size: int = 1) -> tuple[list[dict], str]:
     ``gpu_cache_hints``.
     """
     if type_name(device) == "cpu":
-        from ert import hwinfo
+        from ert.hardware import hwinfo
 
         cpus = os.cpu_count() or 1
         used = max(1, min(int(device.max_compute_units), cpus))

@@ -22,8 +22,8 @@ VERBOSE_HELP = ("the report in full: every warning whole, every derivation, the 
 
 # ---------------------------------------------------------------------------- ert subcommands
 def cmd_validate(args) -> int:
-    from ert import config as config_mod
-    from ert import hwinfo
+    from ert.config import schema as config_mod
+    from ert.hardware import hwinfo
     from ert.measure.plan import kernel_specs, plan
 
     cfg = config_mod.load(args.config)
@@ -123,11 +123,11 @@ def cmd_analyze(args) -> int:
     import json
 
     from ert.analysis.ceilings import build
-    from ert.ceilings_io import validate, write_ceilings
-    from ert.rawio import read_raw
-    from ert.consumers.report import format_ceilings
+    from ert.records.ceilings_io import validate, write_ceilings
+    from ert.records.rawio import read_raw
+    from ert.consumers.terminal.report import format_ceilings
 
-    from ert.ert_raw import looks_like_ert_results, read_ert_results
+    from ert.interop.ert_raw import looks_like_ert_results, read_ert_results
 
     # An ERT results run (FLOPS.NNN/MPI.NNNN/OpenMP.NNNN/max) is analysed like an ert run.
     raw = read_ert_results(args.raw) if looks_like_ert_results(Path(args.raw)) else read_raw(args.raw)
@@ -138,8 +138,8 @@ def cmd_analyze(args) -> int:
     doc = build(raw)
     validate(doc, path=args.raw)  # a fault in what the analysis built names the input, not only a key
     if args.save_raw:
-        from ert.files import check_writable
-        from ert.rawio import write_raw
+        from ert.records.files import check_writable
+        from ert.records.rawio import write_raw
 
         if args.output:
             check_writable(args.output)  # a bad -o fails before --save-raw writes anything
@@ -175,7 +175,7 @@ def _complete_rated(meta: dict) -> None:
 
 def _cache_hint(text: str) -> dict:
     """``LEVEL:SIZE[:SHARED_BY]`` (e.g. ``3:8M:4``) as a cache record; a one-line error otherwise."""
-    from ert.hwinfo import parse_size_bytes
+    from ert.hardware.hwinfo import parse_size_bytes
 
     parts = text.split(":")
     try:
@@ -191,15 +191,15 @@ def _cache_hint(text: str) -> dict:
 
 
 def cmd_show(args) -> int:
-    from ert.ceilings_io import load_ceilings
-    from ert.consumers.report import format_ceilings
-    from ert.files import CEILINGS_NAME
+    from ert.interop.ert_results import load_any_ceilings
+    from ert.consumers.terminal.report import format_ceilings
+    from ert.records.files import CEILINGS_NAME
 
     path = Path(args.ceilings)
     if path.is_dir():
         ert_file = path / "roofline.json"  # an ERT results run directory
         path = ert_file if not (path / CEILINGS_NAME).exists() and ert_file.exists() else path / CEILINGS_NAME
-    print(format_ceilings(load_ceilings(path), verbose=args.verbose))
+    print(format_ceilings(load_any_ceilings(path), verbose=args.verbose))
     return 0
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ert.errors import ErtError
-from ert.files import CEILINGS_NAME
+from ert.records.files import CEILINGS_NAME
 
 
 # ---------------------------------------------------------------------------- consumers of the ceilings
@@ -24,7 +24,7 @@ def _ceilings_path(text: str) -> Path:
 def _write_or_print(text: str, output) -> None:
     """To stdout, or atomically to ``output``: never a half-written file."""
     if output:
-        from ert.files import write_text_atomic
+        from ert.records.files import write_text_atomic
 
         write_text_atomic(text, output)
     else:
@@ -42,33 +42,33 @@ def _fraction(text: str) -> float:
 
 
 def cmd_plot(args) -> int:
-    from ert.consumers import plot
+    from ert.consumers.plots import plot
 
     plot.check_output(args.output)
     if args.sweep:
         if args.app:
             raise ErtError("--app draws kernels on the roofline; it does not apply to --sweep", key="--app")
-        from ert.ceilings_io import load_ceilings
-        from ert.rawio import read_raw
+        from ert.interop.ert_results import load_any_ceilings
+        from ert.records.rawio import read_raw
 
         run_dir = Path(args.ceilings)
         if not run_dir.is_dir():
             raise ErtError("--sweep needs a run directory (holding raw.jsonl)", path=run_dir)
         raw = read_raw(run_dir)
         if (run_dir / CEILINGS_NAME).exists():
-            doc = load_ceilings(run_dir / CEILINGS_NAME)
+            doc = load_any_ceilings(run_dir / CEILINGS_NAME)
         else:  # a run cut before its ceilings were written: build them from its records
             from ert.analysis.ceilings import build
 
             doc = build(raw)
-        from ert.consumers.plot_sweep import plot_sweep
+        from ert.consumers.plots.plot_sweep import plot_sweep
 
         plot_sweep(raw, doc, args.output)
     else:
-        from ert.consumers.appdata import load_app
-        from ert.ceilings_io import load_ceilings
+        from ert.consumers.profile.appdata import load_app
+        from ert.interop.ert_results import load_any_ceilings
 
-        doc = load_ceilings(_ceilings_path(args.ceilings))
+        doc = load_any_ceilings(_ceilings_path(args.ceilings))
         kernels = [k for path in args.app or [] for k in load_app(path)]
         plot.plot_roofline(doc, args.output, kernels=kernels, precision=args.precision, access=args.access)
     print(f"plot: {args.output}", file=sys.stderr)
@@ -78,11 +78,11 @@ def cmd_plot(args) -> int:
 def cmd_profile(args) -> int:
     import json
 
-    from ert.consumers import profile
-    from ert.consumers.appdata import load_app
-    from ert.ceilings_io import load_ceilings
+    from ert.consumers.profile import profile
+    from ert.consumers.profile.appdata import load_app
+    from ert.interop.ert_results import load_any_ceilings
 
-    doc = load_ceilings(_ceilings_path(args.ceilings))
+    doc = load_any_ceilings(_ceilings_path(args.ceilings))
     kernels = load_app(*args.app)
     profiles = profile.profile_all(kernels, doc, access=args.access, fma_ratio=args.fma_ratio)
     if args.json:
@@ -95,20 +95,20 @@ def cmd_profile(args) -> int:
 def cmd_compare(args) -> int:
     import json
 
-    from ert.consumers import compare
-    from ert.ceilings_io import load_ceilings
+    from ert.consumers.compare import compare
+    from ert.interop.ert_results import load_any_ceilings
 
     if args.hosts:
         return _compare_hosts(args)
     if len(args.ceilings) < 2:
         raise ErtError("give at least two ceiling files to compare", key="CEILINGS_JSON")
     paths = [_ceilings_path(p) for p in args.ceilings]
-    docs = [load_ceilings(p) for p in paths]
+    docs = [load_any_ceilings(p) for p in paths]
     labels = args.labels.split(",") if args.labels else compare.default_labels(docs, [str(p) for p in paths])
     if len(labels) != len(docs):
         raise ErtError(f"{len(labels)} label(s) for {len(docs)} files", key="--labels")
     if args.plot:
-        from ert.consumers.plot import check_output
+        from ert.consumers.plots.plot import check_output
 
         check_output(args.plot)
     if args.json:
@@ -116,7 +116,9 @@ def cmd_compare(args) -> int:
     else:
         print(compare.format_comparison(docs, labels))
     if args.plot:
-        compare.plot_comparison(docs, labels, args.plot)
+        from ert.consumers.plots import compare_chart
+
+        compare_chart.plot_comparison(docs, labels, args.plot)
         print(f"plot: {args.plot}", file=sys.stderr)
     return 0
 
@@ -125,14 +127,15 @@ def _compare_hosts(args) -> int:
     """`ert compare RUN --hosts`: one run's hosts side by side (its ceilings.json `hosts` section)."""
     import json
 
-    from ert.ceilings_io import load_ceilings
-    from ert.consumers import compare, hosts_table
+    from ert.interop.ert_results import load_any_ceilings
+    from ert.consumers.compare import compare
+    from ert.consumers.terminal import hosts_table
 
     if len(args.ceilings) != 1:
         raise ErtError(f"--hosts compares the hosts of one run: give one ceilings.json or run directory, "
                        f"not {len(args.ceilings)}", key="--hosts")
     path = _ceilings_path(args.ceilings[0])
-    doc = load_ceilings(path)
+    doc = load_any_ceilings(path)
     if not doc.get("hosts"):
         raise ErtError("no per-host ceilings: the run was on one host, or written before schema 1.10 "
                        "(`ert analyze RUN_DIR -o FILE` re-derives them from a raw.jsonl with host_seconds)",
@@ -140,7 +143,7 @@ def _compare_hosts(args) -> int:
     if args.labels:
         raise ErtError("--labels names machines; with --hosts the columns are the run's host names", key="--labels")
     if args.plot:
-        from ert.consumers.plot import check_output
+        from ert.consumers.plots.plot import check_output
 
         check_output(args.plot)
     if args.json:
@@ -148,7 +151,9 @@ def _compare_hosts(args) -> int:
     else:
         print(hosts_table.format_hosts_comparison(doc))
     if args.plot:
-        compare.plot_comparison(*hosts_table.host_docs(doc), args.plot)
+        from ert.consumers.plots import compare_chart
+
+        compare_chart.plot_comparison(*hosts_table.host_docs(doc), args.plot)
         print(f"plot: {args.plot}", file=sys.stderr)
     return 0
 
@@ -156,9 +161,9 @@ def _compare_hosts(args) -> int:
 def _report_machine(text: str):
     """One input of `ert report`: a run directory (its ceilings and raw records), a ceilings.json or ERT's
     roofline.json (ceilings only)."""
-    from ert.ceilings_io import load_ceilings
-    from ert.consumers.html_report import Machine
-    from ert.rawio import RAW_NAME, read_raw
+    from ert.interop.ert_results import load_any_ceilings
+    from ert.consumers.html.page import Machine
+    from ert.records.rawio import RAW_NAME, read_raw
 
     path = Path(text)
     if not path.exists():
@@ -171,13 +176,13 @@ def _report_machine(text: str):
         from ert.analysis.ceilings import build  # a run cut before its ceilings were written
 
         return Machine(doc=build(raw), source=str(path), raw=raw)
-    return Machine(doc=load_ceilings(ceilings), source=str(path), raw=raw)
+    return Machine(doc=load_any_ceilings(ceilings), source=str(path), raw=raw)
 
 
 def write_report(inputs: list[str], output, labels: list[str] | None = None) -> int:
     """The HTML report of ``inputs`` (one run, or several machines compared), written atomically; its size in bytes."""
-    from ert.consumers import html_report
-    from ert.files import write_text_atomic
+    from ert.consumers.html import page as html_report
+    from ert.records.files import write_text_atomic
 
     machines = [_report_machine(text) for text in inputs]
     if labels is not None and len(labels) != len(machines):
@@ -197,8 +202,8 @@ def cmd_report(args) -> int:
 
 def _export_tool(args, doc: dict) -> int:
     """ncu-section, rocprof-compute, kerncraft, carm: files another roofline tool loads (kerncraft: its own module)."""
-    from ert.files import write_text_atomic
-    from ert.consumers import export_tools
+    from ert.records.files import write_text_atomic
+    from ert.consumers.export import export_tools
     from ert.errors import read_user_text
 
     fmt = args.format
@@ -233,18 +238,19 @@ def _export_tool(args, doc: dict) -> int:
             out = out / "roofline.csv"
         _write_or_print(text, out)
         return 0
-    from ert.consumers.kerncraft import to_kerncraft
+    from ert.consumers.export.kerncraft import to_kerncraft
 
     _write_or_print(to_kerncraft(doc), out)
     return 0
 
 
 def cmd_export(args) -> int:
-    from ert.consumers import export, export_tools
-    from ert.ceilings_io import load_ceilings
+    from ert.consumers.export import export
+    from ert.consumers.export import export_tools
+    from ert.interop.ert_results import load_any_ceilings
 
     source = _ceilings_path(args.ceilings)
-    doc = load_ceilings(source)
+    doc = load_any_ceilings(source)
     kernels = None
     if args.format != "nersc" and (args.layout != "flat" or args.level):
         raise ErtError("--layout and --level apply to the nersc format only", key="--layout" if args.layout != "flat" else "--level")
@@ -255,7 +261,7 @@ def cmd_export(args) -> int:
     if args.app:
         if args.format != "nersc":
             raise ErtError("--app adds application points to the nersc format only", key="--app")
-        from ert.consumers.appdata import load_app
+        from ert.consumers.profile.appdata import load_app
 
         kernels = load_app(args.app)
     if args.format in export_tools.TOOL_FORMATS:
@@ -272,7 +278,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_import_ert_config(args) -> int:
-    from ert import import_ert
+    from ert.interop import import_ert
 
     from ert.errors import read_user_text
 

@@ -59,7 +59,7 @@ def resumed_config(args, run_dir: Path):
 
 def new_run(args, placement):
     """(resolved config, ``--out`` DIR or None) from CONFIG (or the packaged default) and the flags."""
-    from ert import config as config_mod
+    from ert.config import schema as config_mod
     from ert.cli import select
     from ert.measure import rundir
 

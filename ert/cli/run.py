@@ -75,7 +75,7 @@ def _thread_counts(text: str):
 
 
 def _level_names(text: str) -> list[str]:
-    from ert.config import LEVEL_GROUPS
+    from ert.config.schema import LEVEL_GROUPS
 
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = [n for n in names if n not in LEVEL_GROUPS]
@@ -229,7 +229,7 @@ def _run_claimed(args, cfg, run_dir: Path, claim, *, comm, resume: bool, placeme
 
 def _resume_hint(run_dir: Path) -> str:
     """The tail of an error line after the sweep began: how to go on from the points raw.jsonl keeps."""
-    from ert.rawio import RAW_NAME
+    from ert.records.rawio import RAW_NAME
 
     return f"; the points measured are kept: resume with: ert-run --resume {run_dir}" if (
         run_dir / RAW_NAME).exists() else ""
@@ -251,7 +251,7 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
 
     ``raw``: a resumed run's raw data (rank 0 read it, holding the directory's lock).
     """
-    from ert.rawlog import RawLog
+    from ert.records.rawlog import RawLog
 
     cfg, backend, skipped_warning = _open_backend(cfg, run_dir, comm=comm, raw=raw)
     points = _plan(cfg, backend, comm=comm) if "memory" in cfg.levels else []
@@ -340,7 +340,7 @@ def _oversubscribed(backend) -> list:
     """This rank's warning when its CPU backend runs more threads than the cpus it may use: the threads take
     turns, and the rates are shares of those cpus, not the machine's ceilings."""
     from ert.measure.metadata import usable_cpus
-    from ert.warning_codes import warn
+    from ert.records.warning_codes import warn
 
     cpus = usable_cpus()
     if getattr(backend, "name", "") != "numba-cpu" or backend.threads <= cpus:
@@ -404,10 +404,10 @@ def _measure(cfg, points, log, backend, *, comm, quiet: bool):
 def _analyze_and_report(run_dir: Path, result, *, comm, verbose: bool = False) -> int:
     """Rank 0: ceilings.json from raw.jsonl, the report on stdout; 130 (and a resume hint) if interrupted."""
     from ert.analysis.ceilings import build
-    from ert.ceilings_io import write_ceilings
-    from ert.consumers.report import format_ceilings
-    from ert.files import CEILINGS_NAME
-    from ert.rawio import read_raw
+    from ert.records.ceilings_io import write_ceilings
+    from ert.consumers.terminal.report import format_ceilings
+    from ert.records.files import CEILINGS_NAME
+    from ert.records.rawio import read_raw
 
     doc = build(read_raw(run_dir))
     write_ceilings(doc, run_dir / CEILINGS_NAME)

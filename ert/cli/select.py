@@ -10,9 +10,9 @@ def resolve(config, *, source, backend_flag: bool, placement=None):
 
     Under MPI, ``threads: auto`` is the cores this rank was given (placement).
     """
-    from ert import hwinfo
+    from ert.hardware import hwinfo
     from ert.backends import REGISTRY
-    from ert.config import with_overrides
+    from ert.config.schema import with_overrides
 
     backend = config.backend
     if backend == "auto":
@@ -36,7 +36,7 @@ def resolve(config, *, source, backend_flag: bool, placement=None):
 
 def with_device(cfg, selector: str):
     """The config with ``--device`` applied to its backend's options."""
-    from ert.config import from_dict
+    from ert.config.schema import from_dict
 
     data = cfg.to_dict()
     if cfg.backend == "opencl":

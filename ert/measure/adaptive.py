@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ert.spec import rates
-from ert.measure.confirm import WindowSearch
+from ert.measure.window_search import WindowSearch
 from ert.measure.plan import Point
 
 # Neighbouring bandwidth points further apart than this (relative) straddle a
@@ -117,7 +117,7 @@ class AdaptivePlanner:
             self._compute.append([(s, grids[s], self._nearest(grids[s], cache_resident_bytes)) for s in specs])
         # Where the memory's window starts (2 x the last cache): no transitions are bisected past it.
         self._memory_from = max((lo for lo, hi in level_windows if math.isinf(hi)), default=math.inf)
-        # Each level's roof: its window's maximum searched off the grid, then measured again (ert.measure.confirm).
+        # Each level's roof: its window's maximum searched off the grid, then measured again (ert.measure.window_search).
         self._search = WindowSearch([[slot.points[0] for slot in grid] for grid in self._curves
                                      if all(len(slot.points) == 1 for slot in grid)], level_windows,
                                     granule_bytes=granule_bytes, noise_threshold=noise_threshold)
@@ -191,7 +191,7 @@ class AdaptivePlanner:
             # the step) lie on different levels or on the slope between them.
             # From 2 x the last cache on there is one level, the memory: what changes there is the host's
             # state (a shared host's modes), which more points do not settle; its fastest point is measured
-            # again instead (ert.measure.confirm).
+            # again instead (ert.measure.window_search).
             in_memory = grid[a].wss_bytes >= memory
             if abs(values[a] - values[b]) > max(step, (noise[a] + noise[b]) / 2) and not in_memory:
                 if b - a > 1:

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field, replace
 
 from ert.measure import timing as timing_engine
 from ert.measure.adaptive import AdaptivePlanner
-from ert.config import RunConfig, Timing
+from ert.config.schema import RunConfig, Timing
 from ert.measure.progress import Progress
-from ert.measure.confirm import level_windows
-from ert.rawio import confirm_record, point_record
-from ert.rawlog import RawLog
+from ert.measure.window_search import level_windows
+from ert.records.rawio import confirm_record, point_record
+from ert.records.rawlog import RawLog
 from ert.measure.plan import Point, interleaved
 
 
@@ -169,7 +169,7 @@ def _interleave_batch(batch: list[Point]) -> list[Point]:
 
 def _cache_infos(caches: list[dict] | None) -> list:
     """The backend's cache hints (``describe()["caches"]``) as CacheInfo, data and unified only; None: this host's."""
-    from ert import hwinfo
+    from ert.hardware import hwinfo
 
     if caches:
         caches = [hwinfo.CacheInfo(level=c["level"], kind=c.get("kind", "Unified"), size_bytes=c["size_bytes"],
@@ -185,7 +185,7 @@ def cache_windows(caches: list[dict] | None, workers: int) -> list[tuple[int, in
     The same windows the analysis judges a cache level's regimes over (ert.analysis.regimes), so the
     planner samples them densely enough to find the best regime, not only the breaks.
     """
-    from ert import hwinfo
+    from ert.hardware import hwinfo
 
     by_level: dict[int, int] = {}
     for c in _cache_infos(caches):
@@ -196,7 +196,7 @@ def cache_windows(caches: list[dict] | None, workers: int) -> list[tuple[int, in
 
 def _capacities(caches: list[dict] | None, workers: int) -> list[int]:
     """The aggregate capacity of each cache level (data and unified), as the analysis names the levels."""
-    from ert import hwinfo
+    from ert.hardware import hwinfo
 
     by_level: dict[int, int] = {}
     for c in _cache_infos(caches):
@@ -209,7 +209,7 @@ def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
 
     ``caches`` are the backend's cache hints (``describe()["caches"]``); None: this host's.
     """
-    from ert import hwinfo
+    from ert.hardware import hwinfo
 
     usable = _cache_infos(caches)
     for level in (2, 1):

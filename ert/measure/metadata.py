@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
 
 import ert
-from ert import hwinfo
+from ert.hardware import hwinfo
 
 _LIBRARIES = ("numpy", "numba", "llvmlite", "pyyaml", "pydantic", "jsonschema", "mpi4py")
 
@@ -91,7 +91,7 @@ def usable_cpus() -> int:
 
 
 def run_header(cfg, *, backend, comm, placement, rank_warnings: list, planned_points: int) -> dict:
-    """The header of a new run: {"metadata", "planned_points", ...} (``ert.rawio.header_record`` adds its type).
+    """The header of a new run: {"metadata", "planned_points", ...} (``ert.records.rawio.header_record`` adds its type).
 
     Collective: every rank calls it (host names, placements, nodes and
     interfaces are gathered); every rank gets the same header.

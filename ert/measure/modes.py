@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass
 
 from ert.measure.driver import SweepResult, _timed, run_sweep
-from ert.rawio import sustain_record
-from ert.rawlog import RawLog
+from ert.records.rawio import sustain_record
+from ert.records.rawlog import RawLog
 from ert.spec import KernelSpec
 from ert.measure.plan import plan
 from ert.backends import TensorBackend

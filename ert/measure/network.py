@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from ert.errors import ErtError
-from ert.hwinfo import iface_bytes
+from ert.hardware.hwinfo import iface_bytes
 from ert.measure.comm import gentle_barrier
 
 NODE_OVERRIDE_VAR = "ERT_TEST_NODE_ID"

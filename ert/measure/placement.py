@@ -20,7 +20,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from ert.hwinfo import SYSFS_CPU, physical_cores  # noqa: F401  (placement's unit of cores)
+from ert.hardware.hwinfo import SYSFS_CPU, physical_cores  # noqa: F401  (placement's unit of cores)
 
 
 

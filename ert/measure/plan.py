@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ert.config import RunConfig
-from ert.rawio import confirm_id
+from ert.config.schema import RunConfig
+from ert.records.rawio import confirm_id
 from ert.spec import KernelSpec
 
 
@@ -27,7 +27,7 @@ class Point:
     # Threads per rank, set only in a thread-scaling run, where the same
     # kernel and working set is measured once per thread count.
     threads: int | None = None
-    # N > 0: the N-th re-measurement of the point (ert.measure.confirm), recorded as a "confirm" record.
+    # N > 0: the N-th re-measurement of the point (ert.measure.window_search), recorded as a "confirm" record.
     again: int = 0
 
     @property

@@ -12,7 +12,7 @@ def supported_precisions(cfg, backend):
     The one place unsupported precisions are handled, for every backend; each
     backend says why (``unsupported_reason``, e.g. a missing OpenCL extension).
     """
-    from ert.config import with_overrides
+    from ert.config.schema import with_overrides
     from ert.spec import KernelSpec
 
     cfg, extra = _kernels_supported(cfg, backend)
@@ -32,7 +32,7 @@ def supported_precisions(cfg, backend):
 
 def _kernels_supported(cfg, backend):
     """(config without the mixes and integer add kernels the backend cannot run, a warning or None)."""
-    from ert.config import with_overrides
+    from ert.config.schema import with_overrides
     from ert.spec import KernelSpec
 
     notes, changes = [], {}
@@ -51,7 +51,7 @@ def _kernels_supported(cfg, backend):
 
 def _tensor_supported(cfg, backend):
     """(config without the tensor types this GPU lacks, a warning or None); ErtError on a backend with no tensor cores."""
-    from ert.config import with_overrides
+    from ert.config.schema import with_overrides
     from ert.measure.plan import tensor_specs
 
     if not cfg.tensor:

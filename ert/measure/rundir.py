@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ert.errors import ErtError
-from ert.files import CEILINGS_NAME
-from ert.rawio import RAW_NAME
+from ert.records.files import CEILINGS_NAME
+from ert.records.rawio import RAW_NAME
 
 CONFIG_NAME = "config.yaml"
 
@@ -32,7 +32,7 @@ def new_run_dir(output_dir: str) -> Path:
 def claim_auto(output_dir: str):
     """(a new run directory under ``output_dir``, its lock): created with mkdir, which fails for all but one
     process, so two runs started in the same second (a job array) take ``-2``, ``-3``... in turn."""
-    from ert import runlock
+    from ert.records import runlock
 
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     path = new_run_dir(output_dir)
@@ -50,7 +50,7 @@ def claim_auto(output_dir: str):
 def claim_out(run_dir: Path, *, restart: bool = False):
     """The lock of ``--out`` DIR, created if absent; ErtError if another process holds it, or (checked under
     the lock, so two runs cannot both pass) it already holds a run (``check_new``)."""
-    from ert import runlock
+    from ert.records import runlock
 
     if run_dir.exists() and not run_dir.is_dir():
         raise ErtError("exists and is not a directory", path=run_dir, key="--out")
@@ -148,7 +148,7 @@ def check_restart(run_dir: Path) -> None:
 def load_config(run_dir: Path):
     """The resolved config of the run in ``run_dir`` (``--resume``, every rank, once rank 0 has checked or
     rebuilt it: ``resume_state``); ErtError if it is not a run directory."""
-    from ert import config as config_mod
+    from ert.config import schema as config_mod
 
     if not (run_dir / CONFIG_NAME).exists():
         raise ErtError("not a run directory (no config.yaml and raw.jsonl)", path=run_dir, key="--resume")
@@ -157,7 +157,7 @@ def load_config(run_dir: Path):
 
 def claim_resume(run_dir: Path):
     """The lock of the run to resume (rank 0, before it reads anything there)."""
-    from ert import runlock
+    from ert.records import runlock
 
     if not run_dir.is_dir():
         raise ErtError("is not a directory" if run_dir.exists() else "no such run directory", path=run_dir,
@@ -173,8 +173,8 @@ def resume_state(run_dir: Path):
     run that ended before its header (config.yaml, and a raw.jsonl absent, empty
     or cut short) has measured nothing: raw data None, and it starts afresh.
     """
-    from ert import config as config_mod
-    from ert.rawio import read_raw
+    from ert.config import schema as config_mod
+    from ert.records.rawio import read_raw
 
     config_path = run_dir / CONFIG_NAME
     if not measured(run_dir):
@@ -197,7 +197,7 @@ def resume_state(run_dir: Path):
 def check_config(cfg, header: dict, *, path: Path) -> None:
     """ErtError, naming the first key that differs, unless ``cfg`` (config.yaml) is the config of the header
     (``metadata.config`` and ``config_sha256``): a resume under another config would mix two sweeps."""
-    from ert import config as config_mod
+    from ert.config import schema as config_mod
 
     meta = header.get("metadata") or {}
     old = meta.get("config")
@@ -244,7 +244,7 @@ def refuse_other_hardware(old_meta: dict, run_dir: Path, *, threads: int, ranks:
     another host of the same CPU model (allowed: the same hardware, elsewhere)."""
     import socket
 
-    from ert import hwinfo
+    from ert.hardware import hwinfo
 
     if device and old_meta.get("device") and old_meta["device"] != device:
         raise ErtError(f"was measured on device '{old_meta['device']}', this is '{device}'; start a new run instead",
@@ -267,7 +267,7 @@ def write_config(config, path: Path) -> None:
     """The resolved config as YAML, written atomically (``ert-run --resume`` reads it back)."""
     import yaml
 
-    from ert.files import write_text_atomic
+    from ert.records.files import write_text_atomic
 
     text = "# Resolved config of this run (ert-run --resume uses it)\n" + yaml.safe_dump(
         config.to_dict(), sort_keys=False)

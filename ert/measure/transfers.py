@@ -23,8 +23,8 @@ import numpy as np
 from ert.backends import LinkBackend
 from ert.measure import network, timing
 from ert.measure.comm import gentle_barrier
-from ert.rawio import transfer_gbytes_per_s, transfer_id, transfer_latency_us, transfer_record
-from ert.rawlog import RawLog
+from ert.records.rawio import transfer_gbytes_per_s, transfer_id, transfer_latency_us, transfer_record
+from ert.records.rawlog import RawLog
 
 # Link transfers per sample never exceed this: enqueueing one costs the host ~2-5 us (Python, driver), so
 # more would spend seconds queueing 4 KiB copies that the device finishes in a fraction of that.

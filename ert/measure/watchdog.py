@@ -93,7 +93,7 @@ def start(comm, run_dir, hosts: list[str]) -> Watchdog:
         return Watchdog(None, "")
     if not enabled():
         return Watchdog(None, f"no watchdog ({VARIABLE}=0): a host that dies mid-run leaves the others waiting")
-    from ert.hwinfo import ipv4_addresses
+    from ert.hardware.hwinfo import ipv4_addresses
 
     proc, port, addresses, silent, error = None, None, [], SILENT_AFTER, None
     if comm.rank == 0:
@@ -133,7 +133,7 @@ def _ordered(addresses: list[str]) -> list[str]:
     """Rank 0's addresses, those in a subnet of this host first."""
     import ipaddress
 
-    from ert.hwinfo import ipv4_addresses
+    from ert.hardware.hwinfo import ipv4_addresses
 
     mine = [ipaddress.ip_interface(addr).network for _, addr in ipv4_addresses()]
 

@@ -11,7 +11,7 @@ Each ceiling of ``run/ceilings.json`` is a performance variable, named
 ``<host>/<ceiling>`` (that host's own ranks; runs on 2+ hosts), e.g.
 ``node2/L2 fp64 read+write`` in GB/s.  References come from ``reference_file``, a
 ceilings.json (a previous run, or a vendor's acceptance figures written in
-ert's format; ``ert.consumers.acceptance`` says which value each name is held
+ert's format; ``ert.consumers.compare.acceptance`` says which value each name is held
 to); a value may be ``tolerance`` below its reference, any amount above (a
 latency: the other way round).  A ceiling the reference has and the run lacks
 fails the sanity check by name.  Without ``reference_file`` every ceiling is only
@@ -33,7 +33,7 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import run_after, run_before, sanity_function, variable
 
-from ert.consumers.acceptance import missing, perf_values, references
+from ert.consumers.compare.acceptance import missing, perf_values, references
 
 RUN = "run"  # ert-run's output directory, inside the test's stage directory
 

@@ -1,0 +1,1 @@
+"""Other tools' files read as ert's: ERT's results runs, configs and roofline.json, and Nsight Compute's CSV; imports ert's records and config, and is imported by the analysis, the consumers and the CLI."""

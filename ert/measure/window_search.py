@@ -1,0 +1,200 @@
+"""The planner's search for each level's roof: every window's maximum found, then measured again.
+
+A cache can stream faster over part of its capacity than the rest (Zen 5:
+fp64 read+write L2 884-948 GB/s only at 0.45-0.7 x L2 per thread, half an
+octave), so the sweep's coarse grid can hold one or no point of its fastest
+stretch.  After the first pass, for every bandwidth curve (precision x
+access) and every level's window (ert.analysis.roof_confirm: L1 up to its
+capacity, each later cache from 2 x the cache before it, the memory from 2 x
+the last cache on):
+
+* **Search.**  Where a measured grid neighbour of the window's fastest
+  valid point, inside the window, reads slower by more than the noise
+  threshold (a change within one grid step inside the cache: a faster
+  stretch narrower than the grid may lie there; on a plateau the grid
+  already samples the maximum, and a drop past the window is the transition
+  to the next level), points at
+  ``SEARCH_STEPS[0]`` (1/6 octave) on both sides, then at the next, finer
+  step (1/12 octave) around whichever point is fastest then; a point found
+  at the finest step ends the search, which stops when the best point's
+  neighbours at the finest step are slower (the next step would be below
+  1/12 of an octave).  The points are off the dense grid (their own ids),
+  rounded to the backend's granule.
+* **Measure again.**  When no window searches any more, the fastest point
+  of every window is measured again ("confirm" records), with a fresh
+  calibration, in one batch with the other curves' (so never straight after
+  its first measurement).  One that a re-measurement did not reproduce
+  within the noise threshold is noisy (ert.analysis.roof_confirm), and the next
+  fastest point of its window is measured again, up to
+  ``MAX_AGAIN_PER_WINDOW`` per window.  A point flagged noisy (a burst of
+  other work in one of its regions) that a clean re-measurement reproduces
+  is confirmed like a clean one: the interleaved re-measurement replaces
+  the immediate one, which repeats the point under the same disturbance.
+
+The memory's window is measured again but not searched: what varies there
+is the host's state over time (modes of a shared host), not a narrow range
+of working sets, and its points cost the most.
+
+Every decision is a pure function of the records on disk, like the rest of
+the adaptive plan, so ``--resume`` replays it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable, Sequence
+
+from ert.measure.plan import Point
+from ert.spec import rates
+
+# Steps of the search around a window's best point, in octaves of working set: finer while it finds faster points.
+SEARCH_STEPS = (1.0 / 6.0, 1.0 / 12.0)
+# At most this many points of one window are measured again (the fastest, then the next when it did not reproduce).
+MAX_AGAIN_PER_WINDOW = 2
+# The windows start at this multiple of the cache before (ert.analysis.regimes.WINDOW_START_FACTOR).
+WINDOW_START_FACTOR = 2.0
+
+
+def level_windows(capacities: Sequence[int]) -> list[tuple[float, float]]:
+    """(low, high) aggregate working sets of each level's window, from the caches' aggregate capacities.
+
+    L1 from 0 to its capacity; each later cache from 2 x the one before to its own; the memory from 2 x the
+    last cache on (to infinity)."""
+    caps = sorted(set(int(c) for c in capacities if c > 0))
+    if not caps:
+        return []
+    out = [(0.0, float(caps[0]))]
+    out += [(WINDOW_START_FACTOR * a, float(b)) for a, b in zip(caps, caps[1:]) if WINDOW_START_FACTOR * a < b]
+    out.append((WINDOW_START_FACTOR * caps[-1], math.inf))
+    return out
+
+
+def _rate(record: dict) -> float | None:
+    if not record.get("valid"):
+        return None
+    value = rates(record).gbytes_per_s
+    return value if value > 0 and math.isfinite(value) else None
+
+
+class WindowSearch:
+    """The window search and the re-measurements of one sweep; the planner calls ``next_points`` each round.
+
+    ``curves`` are the bandwidth curves as lists of grid points (one point per working set, all with one launch
+    geometry); ``granule_bytes(spec)`` the step working sets are rounded to (None: no search off the grid).
+    """
+
+    def __init__(self, curves: Sequence[Sequence[Point]], windows: Sequence[tuple[float, float]], *,
+                 granule_bytes: Callable | None, noise_threshold: float):
+        # One point per working set (one launch geometry, such as numba-cpu's chain count): points off the grid
+        # take the grid's launch.  Curves measured at several geometries per size (device backends) are left out.
+        self._curves = [list(c) for c in curves if c and len({p.launch for p in c}) == 1]
+        self._windows = list(windows)
+        self._granule = granule_bytes
+        self._threshold = noise_threshold
+
+    # ---------------------------------------------------------------- points
+    def _point_at(self, like: Point, wss: float) -> Point:
+        """The curve's point at ``wss`` (rounded to the granule), built like ``like``."""
+        g = max(1, int(self._granule(like.spec)))
+        size = max(g, int(round(wss / g)) * g)
+        workers = like.wss_bytes // (like.elements_per_thread * like.spec.itemsize)
+        return replace(like, wss_bytes=size, elements_per_thread=size // like.spec.itemsize // workers)
+
+    def _measured(self, curve: list[Point], extra: dict[str, Point], known: dict[str, dict]) -> dict[int, tuple]:
+        """wss -> (point, rate or None, clean) of every point of the curve (grid or searched) on disk."""
+        out = {}
+        for p in [*curve, *extra.values()]:
+            rec = known.get(p.id)
+            if rec is not None:
+                out[p.wss_bytes] = (p, _rate(rec), not rec.get("noisy") and rec.get("reproduced", True))
+        return out
+
+    def _stands_out(self, best: int, inside: dict, measured: dict, grid: set[int]) -> bool:
+        """Whether a measured grid neighbour of the best grid point inside the window (the next grid size
+        measured either side) is slower by more than the noise threshold: the rate changes within a grid step
+        inside the cache, so a faster stretch narrower than the grid may lie next to it.  (A neighbour past the
+        window is the transition to the next level: no narrow window there.)"""
+        sizes = sorted(w for w, v in measured.items() if v[1] is not None and w in grid)
+        k = sizes.index(best)
+        rate = inside[best][1]
+        return any(sizes[j] in inside and measured[sizes[j]][1] * (1 + self._threshold) < rate
+                   for j in (k - 1, k + 1) if 0 <= j < len(sizes))
+
+    @staticmethod
+    def _steps(best: int, grid: set[int]) -> tuple[float, ...]:
+        """The steps still to search at around ``best``: every one for a grid point, the finer ones for a point a
+        step added (found that far from a grid point), none for a point of the last step."""
+        ordered = sorted(grid)
+        spacing = min((math.log2(b / a) for a, b in zip(ordered, ordered[1:])), default=1.0)
+        steps = tuple(s for s in SEARCH_STEPS if s < 0.99 * spacing)  # a grid that fine needs no such step
+        near = min(abs(math.log2(best / g)) for g in grid)
+        if near < 1e-9:
+            return steps
+        for k, step in enumerate(steps):
+            if abs(near - step) < SEARCH_STEPS[-1] / 2:
+                return steps[k + 1:]
+        return ()
+
+    # ---------------------------------------------------------------- rounds
+    def search(self, known: dict[str, dict], chosen: dict[str, Point]) -> list[Point]:
+        """Points the windows' searches add next (off the grid); [] when every search is done."""
+        if self._granule is None:
+            return []
+        out: list[Point] = []
+        for curve in self._curves:
+            spec = curve[0].spec
+            extra = {pid: p for pid, p in chosen.items() if p.spec == spec and not p.again}
+            measured = self._measured(curve, extra, known)
+            grid = {p.wss_bytes for p in curve}
+            for lo, hi in self._windows:
+                if math.isinf(hi):
+                    continue  # the memory: modes of a shared host, not a narrow window; measured again only
+                lo, hi = max(lo, min(grid)), min(hi, max(grid))  # never past the sweep's own range
+                # Where to look: noisy points too (a burst in one region leaves the median informative); only
+                # clean points are measured again and can be roofs.
+                inside = {w: v for w, v in measured.items() if lo <= w <= hi and v[1] is not None}
+                if not inside:
+                    continue
+                best = max(inside, key=lambda w: (inside[w][1], -w))
+                if best in grid and not self._stands_out(best, inside, measured, grid):
+                    continue  # a plateau the grid already samples: nothing narrower to find
+                # Both sides at the coarsest step not yet measured around the best point; finer once it is.
+                for step in self._steps(best, grid):
+                    sides = [self._point_at(curve[0], best * 2.0 ** (side * step)) for side in (-1, 1)]
+                    sides = [p for p in sides if lo <= p.wss_bytes <= hi and p.wss_bytes != best]
+                    missing = [p for p in sides if p.wss_bytes not in measured and p.id not in known]
+                    if missing:
+                        out += missing
+                        break
+        return list({p.id: p for p in out}.values())
+
+    def again(self, known: dict[str, dict], chosen: dict[str, Point]) -> list[Point]:
+        """Re-measurements to make next: each window's fastest clean point not yet measured again, until one of
+        the window's reproduced or ``MAX_AGAIN_PER_WINDOW`` were tried; [] when none is left to make."""
+        out: list[Point] = []
+        for curve in self._curves:
+            spec = curve[0].spec
+            extra = {pid: p for pid, p in chosen.items() if p.spec == spec and not p.again}
+            measured = self._measured(curve, extra, known)
+            for lo, hi in self._windows:
+                tried, confirmed = 0, False
+                ranked = sorted((v for w, v in measured.items() if lo <= w <= hi and v[1] is not None),
+                                key=lambda v: -v[1])
+                for point, rate, clean in ranked:
+                    rec = known.get(replace(point, again=1).id)
+                    if rec is None:
+                        continue
+                    tried += 1
+                    again = _rate(rec)
+                    confirmed |= (again is not None and (clean or not rec.get("noisy"))
+                                  and max(rate, again) <= min(rate, again) * (1 + self._threshold))
+                if confirmed or tried >= MAX_AGAIN_PER_WINDOW:
+                    continue
+                # Not yet: the fastest point of the window not measured again so far (a noisy one too: a clean
+                # re-measurement that reproduces it makes it a roof, in place of re-measuring it straight away).
+                for point, rate, clean in ranked:
+                    if replace(point, again=1).id not in known:
+                        out.append(replace(point, again=1))
+                        break
+        return out

@@ -1,0 +1,1 @@
+"""ert's own files and the rules for them: raw.jsonl (records, checks, the stage frame), ceilings.json, the run lock, warning codes and atomic writes; imported by every stage, imports only ert.errors, ert.units, ert.spec and ert.config."""
