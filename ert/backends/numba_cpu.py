@@ -107,15 +107,11 @@ class NumbaCpuBackend:
     def describe(self) -> dict:
         """Device, what Numba compiled with, and the rated ceilings (measured once per backend)."""
         if self._described is None:
-            from ert.hardware import hwinfo
+            from ert.hardware import arm, hwinfo
 
-            from ert.hardware import arm
-
-            device = hwinfo.cpu_model()
+            device = hwinfo.cpu_model()  # on Arm, the core its MIDR names
             if self.emulated:
                 device = f"emulated {platform.machine()} CPU on {device or 'another machine'}"
-            elif arm.parse_cpuinfo(_cpuinfo()) is not None:  # Arm's cpuinfo has no model name: the MIDR's core
-                device = arm.parse_cpuinfo(_cpuinfo()).core
             self._described = {
                 "backend": NAME,
                 "device": f"{device} ({self.threads} threads)",
@@ -156,8 +152,7 @@ class NumbaCpuBackend:
 
     def rated(self) -> dict:
         """The rated ceilings of the cores this backend runs on, with their derivation."""
-        from ert.hardware import hwinfo
-        from ert.hardware import cpu
+        from ert.hardware import cpu, hwinfo
 
         if self.emulated:  # no clock, no table: an emulator's rates say nothing about a machine
             why = no_rated_text(f"the CPU is emulated ({self.emulated}); its rates are the emulator's, not a "
@@ -396,11 +391,11 @@ class NumbaCpuBackend:
         # Placement's warnings (shared cores, oversubscription) are the CLI's; an emulated CPU is this backend's.
         if not self.emulated:
             return []
-        from ert.warning_codes import warn
+        from ert.records.warning_codes import warn
 
         return [warn("emulated-cpu", f"the CPU is emulated ({self.emulated}): the rates are the emulator's, not "
-                                     f"a machine's, and no rated value is given; the code, the output checks and "
-                                     f"the analysis are real")]
+                                     f"a machine's, and no rated value is given; the compiled code, the checks of "
+                                     f"every result and the analysis are real")]
 
     def unsupported_reason(self, precision: str) -> str:
         return f"{NAME} runs {', '.join(DTYPES)} only, not {precision}"

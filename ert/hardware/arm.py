@@ -207,14 +207,14 @@ class Description:
     """A machine's description read from procfs and sysfs under ``root`` (this machine's is "/")."""
 
     cpu: ArmCpu | None
-    caches: list = field(default_factory=list)   # ert.hwinfo.CacheInfo of cpu0
+    caches: list = field(default_factory=list)   # ert.hardware.hwinfo.CacheInfo of cpu0
     max_clock_ghz: float | None = None            # cpufreq's cpuinfo_max_freq, where the OS gives one
     root: str = "/"
 
 
 def describe(root: str | Path = "/") -> Description:
     """The Arm CPU, cpu0's caches and the highest clock the OS names, under ``root``."""
-    from ert.hwinfo import read_cpu_caches
+    from ert.hardware.hwinfo import read_cpu_caches
 
     root = Path(root)
     try:
