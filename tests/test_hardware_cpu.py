@@ -43,9 +43,8 @@ WIDEST = (512 if "avx512f" in _host_flags() else 256 if "avx2" in _host_flags() 
     # Zen 5: 512-bit pipes, 2 x 64 B loads and one 64 B store per cycle.
     ("znver5", 32, 32, 64, 128, 128),
     ("znver2", 16, 16, 32, 64, 64),
-    # Neoverse V1: four 128-bit pipes; 3 x 16 B loads, 2 x 16 B stores, on 3 address pipes a load and a store
-    # per element share: 1.5 elements x 32 B.
-    ("neoverse-v1", 16, 8, 32, 48, 48),
+    # Neoverse V1: four 128-bit pipes; 3 x 16 B loads, 2 x 16 B stores.
+    ("neoverse-v1", 16, 8, 32, 64, 48),
     ("a64fx", 32, 16, 64, 128, 128),
 ])
 def test_table_figures_per_core_per_cycle(llvm_cpu, fp64_fma, fp64_nofma, fp32_fma, l1_rw, l1_ro):

@@ -44,10 +44,6 @@ class Microarch:
     int_add_source: str = ""
     # int+float mix: (int multiply-add + FMA) instruction pairs per cycle per core, per int precision.
     int_fp_pairs_per_cycle: tuple[tuple[str, float], ...] = ()
-    # read+write L1 bytes per cycle where loads and stores share address pipes (Arm's Neoverse V/N2: two
-    # load/store pipes and one load pipe), with how; None: loads and stores have pipes of their own.
-    l1_rw_bytes: int | None = None
-    l1_rw_how: str = ""
     pipes: str = ""  # the FMA pipes in the vendor's words, where they say more than lanes x units
 
     def flops_per_cycle(self, precision: str, fma: bool) -> float:
@@ -82,8 +78,6 @@ class Microarch:
             return None
         if access == "ro":
             return self.l1_load_bytes
-        if self.l1_rw_bytes is not None:
-            return self.l1_rw_bytes
         if self.l1_store_bytes is None:
             return None
         # Each element is loaded once and stored once: the slower of the two streams sets the pace.
@@ -119,11 +113,6 @@ _SKX_INT = dict(int_madd_pairs_per_cycle=(("int32", 1 / 1.5), ("int64", 1 / 2.0)
 _ZEN_IADD = dict(int_add_per_cycle=4.0, int_add_source="AMD Software Optimization Guide (Zen 4: family 19h; "
                                                        "Zen 5: family 1Ah): vector integer add on all four FP pipes")
 
-# Neoverse N2/V1/V2 (their Software Optimization Guides' pipeline tables: L0/L1 load/store, L2 load): a 16 B
-# load and a 16 B store per element take two of the three address pipes, the stores only the two L0/L1.
-_LS3 = dict(l1_rw_bytes=48, l1_rw_how="one 16 B load and one 16 B store per element on 3 address pipes "
-                                      "(2 load/store + 1 load-only): 1.5 elements x 32 B")
-
 # Keyed by LLVM's host CPU name (llvm.get_host_cpu_name()).
 TABLE: dict[str, Microarch] = {
     "skylake-avx512": Microarch("Skylake-SP", fma_units=2, **_SKX, **_SKX_INT),
@@ -146,15 +135,15 @@ TABLE: dict[str, Microarch] = {
     # Zen 5 (EPYC 9005): full 512-bit pipes, 2 x 64 B loads and 1 x 64 B store per cycle.
     "znver5": Microarch("Zen 5", 512, 2, 4, 2, 128, 64, _AMD, **_ZEN_IADD),
     # Arm Neoverse: 128-bit NEON pipes (the width Numba's code uses; V1's 2 x 256-bit SVE pipes are the same FLOPs
-    # per cycle as its 4 x 128-bit NEON ones, V2's SVE is 128 bits wide).  N1: two FP pipes, two load/store pipes
-    # (2 x 16 B loads, one 16 B store a cycle).  N2, V1, V2: two load/store pipes and one load-only pipe
-    # (3 x 16 B loads, 2 x 16 B stores), which a read+write stream shares (_LS3).
+    # per cycle as its 4 x 128-bit NEON ones, V2's SVE is 128 bits wide).  N1: 2 x 16 B loads, one 16 B store a
+    # cycle.  N2, V1, V2: two load/store pipes and one load pipe, 3 x 16 B loads, 2 x 16 B stores a cycle (a
+    # read+write stream's stp of two q registers takes one store pipe, so loads and stores both reach their rate).
     "neoverse-n1": Microarch("Neoverse N1", 128, 2, 4, 0, 32, 16, _ARM, pipes="2 x 128-bit NEON FP pipes"),
-    "neoverse-n2": Microarch("Neoverse N2", 128, 2, 4, 0, 48, 32, _ARM, **_LS3,
+    "neoverse-n2": Microarch("Neoverse N2", 128, 2, 4, 0, 48, 32, _ARM,
                              pipes="2 x 128-bit NEON/SVE2 FP pipes"),
-    "neoverse-v1": Microarch("Neoverse V1", 128, 4, 4, 0, 48, 32, _ARM, **_LS3,
+    "neoverse-v1": Microarch("Neoverse V1", 128, 4, 4, 0, 48, 32, _ARM,
                              pipes="4 x 128-bit NEON FP pipes, as 2 x 256-bit SVE"),
-    "neoverse-v2": Microarch("Neoverse V2", 128, 4, 4, 0, 48, 32, _ARM, **_LS3,
+    "neoverse-v2": Microarch("Neoverse V2", 128, 4, 4, 0, 48, 32, _ARM,
                              pipes="4 x 128-bit NEON/SVE2 FP pipes"),
     # A64FX: two 512-bit SVE FMA pipes, latency 9; 2 x 64 B loads or 1 x 64 B store.
     "a64fx": Microarch("A64FX", 512, 2, 9, 0, 128, 64, "Fujitsu A64FX Microarchitecture Manual",
@@ -366,8 +355,8 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
             memory.append({"level": "L1", "access": access, "gbytes_per_s": None,
                            "derivation": no_rated_text(f"{arch.name}'s L1 load/store widths are not in the table")})
             continue
-        how = (f"{arch.l1_load_bytes} B loads" if access == "ro" else arch.l1_rw_how
-               or f"one load and one store of min({arch.l1_load_bytes}, {arch.l1_store_bytes}) B each")
+        how = (f"{arch.l1_load_bytes} B loads" if access == "ro"
+               else f"one load and one store of min({arch.l1_load_bytes}, {arch.l1_store_bytes}) B each")
         memory.append({"level": "L1", "access": access, "gbytes_per_s": round(cores * clock_ghz * per_cycle, 1),
                        "bytes_per_cycle_per_core": per_cycle,
                        "derivation": f"{base} x {per_cycle} B/cycle ({arch.name}: {how} per cycle)"})
