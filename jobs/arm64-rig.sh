@@ -18,7 +18,8 @@
 # The checkout and /tmp are bind-mounted at the same paths (what CMD writes there appears here), with
 # /proc, /sys and /dev.  Every mount is made in a private mount namespace (unshare -m) that ends with the
 # command, so nothing stays mounted on the host; `down` only cleans up after a killed older version.
-# Environment passed in: ERT_*, NUMBA_*, COLUMNS, TERM, NO_COLOR.
+# Environment passed in: ERT_*, NUMBA_* (not NUMBA_CPU_NAME or NUMBA_CPU_FEATURES: the host's CPU), COLUMNS,
+# TERM, NO_COLOR, and pip's proxy and index settings; the host's CA bundle is copied in for pip.
 #
 # Needs root (debootstrap, chroot, mounts), util-linux's unshare, apt-get for qemu-user-static and
 # debootstrap when they are missing, and the network (Debian's mirror, PyPI) for the first build.
@@ -98,6 +99,7 @@ in_root() {
     local name
     while IFS= read -r name; do
         case $name in
+            NUMBA_CPU_NAME|NUMBA_CPU_FEATURES) ;;  # the host's CPU (x86 features): meaningless to aarch64's LLVM
             ERT_*|NUMBA_*|COLUMNS|TERM|NO_COLOR|PIP_DEFAULT_TIMEOUT|PIP_INDEX_URL|PIP_EXTRA_INDEX_URL|[Hh][Tt][Tt][Pp]*_[Pp][Rr][Oo][Xx][Yy]|[Nn][Oo]_[Pp][Rr][Oo][Xx][Yy])
                 envs+=("$name=${!name}");;
         esac
