@@ -65,7 +65,7 @@ need_binfmt() {
         echo 1 > "$BINFMT/qemu-aarch64"
     fi
     if ! [ -e "$BINFMT/qemu-aarch64" ]; then
-        command -v update-binfmts >/dev/null && update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+        if command -v update-binfmts >/dev/null; then update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true; fi
     fi
     if ! [ -e "$BINFMT/qemu-aarch64" ]; then
         # The ELF header of an aarch64 executable (e_machine 0xb7), as Debian's qemu-user-static registers it.
@@ -104,6 +104,7 @@ in_root() {
                 envs+=("$name=${!name}");;
         esac
     done < <(compgen -e)
+    # shellcheck disable=SC2016  # the inner sh expands "$1" and "$@" itself
     unshare -m --propagation private /bin/bash -c "$(declare -f mount_all)
         set -e; ROOT='$ROOT'; CHECKOUT='$CHECKOUT'; HOST_CA='$HOST_CA'; mount_all
         exec chroot '$ROOT' /usr/bin/env -i \"\$@\"" bash "${envs[@]}" /bin/sh -c 'cd "$1" && shift && exec "$@"' \

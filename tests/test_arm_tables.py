@@ -169,3 +169,15 @@ def test_cpu_isa_is_empty_off_arm():
     if platform.machine().lower() in ("aarch64", "arm64"):
         pytest.skip("this process is an Arm one")
     assert arm.cpu_isa(128) == {} and arm.sve_vector_bits() is None
+
+
+def test_the_rig_script_passes_shellcheck():
+    """jobs/arm64-rig.sh mounts, chroots and deletes as root: shellcheck's warnings are bugs there."""
+    import shutil
+    import subprocess
+
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (Debian: apt-get install shellcheck)")
+    script = Path(__file__).resolve().parents[1] / "jobs" / "arm64-rig.sh"
+    proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
