@@ -236,3 +236,13 @@ def test_a_window_stops_when_its_budget_is_spent():
         made += 1
         assert made <= MAX_AGAIN_PER_WINDOW
     assert made == MAX_AGAIN_PER_WINDOW
+
+
+def test_a_trial_count_calibrated_under_load_grows_once_regions_run_short():
+    host = FakeHost()
+    host.read = lambda s, trials: ([0.0005 * trials / 1000] * SENTINEL_SAMPLES, True)  # 0.5 ms at the count
+    weather = host.weather()
+    weather.start()
+    weather.read(None)
+    first, second = [[r["trials"] for r in host.written if r["level"] == "L1"][k] for k in (0, 1)]
+    assert (first, second) == (1000, 4000)  # the second reading's regions last 2 ms
