@@ -66,33 +66,47 @@ def _arguments(argv):
     return args
 
 
-def _run_one(argv: list[str], disturb: list[str] | None) -> dict:
-    """One ert-run (and its disturbance, started with it): the seconds to its first line and to its exit."""
+def _first_point(run_dir: Path, proc: subprocess.Popen) -> bool:
+    """Wait until the run's raw.jsonl holds its first point (the sweep has begun); False if the run ended first."""
+    raw = run_dir / "raw.jsonl"
+    while proc.poll() is None:
+        if raw.exists() and '"type":"point"' in raw.read_text(errors="replace"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _run_one(argv: list[str], run_dir: Path, disturb: list[str] | None) -> dict:
+    """One ert-run, and its disturbance started once the sweep has begun: the seconds to the run's first line and
+    to its exit, and what the disturbance did (``ert-disturb --json``)."""
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first: list[float] = []
     err: list[str] = []
+    out: list[str] = []
 
     def read_stderr():
         for line in proc.stderr:
             if not first:
                 first.append(time.monotonic() - start)
             err.append(line)
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
-    dist = subprocess.Popen(disturb, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) if disturb else None
-    out = proc.stdout.read()
+    readers = [threading.Thread(target=read_stderr, daemon=True),
+               threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)]
+    for reader in readers:
+        reader.start()
+    dist = None
+    if disturb and _first_point(run_dir, proc):
+        dist = subprocess.Popen(disturb, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.wait()
     shell = time.monotonic() - start
-    reader.join(timeout=5)
+    for reader in readers:
+        reader.join(timeout=5)
     shown = None
     if dist is not None:
         dout, derr = dist.communicate(timeout=600)
         shown = json.loads(dout.strip().splitlines()[-1]) if dout.strip() else None
         err += [f"(ert-disturb) {line}\n" for line in derr.splitlines()]
-    if not first and out:
-        first.append(shell)
-    return {"code": proc.returncode, "first_line_s": first[0] if first else None, "shell_s": shell,
+    return {"code": proc.returncode, "first_line_s": first[0] if first else shell, "shell_s": shell,
             "disturbance": shown, "stderr": "".join(err)}
 
 
@@ -129,38 +143,38 @@ def main(argv=None) -> int:
         config = str(out / "quick.yaml")
         Path(config).write_text(yaml.safe_dump(QUICK, sort_keys=False))
     disturbed = set(rng.sample(range(args.runs), args.disturbed))
-    estimate = 15.0 if args.quick else 35.0  # a run's seconds, until one has finished
+    estimate = 15.0 if args.quick else 30.0  # a sweep's seconds, until one has finished
     runs = []
     for k in range(args.runs):
         run_dir = out / f"run{k + 1}"
         argv = [sys.executable, "-c", RUN, *([config] if config else []), "--out", str(run_dir), "-q"]
         disturb = None
-        if k in disturbed:  # from a random moment after the first points, ending before the run would
-            after = rng.uniform(2.0, max(2.5, estimate - args.seconds - 2.0))
+        if k in disturbed:  # from a random moment of the sweep, ending before it would
+            after = rng.uniform(0.5, max(1.0, estimate - args.seconds - 1.0))
             disturb = [sys.executable, "-m", "ert.measure.disturb", "--busy-us", str(args.busy_us),
                        "--seconds", str(args.seconds), "--after", f"{after:.2f}", "--json", "-q"]
         print(f"run {k + 1}/{args.runs}{' (disturbed)' if disturb else ''} -> {run_dir}", flush=True)
-        got = _run_one(argv, disturb)
+        got = _run_one(argv, run_dir, disturb)
         if got["code"] != 0:
             print(got["stderr"], file=sys.stderr)
             print(f"run {k + 1} failed ({got['code']})", file=sys.stderr)
             return 1
         named, wall = _named(run_dir, got["disturbance"])
         runs.append({"dir": run_dir, **got, "named": named, "wall_s": wall, **_ceilings(run_dir)})
-        estimate = statistics.median(r["shell_s"] for r in runs)
+        estimate = statistics.median(r["wall_s"] for r in runs)
     return _report(runs)
 
 
 def _report(runs: list[dict]) -> int:
-    print("\nrun  disturbed (s into the run)  stretch over it  warned  first line  own clock  shell")
+    print("\nrun  disturbed (s into the sweep)     stretch over it  warned  first line  own clock  shell")
     for k, r in enumerate(runs, 1):
         d = r["disturbance"]
         when = "no"
         if d:
             raw = read_raw(r["dir"])
             t0 = min((s["time"] for s in raw.sentinels), default=d["start"])
-            when = f"{d['start'] - t0:.1f}-{d['end'] - t0:.1f} ({d['policy']}, {d['busy_share']:.2f} busy)"
-        print(f"{k:>3}  {when:<26}  {'yes' if r['named'] else 'no':<15}  {'yes' if r['warned'] else 'no':<6}  "
+            when = f"{d['start'] - t0:.1f}-{d['end'] - t0:.1f} s ({d['policy']}, {d['busy_share']:.2f} busy)"
+        print(f"{k:>3}  {when:<31}  {'yes' if r['named'] else 'no':<15}  {'yes' if r['warned'] else 'no':<6}  "
               f"{r['first_line_s']:>8.2f} s  {r['wall_s']:>7.1f} s  {r['shell_s']:>5.1f} s")
     keys = sorted({key for r in runs for key in r["values"]})
     print("\nceiling (GB/s)                 median   " + "  ".join(f"run{k:<3}" for k in range(1, len(runs) + 1)))
