@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, run_cmd, stderr_lines
 from ert.interop.ert_results import load_any_ceilings
-from ert.consumers.terminal.report_cells import format_rate
+from ert.consumers.cells import format_rate
 
 pytestmark = pytest.mark.slow  # runs ert, and a browser
 
@@ -235,9 +235,11 @@ def check_two_host_report(run_dir: Path, tmp_path: Path) -> None:
     assert "Per-host ceilings (value and ratio to the median of 2 hosts" in page_text
     from ert.consumers.compare.ceiling_values import ceiling_values
 
+    from ert.consumers.report_model import HostGrid
+
     node2 = next(h for h in doc["hosts"] if h["host"] == "node2")
     name, value = next(iter(ceiling_values(node2["ceilings"]).items()))
-    assert f"<td>{html.escape(name)}</td>" in page_text and f"{format_rate(value)} (" in page_text
+    assert f"<td>{html.escape(name)}</td>" in page_text and f"{HostGrid.value_cell(value)} (" in page_text
     network = [e for e in doc["ceilings"]["memory"] if e.get("kind") == "network"]
     assert network and page_text.count('data-roof="transfer"') == len(network)
     executable = _chromium()
