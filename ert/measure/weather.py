@@ -146,7 +146,8 @@ class Weather:
         self.ranks, self.threads = ranks, threads_per_rank
         self._append, self._share = append, share or (lambda v: v)
         self.records: list[dict] = list(previous)
-        self._next = 1 + max((int(r["id"].rsplit("-", 1)[1]) for r in previous), default=-1)
+        numbers = [r["id"].rsplit("-", 1)[-1] for r in previous]
+        self._next = 1 + max((int(n) for n in numbers if n.isdigit()), default=-1)
         self._clock, self._wall, self._sleep = clock, wall, sleep
         self._trials: dict[str, int] = {}
         self._start = clock()
