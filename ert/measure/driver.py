@@ -314,6 +314,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
                     if sky is not None and not started:
                         sky.start()
                         started = True
+                    if point.again and started:  # a re-measurement waits for a calm host, within a budget
+                        sky.wait_calm(point.id)
                     record = _measure_point(point, backend=backend, comm=comm, config=config,
                                             last_trials=last_trials, progress=progress, records=records)
                     if "wall" in clocks:

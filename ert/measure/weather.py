@@ -265,13 +265,23 @@ class Weather:
             self.after_point(point_id, records, remeasure, lookup)
             if not (self.waiting(records) and self._share(waited < allowed)):
                 return
-            t0 = self._clock()
-            self._sleep(self.settings.every_seconds)
-            self.read(point_id)
-            self.reading_seconds -= self._cost  # waiting's readings count as re-measuring time, once
-            spent = self._clock() - t0
-            waited += spent
-            self.remeasure_seconds += spent
+            waited += self._wait(point_id)
+
+    def _wait(self, point_id: str | None) -> float:
+        """``every_seconds`` asleep, then a reading; its seconds (counted as re-measuring time, once)."""
+        t0 = self._clock()
+        self._sleep(self.settings.every_seconds)
+        self.read(point_id)
+        self.reading_seconds -= self._cost
+        spent = self._clock() - t0
+        self.remeasure_seconds += spent
+        return spent
+
+    def wait_calm(self, point_id: str | None) -> None:
+        """Before a window's point is measured again (``ert.measure.window_search``): while the latest reading is
+        disturbed, wait and read again, within the re-measuring budget."""
+        while not self._share(self.calm()) and self._share(self.remeasure_allowed()):
+            self._wait(point_id)
 
     def summary(self) -> dict:
         """What the weather cost and did (for the sweep's end record)."""
