@@ -236,3 +236,30 @@ def test_a_window_stops_when_its_budget_is_spent():
         made += 1
         assert made <= MAX_AGAIN_PER_WINDOW
     assert made == MAX_AGAIN_PER_WINDOW
+
+
+def test_a_trial_count_calibrated_under_load_grows_once_regions_run_short():
+    host = FakeHost()
+    host.read = lambda s, trials: ([0.0005 * trials / 1000] * SENTINEL_SAMPLES, True)  # 0.5 ms at the count
+    weather = host.weather()
+    weather.start()
+    weather.read(None)
+    first, second = [[r["trials"] for r in host.written if r["level"] == "L1"][k] for k in (0, 1)]
+    assert (first, second) == (1000, 4000)  # the second reading's regions last 2 ms
+
+
+def test_a_re_measurement_waits_for_a_calm_host_within_the_budget():
+    host = FakeHost(slow=(1.0, 2.0))
+    weather = host.weather(every_seconds=0.5)
+    weather.start()
+    host.now = 1.2
+    weather.read("p")                 # disturbed now
+    host.now = 10.0                   # ... after 10 s of sweep: 1.5 s of re-measuring budget
+    host.slow = (1.0, 11.0)           # still disturbed until 11 s
+    weather.wait_calm("p~again1")
+    assert weather.calm() and 11.0 <= host.now <= 11.6   # it waited for the calm reading, no longer
+    host.slow = (0.0, 1e9)
+    weather.read("q")
+    start = host.now
+    weather.wait_calm("q~again1")     # never calm again: it gives up when the budget is spent
+    assert not weather.calm() and weather.remeasure_seconds <= 0.15 * host.now + 0.6 and host.now > start

@@ -214,7 +214,7 @@ class WeatherOptions(_Strict):
     """The host's weather during the sweep (ert.measure.weather): sentinel readings, suspect points measured again."""
 
     enabled: bool = Field(True, description="read a sentinel kernel per cache level between points")
-    every_seconds: float = Field(0.5, gt=0, le=3600, description="a reading at most this often (sweep seconds)")
+    every_seconds: float = Field(0.75, gt=0, le=3600, description="a reading at most this often (sweep seconds)")
     budget: float = Field(0.10, gt=0, le=0.5, description="share of the sweep's time the readings may take")
     remeasure_budget: float = Field(
         0.15, ge=0, le=0.5, description="share of the sweep's time measuring suspect points again may take")

@@ -283,6 +283,17 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
         mine = records if comm.rank == 0 else None
         (sky.finish if end else sky.after_point)(point_id, mine, remeasure, known.get)
 
+    def plan_next() -> list[Point]:  # the planner's next batch (every rank), [] for a dense sweep or when done
+        nonlocal total
+        if planner is None:
+            return []
+        todo = comm.bcast(planner.next_batch(records, sky.records if sky else ()) if comm.rank == 0 else None)
+        total = len(planner.planned)
+        known.update((p.id, p) for p in planner.planned)
+        if progress and todo:
+            progress.extend(total=total, todo=todo)
+        return todo
+
     clocks = weather if isinstance(weather, dict) else {}
     sky = _weather(config, backend, comm, frame, points, **clocks) if weather else None
     started = False
@@ -303,6 +314,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
                     if sky is not None and not started:
                         sky.start()
                         started = True
+                    if point.again and started:  # a re-measurement waits for a calm host, within a budget
+                        sky.wait_calm(point.id)
                     record = _measure_point(point, backend=backend, comm=comm, config=config,
                                             last_trials=last_trials, progress=progress, records=records)
                     if "wall" in clocks:
@@ -315,16 +328,12 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
                         progress.end(point, record)
                     if sky is not None:
                         between(point.id)
-                if planner is None:
-                    break
-                todo = comm.bcast(planner.next_batch(records, sky.records if sky else ()) if comm.rank == 0
-                                  else None)
-                total = len(planner.planned)
-                known.update((p.id, p) for p in planner.planned)
-                if progress and todo:
-                    progress.extend(total=total, todo=todo)
-            if started:
-                between(point.id, end=True)
+                todo = plan_next()
+                if not todo and started:  # the last reading; suspect points measured again once calm
+                    before = sum(sky.remeasured.values())
+                    between(point.id, end=True)
+                    if sum(sky.remeasured.values()) > before:
+                        todo = plan_next()  # what they read now may ask for points the disturbed readings did not
     finally:
         if progress:
             progress.finish()

@@ -146,7 +146,8 @@ class Weather:
         self.ranks, self.threads = ranks, threads_per_rank
         self._append, self._share = append, share or (lambda v: v)
         self.records: list[dict] = list(previous)
-        self._next = 1 + max((int(r["id"].rsplit("-", 1)[1]) for r in previous), default=-1)
+        numbers = [r["id"].rsplit("-", 1)[-1] for r in previous]
+        self._next = 1 + max((int(n) for n in numbers if n.isdigit()), default=-1)
         self._clock, self._wall, self._sleep = clock, wall, sleep
         self._trials: dict[str, int] = {}
         self._start = clock()
@@ -187,6 +188,10 @@ class Weather:
                                      ranks=self.ranks, threads_per_rank=self.threads, trials=self._trials[s.level],
                                      samples=samples, valid=valid, after_point=after_point, now=self._wall())
             self._next += 1
+            if 0 < min(samples) < SENTINEL_REGION_SECONDS / 2:
+                # Calibrated while other work stretched every region: longer regions from the next reading on
+                # (the rate is per trial, so readings stay comparable).
+                self._trials[s.level] = math.ceil(self._trials[s.level] * SENTINEL_REGION_SECONDS / min(samples))
             self._append(record)
             self.records.append(record)
             out.append(record)
@@ -260,13 +265,23 @@ class Weather:
             self.after_point(point_id, records, remeasure, lookup)
             if not (self.waiting(records) and self._share(waited < allowed)):
                 return
-            t0 = self._clock()
-            self._sleep(self.settings.every_seconds)
-            self.read(point_id)
-            self.reading_seconds -= self._cost  # waiting's readings count as re-measuring time, once
-            spent = self._clock() - t0
-            waited += spent
-            self.remeasure_seconds += spent
+            waited += self._wait(point_id)
+
+    def _wait(self, point_id: str | None) -> float:
+        """``every_seconds`` asleep, then a reading; its seconds (counted as re-measuring time, once)."""
+        t0 = self._clock()
+        self._sleep(self.settings.every_seconds)
+        self.read(point_id)
+        self.reading_seconds -= self._cost
+        spent = self._clock() - t0
+        self.remeasure_seconds += spent
+        return spent
+
+    def wait_calm(self, point_id: str | None) -> None:
+        """Before a window's point is measured again (``ert.measure.window_search``): while the latest reading is
+        disturbed, wait and read again, within the re-measuring budget."""
+        while not self._share(self.calm()) and self._share(self.remeasure_allowed()):
+            self._wait(point_id)
 
     def summary(self) -> dict:
         """What the weather cost and did (for the sweep's end record)."""

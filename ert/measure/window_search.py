@@ -58,9 +58,11 @@ from ert.spec import rates
 # Steps of the search around a window's best point, in octaves of working set: finer while it finds faster points.
 SEARCH_STEPS = (1.0 / 6.0, 1.0 / 12.0)
 # A window's budget: at most this many re-measurements outside disturbed stretches (twice this in all), until one
-# of its points reproduces; one point is measured again at most MAX_AGAIN_PER_POINT times.
-MAX_AGAIN_PER_WINDOW = 4
-MAX_AGAIN_PER_POINT = 3
+# of its points reproduces, MAX_AGAIN_IN_ALL with those inside disturbed stretches; one point is measured again at most
+# MAX_AGAIN_PER_POINT times.  (A quiet host confirms most windows at the first; before the weather, two per window.)
+MAX_AGAIN_PER_WINDOW = 3
+MAX_AGAIN_IN_ALL = 5
+MAX_AGAIN_PER_POINT = 2
 # The windows start at this multiple of the cache before (ert.analysis.regimes.WINDOW_START_FACTOR).
 WINDOW_START_FACTOR = 2.0
 
@@ -215,7 +217,7 @@ class WindowSearch:
         """Re-measurements to make next, one per window: [] when every window is confirmed or spent.
 
         A window is done when one of its points reproduced (``_reproduced``) or its budget is spent
-        (``MAX_AGAIN_PER_WINDOW`` re-measurements not measured in a disturbed stretch, twice that in all).
+        (``MAX_AGAIN_PER_WINDOW`` re-measurements not measured in a disturbed stretch, ``MAX_AGAIN_IN_ALL`` in all).
         Otherwise its next re-measurement goes to the point with the fewest calm, clean re-measurements that
         did not reproduce it, fastest first (its fastest measurement not ``suspect``): the fastest point first;
         when its re-measurement read another rate, the next-fastest; the fastest again later, when the host
@@ -246,7 +248,7 @@ class WindowSearch:
                     best = max((r for r, _, bad in history if r is not None and not bad), default=rate)
                     newest = known[replace(point, again=len(agains)).id if agains else point.id]
                     rows.append((failed, -best, point, len(agains), newest is latest))
-                if rows is None or calm_spent >= MAX_AGAIN_PER_WINDOW or spent >= 2 * MAX_AGAIN_PER_WINDOW:
+                if rows is None or calm_spent >= MAX_AGAIN_PER_WINDOW or spent >= MAX_AGAIN_IN_ALL:
                     continue
                 ready = sorted((r for r in rows if r[3] < MAX_AGAIN_PER_POINT and not r[4]), key=lambda r: r[:2])
                 if ready:
