@@ -164,8 +164,9 @@ def roof(doc: dict, level: str, access: str) -> dict:
 
 
 SEEDS = range(20)
-# The injected disturbance: every region 15 % slower from 3 to 3.8 s of simulated time (a run takes 9-13 s).
-DISTURBED = (3.0, 3.8)
+# The injected disturbance: every region 15 % slower from 3 to 4.5 s of simulated time (a run takes 9-13 s; the
+# sentinels are read every 0.75 s, so a shorter one can fall between two readings).
+DISTURBED = (3.0, 4.5)
 CACHE_ROOFS = [(access, level) for access in ("rw", "ro") for level in ("L1", "L2", "L3")]
 
 
@@ -208,12 +209,14 @@ def test_a_disturbed_stretch_is_named_and_the_cache_roofs_match_the_undisturbed_
     misses = []
     for seed in SEEDS:
         doc = replay(seed, tmp_path / f"s{seed}", disturbed=DISTURBED)
-        (stretch,) = doc["weather"]["stretches"]  # named: the one stretch, around the injected one
-        assert stretch["start_s"] < DISTURBED[0] + 0.2 and DISTURBED[1] - 0.2 < stretch["end_s"] < DISTURBED[1] + 1.0
+        # Named: the stretch around the injected one (any other is one reading's burst, as in the calm replays).
+        (stretch,) = [s for s in doc["weather"]["stretches"] if s["start_s"] < DISTURBED[1] and s["end_s"] > DISTURBED[0]]
+        assert all(s["sentinels"] == 1 for s in doc["weather"]["stretches"] if s is not stretch)
+        assert stretch["start_s"] < DISTURBED[0] + 0.2 and DISTURBED[1] - 0.2 < stretch["end_s"] < DISTURBED[1] + 1.6
         assert 0.70 <= stretch["lowest"] < 0.90  # 15 % slower, read by the sentinels (a burst may add to it)
         assert stretch["levels"] == ["L1", "L2", "L3"]  # a lasting disturbance slows every level's sentinel
         (warning,) = [w for w in doc["warnings"] if w.startswith("the host was disturbed")]
-        assert f"({stretch['start_s']:.1f}-{stretch['end_s']:.1f} s;" in warning
+        assert f"{stretch['start_s']:.1f}-{stretch['end_s']:.1f} s" in warning
         assert doc["weather"]["points"]["measured_again"] > 5
         if off(doc):
             misses.append((seed, off(doc)))
@@ -291,8 +294,11 @@ def test_several_geometries_per_size_get_the_window_search_and_re_measurements_u
         assert doc["weather"]["stretches"][0]["start_s"] < DISTURBED[0] + 0.2  # the stretch is named
         for access in ("rw", "ro"):
             for level in ("L1", "L2", "L3", "DRAM"):
-                confirmed = roof(doc, level, access)["confirmed"]
-                assert confirmed["by"] == "measured again", (seed, access, level)
+                entry = roof(doc, level, access)
+                assert entry["gbytes_per_s"] == entry["confirmed"]["gbytes_per_s"]
+                lo, hi = entry["wss_bytes"]  # a point of the level measured again (its roof may be a neighbour's)
+                assert any(c["spec"]["access"] == access and lo <= c["wss_bytes"] <= hi for c in raw.confirms), (
+                    seed, access, level)
         # The fast window searched off the grid, each point at the best geometry where the search started.
         grid = {p.wss_bytes for p in plan(from_dict(CONFIG), workers=THREADS, granule_elements_of=lambda s: 64)}
         off = [p for p in raw.points if p["wss_bytes"] not in grid]
