@@ -253,10 +253,10 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
     """
     from ert.records.rawlog import RawLog
 
-    if comm.rank == 0:  # the first line, before the backend starts, probes and compiles (seconds)
+    cfg, backend, skipped_warning = _open_backend(cfg, run_dir, comm=comm, raw=raw)
+    if comm.rank == 0:  # the first line, once the backend is open, before it measures its clock and compiles
         print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}", file=sys.stderr,
               flush=True)
-    cfg, backend, skipped_warning = _open_backend(cfg, run_dir, comm=comm, raw=raw)
     points = _plan(cfg, backend, comm=comm) if "memory" in cfg.levels else []
     rank_warnings = _rank_warnings(backend, skipped_warning, comm=comm, placement=placement)
     header = None if resume else _start_run_dir(cfg, run_dir, backend, comm=comm, placement=placement,
