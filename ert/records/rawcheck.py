@@ -109,6 +109,9 @@ _SCALARS = {
     "transfer": {"id": _text, "level": _text, "bytes": _count, "moved_bytes": lambda v: _count(v, minimum=0),
                  "repeats": _count, "valid": _flag, "time": lambda v: _number(v, positive=False)},
     "end": {"wall_seconds": lambda v: _number(v, positive=False), "interrupted": _flag},
+    "sentinel": {"id": _text, "level": _text, "spec": _spec, "wss_bytes": _count, "elements_per_thread": _count,
+                 "elements": _count, "ranks": _count, "threads_per_rank": _count, "trials": _count, "valid": _flag,
+                 "time": lambda v: _number(v, positive=False)},
 }
 # A re-measurement ("confirm") is a point record measured again, naming the point it repeats.
 _SCALARS["confirm"] = {**_SCALARS["point"], "point_id": _text, "again": _count}
@@ -117,6 +120,7 @@ _NESTED = {
     "confirm": {"seconds": _seconds, "samples": _samples},
     "sustain": {"region_seconds": _samples, "region_start_seconds": None},
     "transfer": {"seconds": _seconds, "samples": _samples},
+    "sentinel": {"seconds": _seconds, "samples": _samples},
 }
 
 
