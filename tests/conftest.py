@@ -153,6 +153,33 @@ def tiny_copy(tiny_run, tmp_path) -> Path:
     return dest
 
 
+# A real bare run of ert (the packaged default, 2 threads, on a busy 2-core Zen 4 guest), recorded.
+RECORDED_RAW = REPO / "tests" / "data" / "bare-2core-busy.raw.jsonl"
+
+
+@pytest.fixture(scope="session")
+def recorded_run(tmp_path_factory) -> Path:
+    """A run directory made without measuring, for the fast tests that read a run or break a copy of one: the
+    recorded run's raw.jsonl and the ceilings.json this code's analysis makes of it (tiny_run measures: slow)."""
+    from ert.analysis.ceilings import build
+    from ert.records.ceilings_io import write_ceilings
+    from ert.records.rawio import read_raw
+
+    run_dir = tmp_path_factory.mktemp("recorded") / "run"
+    run_dir.mkdir()
+    shutil.copy(RECORDED_RAW, run_dir / "raw.jsonl")
+    write_ceilings(build(read_raw(run_dir)), run_dir / "ceilings.json")
+    return run_dir
+
+
+@pytest.fixture
+def recorded_copy(recorded_run, tmp_path) -> Path:
+    """A private copy of the recorded run a test may change."""
+    dest = tmp_path / "run-copy"
+    shutil.copytree(recorded_run, dest)
+    return dest
+
+
 # ----------------------------------------------------------------------------- the `slow` marker
 # `slow` = runs real processes: ert-run sweeps, mpiexec, compilers (nvcc, Numba's JIT and its assembly for other
 # targets), packaging, the external tools the exports are tested with. It marks tests, not files: a test says

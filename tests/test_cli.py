@@ -87,11 +87,11 @@ def test_config_that_is_a_directory(tmp_path):
     assert files_under(tmp_path) == set()
 
 
-def test_out_holding_a_run_is_refused(tiny_run, tmp_path):
-    before = {p.name: p.read_bytes() for p in tiny_run.iterdir()}
-    proc = run_cmd("ert-run", TINY, "--out", tiny_run, cwd=tmp_path)
-    assert_one_line_error(proc, "ert-run", str(tiny_run), "--out", "already holds a run")
-    assert {p.name: p.read_bytes() for p in tiny_run.iterdir()} == before, "the existing run is untouched"
+def test_out_holding_a_run_is_refused(recorded_run, tmp_path):
+    before = {p.name: p.read_bytes() for p in recorded_run.iterdir()}
+    proc = run_cmd("ert-run", TINY, "--out", recorded_run, cwd=tmp_path)
+    assert_one_line_error(proc, "ert-run", str(recorded_run), "--out", "already holds a run")
+    assert {p.name: p.read_bytes() for p in recorded_run.iterdir()} == before, "the existing run is untouched"
 
 
 @pytest.mark.parametrize("leftover", ["raw.jsonl", "config.yaml", "ceilings.json"])
@@ -118,8 +118,8 @@ def test_resume_of_a_directory_that_is_not_a_run(tmp_path):
     assert files_under(tmp_path) == set()
 
 
-def test_resume_with_a_config_is_refused(tiny_copy, tmp_path):
-    proc = run_cmd("ert-run", TINY, "--resume", tiny_copy, cwd=tmp_path)
+def test_resume_with_a_config_is_refused(recorded_copy, tmp_path):
+    proc = run_cmd("ert-run", TINY, "--resume", recorded_copy, cwd=tmp_path)
     assert_one_line_error(proc, "ert-run", "--resume")
 
 
@@ -137,16 +137,16 @@ def test_show_corrupt_json(tmp_path):
     assert_one_line_error(run_cmd("ert", "show", path), "ert", str(path), "line 3", "invalid JSON")
 
 
-def test_show_wrong_schema_version(tiny_run, tmp_path):
-    doc = json.loads((tiny_run / "ceilings.json").read_text())
+def test_show_wrong_schema_version(recorded_run, tmp_path):
+    doc = json.loads((recorded_run / "ceilings.json").read_text())
     doc["schema_version"] = "2.0"
     path = tmp_path / "ceilings.json"
     path.write_text(json.dumps(doc))
     assert_one_line_error(run_cmd("ert", "show", path), "ert", str(path), "schema_version", "2.0")
 
 
-def test_show_invalid_document_names_the_key(tiny_run, tmp_path):
-    doc = json.loads((tiny_run / "ceilings.json").read_text())
+def test_show_invalid_document_names_the_key(recorded_run, tmp_path):
+    doc = json.loads((recorded_run / "ceilings.json").read_text())
     doc["ceilings"]["memory"][0]["gbytes_per_s"] = "fast"
     path = tmp_path / "ceilings.json"
     path.write_text(json.dumps(doc))
@@ -160,18 +160,18 @@ def test_analyze_missing_directory(tmp_path):
     assert files_under(tmp_path) == set()
 
 
-def test_analyze_garbage_line_in_the_middle(tiny_copy, tmp_path):
-    lines = (tiny_copy / "raw.jsonl").read_text().splitlines(keepends=True)
+def test_analyze_garbage_line_in_the_middle(recorded_copy, tmp_path):
+    lines = (recorded_copy / "raw.jsonl").read_text().splitlines(keepends=True)
     lines.insert(10, "this is not json {\n")
-    (tiny_copy / "raw.jsonl").write_text("".join(lines))
+    (recorded_copy / "raw.jsonl").write_text("".join(lines))
     out = tmp_path / "out.json"
-    proc = run_cmd("ert", "analyze", tiny_copy, "-o", out)
-    assert_one_line_error(proc, "ert", str(tiny_copy / "raw.jsonl"), "line 11", "corrupt")
+    proc = run_cmd("ert", "analyze", recorded_copy, "-o", out)
+    assert_one_line_error(proc, "ert", str(recorded_copy / "raw.jsonl"), "line 11", "corrupt")
     assert not out.exists(), "no partial output"
 
 
-def test_analyze_raw_without_header(tiny_copy, tmp_path):
-    raw = tiny_copy / "raw.jsonl"
+def test_analyze_raw_without_header(recorded_copy, tmp_path):
+    raw = recorded_copy / "raw.jsonl"
     raw.write_text("".join(raw.read_text().splitlines(keepends=True)[1:]))
     out = tmp_path / "out.json"
     proc = run_cmd("ert", "analyze", raw, "-o", out)
@@ -185,12 +185,12 @@ def test_analyze_raw_of_another_format(tmp_path):
     assert_one_line_error(run_cmd("ert", "analyze", raw), "ert", str(raw), "raw_version")
 
 
-def test_analyze_non_record_line(tiny_copy):
-    raw = tiny_copy / "raw.jsonl"
+def test_analyze_non_record_line(recorded_copy):
+    raw = recorded_copy / "raw.jsonl"
     lines = raw.read_text().splitlines(keepends=True)
     lines.insert(3, "[1, 2, 3]\n")
     raw.write_text("".join(lines))
-    assert_one_line_error(run_cmd("ert", "analyze", tiny_copy), "ert", "line 4")
+    assert_one_line_error(run_cmd("ert", "analyze", recorded_copy), "ert", "line 4")
 
 
 # --------------------------------------------------------------------------- good paths

@@ -131,15 +131,15 @@ def test_nersc_names_never_carry_a_readers_keyword():
     assert data["labels"] == ["ai flops labels kernel"] and data["FLOPS"] == [9.0] * 4
 
 
-def test_nersc_without_app_has_only_roofs(tiny_run):
-    text = to_nersc(load_ceilings(tiny_run / "ceilings.json"))
+def test_nersc_without_app_has_only_roofs(recorded_run):
+    text = to_nersc(load_ceilings(recorded_run / "ceilings.json"))
     data = _nersc_read(text)
     assert set(data) == {"memroofs", "mem_roof_names", "comproofs", "comp_roof_names"}
     assert len(data["memroofs"]) == len(data["mem_roof_names"]) >= 1
 
 
-def test_csv_one_row_per_ceiling(tiny_run):
-    doc = load_ceilings(tiny_run / "ceilings.json")
+def test_csv_one_row_per_ceiling(recorded_run):
+    doc = load_ceilings(recorded_run / "ceilings.json")
     rows = list(csv.DictReader(io.StringIO(to_csv(doc))))
     assert len(rows) == len(doc["ceilings"]["memory"]) + len(doc["ceilings"]["compute"])
     first = doc["ceilings"]["memory"][0]

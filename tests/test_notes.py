@@ -160,6 +160,7 @@ def test_analyze_verbose_matches_show_verbose(tmp_path):
     assert proc.stdout.split("\nceilings: ")[0].rstrip("\n") == shown.stdout.rstrip("\n")
 
 
+@pytest.mark.slow  # two ert-run processes on a run this host made
 def test_ert_run_verbose_prints_the_report_in_full(tiny_copy):
     """`ert-run --resume` of a finished run measures nothing and prints its report: --verbose passes through."""
     proc = run_cmd("ert-run", "--resume", tiny_copy, "--verbose", "-q", timeout=180)

@@ -78,8 +78,8 @@ def test_analyze_refuses_in_one_line(tmp_path):
     assert "line 2: trials" in proc.stderr
 
 
-def test_resume_refuses_a_damaged_record_before_measuring_anything(tiny_copy):
-    raw = tiny_copy / "raw.jsonl"
+def test_resume_refuses_a_damaged_record_before_measuring_anything(recorded_copy):
+    raw = recorded_copy / "raw.jsonl"
     lines = raw.read_text().splitlines()
     kept = lines[:-4]  # as if killed: the last records and the end record missing, so a resume would measure
     at = next(i for i, line in enumerate(kept) if json.loads(line)["type"] == "point")  # sentinels come first
@@ -88,7 +88,7 @@ def test_resume_refuses_a_damaged_record_before_measuring_anything(tiny_copy):
     kept[at] = json.dumps(rec)
     raw.write_text("\n".join(kept) + "\n")
     before = raw.read_bytes()
-    proc = run_cmd("ert-run", "--resume", tiny_copy, "-q", timeout=180)
+    proc = run_cmd("ert-run", "--resume", recorded_copy, "-q", timeout=180)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert stderr_lines(proc)[-1].endswith(f"line {at + 1}: seconds.min: point record: expected a positive number, "
                                            "got 0")
