@@ -378,6 +378,7 @@ def test_a_run_killed_at_every_step_boundary_leaves_the_summary_and_the_tarball(
         assert not {f"out{k}/logs/{s}.log" for s in STEPS[k + 1:]} & set(names)
 
 
+@pytest.mark.slow  # the script run with steps that sleep until its budget is spent
 def test_a_spent_budget_leaves_later_steps_not_run_and_failed(tmp_path):
     out = tmp_path / "out"
     proc = acceptance(out, env=_fake_gpu(tmp_path), ERT_ACCEPT_STUB=str(_stub(tmp_path, sleep=2)),

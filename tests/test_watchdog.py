@@ -3,6 +3,7 @@
 Each side runs under a stand-in "rank" (a Python process that starts it and
 sleeps), so that what the watchdog does to its rank (SIGKILL) is observed.
 A silent host is a beat (or monitor) stopped with SIGSTOP: no byte, no EOF.
+Those run for seconds each (slow); the settings' checks run in the fast tier.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def pair():
         rank.kill()
 
 
+@pytest.mark.slow  # a monitor and a beat process, waiting out their silences
 def test_a_normal_finish_is_quiet(pair):
     rank0, _, rank1, _ = pair()
     rank1.finish()
@@ -86,6 +88,7 @@ def test_a_normal_finish_is_quiet(pair):
     assert "error" not in rank0.proc.stderr.read()
 
 
+@pytest.mark.slow  # a monitor and a beat process, waiting out their silences
 def test_a_dead_rank_ends_rank_0_naming_its_host(pair):
     rank0, _, rank1, _ = pair(silent=30.0)   # a death is seen at once (EOF), not after the silence
     rank1.proc.kill()
@@ -97,6 +100,7 @@ def test_a_dead_rank_ends_rank_0_naming_its_host(pair):
     assert len([line for line in err.splitlines() if line.strip()]) == 1
 
 
+@pytest.mark.slow  # a monitor and a beat process, waiting out their silences
 def test_a_silent_host_ends_rank_0_after_the_silence(pair):
     rank0, _, rank1, beat_pid = pair(silent=1.0)
     t0 = time.monotonic()
@@ -110,6 +114,7 @@ def test_a_silent_host_ends_rank_0_after_the_silence(pair):
     assert "rank 1 on node2 sent nothing for 1 s" in rank0.proc.stderr.read()
 
 
+@pytest.mark.slow  # a monitor and a beat process, waiting out their silences
 def test_a_rank_cut_off_from_rank_0_ends_itself(pair):
     rank0, monitor_pid, rank1, _ = pair(silent=1.0)
     subprocess.run(["kill", "-STOP", str(monitor_pid)], check=True)
@@ -121,6 +126,7 @@ def test_a_rank_cut_off_from_rank_0_ends_itself(pair):
     assert "rank 1 on node2 heard nothing from rank 0 for 1 s" in rank1.proc.stderr.read()
 
 
+@pytest.mark.slow  # a monitor and a beat process, waiting out their silences
 def test_the_monitor_leaves_when_rank_0_dies(pair):
     rank0, monitor_pid, rank1, _ = pair(silent=30.0)
     rank0.proc.kill()
@@ -152,6 +158,7 @@ def test_one_host_or_switched_off_starts_nothing(monkeypatch):
     assert watchdog.enabled()
 
 
+@pytest.mark.slow  # a monitor and a beat process, waiting out their silences
 def test_a_job_torn_down_whole_gets_no_second_line(pair):
     # One rank's own error aborts the job: its partner dies and rank 0 with it; the launcher has said it all.
     rank0, monitor_pid, rank1, _ = pair(silent=30.0)
