@@ -182,10 +182,11 @@ def recorded_copy(recorded_run, tmp_path) -> Path:
 
 # ----------------------------------------------------------------------------- the `slow` marker
 # `slow` = runs real processes: ert-run sweeps, mpiexec, compilers (nvcc, Numba's JIT and its assembly for other
-# targets), packaging, the external tools the exports are tested with. It marks tests, not files: a test says
-# `@pytest.mark.slow`, a file whose every test does says `pytestmark = pytest.mark.slow`, and the tests marked
-# `nvcc`, `gpu`, `mpi`, `cluster` or `arm` are slow by what those markers mean (below). `pytest -m "not slow"` runs
-# every logic test (under 2 minutes on 2 cores); the default suite (CI) runs everything.
+# targets), packaging, the external tools the exports are tested with, processes that wait out timeouts. It marks
+# tests, not files: a test says `@pytest.mark.slow`, a file whose every test does says `pytestmark =
+# pytest.mark.slow`, and the tests marked `nvcc`, `gpu`, `mpi`, `cluster` or `arm` are slow by what those markers
+# mean (below). `pytest -m "not slow"` is the fast tier: at most 90 s on 2 cores, and every module of ert/ touched
+# (a fast test reads recorded_run, not tiny_run); the default suite (CI) runs everything in at most 8 minutes.
 SLOW_MARKERS = ("nvcc", "gpu", "mpi", "cluster", "arm")
 
 
