@@ -177,14 +177,27 @@ def _ptxas_registers(arch: str, max_threads_per_sm: int) -> dict[str, tuple[int,
     return out
 
 
-@pytest.mark.parametrize("arch, threads_per_sm", [("sm_90", 2048), ("sm_86", 1536), ("sm_75", 1024)])
-def test_every_kernel_leaves_registers_for_a_full_sm(arch, threads_per_sm):
+FULL_SM = {"sm_90": 2048, "sm_86": 1536, "sm_75": 1024}
+
+
+@pytest.fixture(scope="module")
+def registers() -> dict[str, dict[str, tuple[int, int]]]:
+    """{arch: ptxas's registers and spills per kernel}: the three compiles side by side, one per core."""
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {arch: pool.submit(_ptxas_registers, arch, threads) for arch, threads in FULL_SM.items()}
+        return {arch: future.result() for arch, future in futures.items()}
+
+
+@pytest.mark.parametrize("arch, threads_per_sm", FULL_SM.items())
+def test_every_kernel_leaves_registers_for_a_full_sm(registers, arch, threads_per_sm):
     """ptxas's register count lets a full SM of threads be resident (one wave really is one wave).
 
     Without the register cap the FLOPs-1 read+write and read-only kernels
     took 40 registers on sm_90 (1600 threads per SM of 2048) and 44 on sm_86.
     """
-    used = _ptxas_registers(arch, threads_per_sm)
+    used = registers[arch]
     assert len(used) == 4 * len(all_specs())  # the kernel, ert_init, ert_check, ert_spin of every variant
     for name, (registers, spill) in used.items():
         assert registers * threads_per_sm <= nvidia.REGISTERS_PER_SM, (name, registers)
