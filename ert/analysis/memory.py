@@ -12,15 +12,12 @@ from ert.analysis.regimes import judge_levels, unassigned_points
 from ert.hardware.hwinfo import CacheInfo
 from ert.spec import rates
 from ert.records.warning_codes import relabel, warn
+from ert.spec import curve_name as _label
 
 PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2, "int32": 3, "int64": 4}
 # A level whose plateau_spread (ert.spec) is above this is not flat:
 # it mixes levels the fit could not separate, or the machine changed under it.
 NOT_FLAT_SPREAD = 0.25
-
-
-def _label(precision: str, access: str) -> str:
-    return f"{precision} {'read+write' if access == 'rw' else 'read-only'}"
 
 
 def _own_levels(curve: list[dict], caches, *, workers: int, memory_name: str, label: str):

@@ -76,7 +76,7 @@ from ert.analysis.levels import NamedLevel
 from ert.analysis.plateaus import Plateau
 from ert.analysis.stepfit import log_noise, median_cost_table, optimal_partition
 from ert.hardware.hwinfo import CacheInfo
-from ert.spec import plateau_spread
+from ert.spec import WINDOW_START_FACTOR, plateau_spread
 from ert.units import human_bytes as fmt_bytes
 from ert.records.warning_codes import warn
 
@@ -87,9 +87,6 @@ MIN_REGIME_POINTS = 3
 # The memory is re-valued at its fast mode only when that mode is this much above its plateau (the noise of a
 # memory plateau on a quiet host is a few per cent).
 MEMORY_MODE_MARGIN = 0.10
-# The window of L_k starts at this multiple of L_(k-1)'s aggregate capacity:
-# transitions between levels span a factor of about 1.5-2 past a capacity.
-WINDOW_START_FACTOR = 2.0
 # Neighbouring stretches closer than this (log) are one regime; and at least
 # this many sigmas of the window's noise.
 _SAME_REGIME = math.log1p(0.05)

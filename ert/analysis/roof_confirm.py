@@ -40,11 +40,12 @@ from typing import Sequence
 from ert.spec import rates
 from ert.units import human_bytes
 from ert.records.warning_codes import warn
+from ert.spec import NOISE_THRESHOLD, curve_name
 
 # The short, stable code of the warning that names points a re-measurement did not reproduce.
 NOT_REPRODUCED = "not-reproduced"
 # The noise threshold of a run that records none (an ERT results run): the default config's.
-DEFAULT_NOISE_THRESHOLD = 0.10
+DEFAULT_NOISE_THRESHOLD = NOISE_THRESHOLD
 
 
 def agree(a: float, b: float, threshold: float) -> bool:
@@ -72,7 +73,7 @@ def again_rates(confirms: Sequence[dict]) -> dict[str, list[float]]:
 
 
 def _label(spec: dict) -> str:
-    return f"{spec['precision']} {'read+write' if spec['access'] == 'rw' else 'read-only'}"
+    return curve_name(spec["precision"], spec["access"])
 
 
 def mark_not_reproduced(points: list[dict], confirms: Sequence[dict], *,

@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ert.spec import rates
+from ert.spec import NOISE_THRESHOLD, rates
 from ert.measure.window_search import WindowSearch
 from ert.measure.plan import Point
 
@@ -82,7 +82,7 @@ class AdaptivePlanner:
 
     def __init__(self, candidates: list[Point], *, growth: float, cache_resident_bytes: int,
                  cache_windows: list[tuple[int, int]] = (), level_windows: list[tuple[float, float]] = (),
-                 granule_bytes=None, noise_threshold: float = 0.10):
+                 granule_bytes=None, noise_threshold: float = NOISE_THRESHOLD):
         self._stride = max(1, round(math.log(COARSE_FACTOR) / math.log(growth)))
         # Inside each cache after the first, the coarse pass samples WINDOW_PER_OCTAVE points per octave
         # (the grid's own spacing where it is coarser): a faster regime deep inside a cache lies between

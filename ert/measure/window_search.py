@@ -46,14 +46,12 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from ert.measure.plan import Point
-from ert.spec import rates
+from ert.spec import WINDOW_START_FACTOR, rates
 
 # Steps of the search around a window's best point, in octaves of working set: finer while it finds faster points.
 SEARCH_STEPS = (1.0 / 6.0, 1.0 / 12.0)
 # At most this many points of one window are measured again (the fastest, then the next when it did not reproduce).
 MAX_AGAIN_PER_WINDOW = 2
-# The windows start at this multiple of the cache before (ert.analysis.regimes.WINDOW_START_FACTOR).
-WINDOW_START_FACTOR = 2.0
 
 
 def level_windows(capacities: Sequence[int]) -> list[tuple[float, float]]:

@@ -23,6 +23,7 @@ from ert.consumers import roofs as roofs_mod
 from ert.consumers.terminal.report import format_ceilings
 from ert.consumers.terminal.report_cells import format_rate
 from ert.consumers.html.svg_chart import attr, text
+from ert.spec import access_name
 
 MISSING = "-"
 
@@ -120,7 +121,7 @@ def _memory_tables(doc: dict) -> str:
                  ", ".join(f"{format_rate(r.get('gbytes_per_s', 0))} at {tips.wss_text(r.get('wss_bytes'))}"
                            for r in e.get("regimes") or [] if isinstance(r, dict)) if len(e.get("regimes") or []) > 1
                  else ""] for e in groups[(access, precision)]]
-        out.append(f"<h4>Memory bandwidth, {text(roofs_mod.ACCESS_NAMES.get(access, access))}"
+        out.append(f"<h4>Memory bandwidth, {text(access_name(access))}"
                    f"{', ' + text(precision) if precision else ''}</h4>"
                    + _table(["level", "GB/s", "spread", "working set", "points", "noisy", "regimes"], rows,
                             numeric={1, 2, 4, 5}))
@@ -229,11 +230,12 @@ def _per_host_table(doc: dict) -> str:
     import statistics
 
     from ert.consumers.compare.ceiling_values import ceiling_values
+    from ert.consumers.terminal.hosts_table import threshold as slow_host_threshold
 
     entries = [h for h in doc.get("hosts") or [] if isinstance(h, dict) and isinstance(h.get("ceilings"), dict)]
     if len(entries) < 2:
         return ""
-    threshold = float(((doc["metadata"].get("config") or {}).get("slow_host_threshold")) or 0.10)
+    threshold = slow_host_threshold(doc)
     values = {str(h.get("host")): ceiling_values(h["ceilings"]) for h in entries}
     names = list(dict.fromkeys(n for v in values.values() for n in v))
 

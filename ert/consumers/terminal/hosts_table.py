@@ -12,8 +12,8 @@ import statistics
 from dataclasses import dataclass
 
 from ert.consumers.compare.ceiling_values import ceiling_values
+from ert.spec import SLOW_HOST_THRESHOLD
 
-DEFAULT_THRESHOLD = 0.10  # the config's slow_host_threshold when a file does not record it
 
 
 @dataclass
@@ -48,9 +48,10 @@ def host_grid(doc: dict) -> HostGrid | None:
 
 
 def threshold(doc: dict) -> float:
+    """The run's slow_host_threshold, the default where its file records none (`ert show` and `ert report`)."""
     config = (doc.get("metadata") or {}).get("config") or {}
-    value = config.get("slow_host_threshold", DEFAULT_THRESHOLD)
-    return float(value) if isinstance(value, (int, float)) else DEFAULT_THRESHOLD
+    value = config.get("slow_host_threshold", SLOW_HOST_THRESHOLD)
+    return float(value) if isinstance(value, (int, float)) else SLOW_HOST_THRESHOLD
 
 
 def _fmt(value: float | None) -> str:

@@ -9,6 +9,7 @@ from ert.consumers.terminal.report_cells import (MISSING, aligned_table, compute
                                         memory_name, unit_of)
 from ert.consumers.terminal.report_extras import scaling_section, sustained_section, transfer_section
 from ert.hardware import NO_RATED
+from ert.spec import ACCESS_NAMES, access_name
 
 
 def _header(meta: dict, *, width: int | None = None) -> list[str]:
@@ -129,7 +130,7 @@ def _memory_sections(entries: list[dict]) -> list[str]:
     order = sorted(groups, key=lambda k: (k[0] != "rw", k[0]))
     lines: list[str] = []
     for access, precision in order:
-        label = {"rw": "read+write", "ro": "read-only"}.get(access, access)
+        label = access_name(access)
         title = f"Memory bandwidth, {label}" + (f", {precision}" if precision else "")
         rows = [
             [
@@ -184,7 +185,7 @@ def _memory_table(entries: list[dict], notes: "Notes") -> list[str]:
         ["level", "curve", "GB/s", "spread", "working set", "points", "noisy", "conf", "rated", "of rated",
          "from"], rows, [False, False, True, True, False, True, True, False, True, True, False], 7)
     # A cache level's regimes are in its warning (ert show --verbose prints them here as well).
-    title = "Memory bandwidth (rw read+write, ro read-only"
+    title = "Memory bandwidth (" + ", ".join(f"{code} {name}" for code, name in ACCESS_NAMES.items())
     title += "; conf: N times confirmed, re again or nb neighbours)" if "conf" in headers else ")"
     return [title] + aligned_table(headers, rows, right)
 
