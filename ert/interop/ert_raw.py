@@ -25,7 +25,7 @@ from pathlib import Path
 from ert.config.schema import from_dict
 from ert.interop.ert_results import _literal, gcc_o3_warning
 from ert.errors import ErtError
-from ert.records.rawcheck import fault
+from ert.records.rawcheck import fault, shaped
 from ert.records.rawio import RawData, header_record
 from ert.spec import KernelSpec
 
@@ -102,10 +102,10 @@ def _records(max_file: Path, spec: KernelSpec) -> list[dict]:
             raise ErtError("working set, trials and times must be positive and finite", path=max_file,
                            key=f"line {number}")
         seconds = {"min": usec[0] / 1e6, "median": usec[1] / 1e6, "max": usec[2] / 1e6}
-        out.append({"type": "point", "id": f"{spec.key}-w{wss}", "spec": spec.to_dict(), "wss_bytes": wss,
-                    "elements": wss // spec.itemsize, "trials": trials, "seconds": seconds,
-                    "spread": round((seconds["max"] - seconds["min"]) / seconds["min"], 6), "noisy": False,
-                    "valid": True, "check": "measured by ERT (not checked by ert)", "remeasured": 0})
+        out.append(shaped({"type": "point", "id": f"{spec.key}-w{wss}", "spec": spec.to_dict(), "wss_bytes": wss,
+                           "elements": wss // spec.itemsize, "trials": trials, "seconds": seconds,
+                           "spread": round((seconds["max"] - seconds["min"]) / seconds["min"], 6), "noisy": False,
+                           "valid": True, "check": "measured by ERT (not checked by ert)", "remeasured": 0}))
         bad = fault(out[-1])  # the ranges every raw record is read with (1e-300 us is no time)
         if bad:
             raise ErtError(f"{bad[0]}: {bad[1]}", path=max_file, key=f"line {number}")
