@@ -209,3 +209,12 @@ def test_every_builder_makes_its_kinds_keys_and_the_table_refuses_a_key_it_lacks
         shaped({**point, "bandwidth": 1.0})
     with pytest.raises(ValueError, match="without its required keys"):
         shaped({k: v for k, v in point.items() if k != "trials"})
+
+
+def test_a_header_whose_config_records_no_timing_is_analysed_at_the_default_threshold(tmp_path):
+    """The checks let a config without ``timing`` through (an older or foreign file): every reader falls back to
+    the default noise threshold instead of a KeyError."""
+    from ert.analysis.ceilings import build
+
+    doc = build(read_raw(_damaged_metadata(tmp_path, "config", {})))
+    assert any("stayed noisy after re-measuring (spread above 10%)" in w for w in doc["warnings"])

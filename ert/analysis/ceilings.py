@@ -190,7 +190,7 @@ def build(raw: RawData) -> dict:
                         f"e.g. {invalid[0]['id']}: {invalid[0]['check']}"))
     if noisy:
         warnings.append(warn("noisy-points", f"{len(noisy)} of {len(points)} point(s) stayed noisy after re-measuring "
-                        f"(spread above {meta['config']['timing']['noise_threshold']:.0%})"))
+                        f"(spread above {threshold:.0%})"))
     serialized = [r for r in points if r.get("serialized_regions")]
     if serialized:
         warnings.append(warn("oversubscribed",
