@@ -25,6 +25,7 @@ from pathlib import Path
 from ert.config.schema import from_dict
 from ert.interop.ert_results import _literal, gcc_o3_warning
 from ert.errors import ErtError
+from ert.records.ceilings_io import out_of_range
 from ert.records.rawcheck import fault, shaped
 from ert.records.rawio import RawData, header_record
 from ert.spec import KernelSpec
@@ -123,7 +124,14 @@ def read_ert_results(path: str | Path) -> RawData:
         n = _numbers(f.parent if f.name == "max" else f)
         layouts.setdefault((n["mpi"] or 1, n["openmp"] or 1), []).append(f)
     (ranks, threads), chosen = max(layouts.items(), key=lambda kv: (kv[0][0] * kv[0][1], kv[0]))
-    meta_ert = _meta_from_sum(chosen[0].with_name("sum")) or _meta_from_sum(chosen[0])
+    meta_file = chosen[0].with_name("sum")
+    meta_ert = _meta_from_sum(meta_file)
+    if not meta_ert:
+        meta_file, meta_ert = chosen[0], _meta_from_sum(chosen[0])
+    bad = out_of_range(meta_ert)  # the consumers' rule: TIMESTAMP_DATA 1e300 is no number ert reads
+    if bad:
+        key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in bad[0]).lstrip(".")
+        raise ErtError(bad[1], path=meta_file, key=key)
     config_ert = meta_ert.get("CONFIG") if isinstance(meta_ert.get("CONFIG"), dict) else {}
     precision = str((config_ert.get("ERT_PRECISION") or ["FP64"])[0]).lower()
     precision = precision if precision in ("fp64", "fp32", "fp16") else "fp64"
