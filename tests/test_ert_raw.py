@@ -114,7 +114,7 @@ def test_a_timestamp_that_is_no_date_leaves_the_date_unknown(tmp_path, stamp):
     raw = read_ert_results(tmp_path)
     meta = raw.header["metadata"]
     assert meta["date"].startswith("1970")
-    assert any("TIMESTAMP_DATA" in c for c in meta["backend_info"]["caveats"])
+    assert any("TIMESTAMP_DATA" in w for w in meta["rank_warnings"]) and "imported" in meta["rank_warning_codes"]
     proc = run_cmd("ert", "analyze", tmp_path, "--json")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
 

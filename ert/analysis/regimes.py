@@ -210,7 +210,7 @@ def _memory_fast_mode(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np
         if not high.size:
             return JudgedLevel(lvl), None
         where = ", ".join(f"{float(bw[i]):.4g} GB/s at {fmt_bytes(float(wss[i]))}" for i in high)
-        return JudgedLevel(lvl), (
+        return JudgedLevel(lvl), warn("unconfirmed-points",
             f"{label} {lvl.name}: {high.size} clean point(s) read above its roof of {roof:.4g} GB/s ({where}): "
             f"the host's memory bandwidth rose for a moment (a shared host); neither measured again nor met by "
             f"a neighbour within the noise threshold, so not a roof: a kernel can meet it, not count on it")

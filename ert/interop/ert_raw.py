@@ -28,6 +28,7 @@ from ert.errors import ErtError
 from ert.records.ceilings_io import out_of_range
 from ert.records.rawcheck import fault, shaped
 from ert.records.rawio import RawData, header_record
+from ert.records.warning_codes import code_of, warn
 from ert.spec import KernelSpec
 
 _NUMBER = {"flops": re.compile(r"FLOPS\.?(\d+)", re.IGNORECASE), "mpi": re.compile(r"MPI\.?(\d+)"),
@@ -149,8 +150,8 @@ def read_ert_results(path: str | Path) -> RawData:
     config = from_dict({"backend": "numba-cpu", "precisions": [precision], "flops_per_element": flops_list,
                         "fma": "on" if any(f > 1 for f in flops_list) else "both", "access": ["rw"],
                         "threads": threads, "sweep": "dense"}, source=path)
-    warnings = [f"ERT results from {path}: {len(layouts)} layout(s) of ranks x threads; analysed "
-                f"{ranks} rank(s) x {threads} thread(s), the most workers"] if len(layouts) > 1 else []
+    warnings = [warn("imported", f"ERT results from {path}: {len(layouts)} layout(s) of ranks x threads; analysed "
+                                 f"{ranks} rank(s) x {threads} thread(s), the most workers")] if len(layouts) > 1 else []
     o3 = gcc_o3_warning(config_ert)
     if o3:
         warnings.append(o3)
@@ -160,11 +161,14 @@ def read_ert_results(path: str | Path) -> RawData:
                 "cpu_model": "", "caches_reported": [], "libraries": {}, "ranks": ranks,
                 "threads_per_rank": threads, "date": "1970-01-01T00:00:00+00:00",
                 "config": config.to_dict(), "config_sha256": config.sha256(), "backend": "ERT",
-                "device": "", "backend_info": {"backend": "ERT", "caveats": warnings},
+                "device": "", "backend_info": {"backend": "ERT"},
                 "source": {"tool": "ERT", "path": str(path)}}
     stamp = meta_ert.get("TIMESTAMP_DATA")
     if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
         metadata["date"] = iso_date(stamp) or metadata["date"]
         if iso_date(stamp) is None:
-            warnings.append(f"TIMESTAMP_DATA {str(stamp)[:40]} is not a date: the run's date is unknown (1970)")
+            warnings.append(warn("imported", f"TIMESTAMP_DATA {str(stamp)[:40]} is not a date: the run's date is "
+                                             f"unknown (1970)"))
+    if warnings:  # as a run's rank_warnings: each with its code (ert.records.warning_codes.with_codes)
+        metadata.update(rank_warnings=[str(w) for w in warnings], rank_warning_codes=[code_of(w) for w in warnings])
     return RawData(path, header_record({"metadata": metadata, "planned_points": len(points)}), points)
