@@ -22,8 +22,9 @@ import sys
 from pathlib import Path
 
 from ert.records.ceilings_io import load_ceilings
+from ert.consumers.report_model import Header
 from ert.consumers.terminal import report
-from ert.consumers.terminal import report_cells
+from ert.consumers import cells
 from ert.errors import ErtError
 from ert.records.files import CEILINGS_NAME
 
@@ -44,9 +45,9 @@ def ceiling_rows(doc: dict) -> list[dict]:
     """One row per compute and memory ceiling (links and network included), in ``ert show``'s order."""
     ceilings = doc.get("ceilings", {})
     warnings = [str(w) for w in doc.get("warnings", [])]
-    entries = [(_tensor_named(report_cells.compute_name(e), e), report_cells.unit_of(e), "gflops_per_s", e)
+    entries = [(_tensor_named(cells.compute_name(e), e), cells.unit_of(e), "gflops_per_s", e)
                for e in ceilings.get("compute", [])]
-    entries += [(report_cells.memory_name(e), "GB/s", "gbytes_per_s", e) for e in ceilings.get("memory", [])]
+    entries += [(cells.memory_name(e), "GB/s", "gbytes_per_s", e) for e in ceilings.get("memory", [])]
     rows = []
     for name, unit, key, e in entries:
         rated = e.get("rated") if isinstance(e.get("rated"), dict) else {}
@@ -63,7 +64,7 @@ def ceiling_rows(doc: dict) -> list[dict]:
 
 def _cells(row: dict) -> list[str]:
     def num(v):
-        return report.format_rate(v) if isinstance(v, (int, float)) else "-"
+        return cells.format_rate(v) if isinstance(v, (int, float)) else "-"
 
     return [row["ceiling"], row["unit"], num(row["measured"]), num(row["rated"]),
             f"{row['ratio']:.4f}" if isinstance(row["ratio"], (int, float)) else "-",
@@ -73,7 +74,7 @@ def _cells(row: dict) -> list[str]:
 
 def format_run(run_dir: Path, doc: dict, rows: list[dict]) -> list[str]:
     """The run's header (as ``ert show`` prints it), the table, and one line on the ratios."""
-    lines = [f"== {run_dir}"] + report._header(doc.get("metadata", {}))
+    lines = [f"== {run_dir}"] + report.header_lines(Header.of(doc.get("metadata", {})))
     table = [list(HEADERS)] + [_cells(r) for r in rows]
     widths = [max(len(t[i]) for t in table) for i in range(len(HEADERS))]
     for t in table:

@@ -1033,9 +1033,10 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     assert int8_below.count("GIOP/s") == 2 and "GFLOP/s" not in int8_below
     assert not any("wgmma) peak" in w for w in doc["warnings"]), doc["warnings"]
     from ert.consumers import roofs as roofs_mod
+    from ert.consumers.report_model import Report
     from ert.consumers.terminal.report import _compute_section
 
-    shown = _compute_section(doc["ceilings"]["compute"])
+    shown = _compute_section(Report(doc))
     assert ("Tensor-core compute (warp-level MMA, warpgroup wgmma on Hopper; a multiply-add is 2 FLOPs; int8: 2 "
             "integer ops, GIOP/s)") in shown
     assert sum("m64n256k16 wgmma" in line for line in shown) == 2  # fp16 and bf16
@@ -1051,7 +1052,8 @@ def test_a_tensor_run_becomes_tensor_ceilings_rated_at_the_measured_clock(tmp_pa
     from ert.consumers.terminal.notes import Notes
     from ert.consumers.terminal.report import _rated_section
 
-    rated_rows = [line for line in _rated_section(doc, Notes(doc, verbose=True, width=100)) if "tensor peak" in line]
+    rated_rows = [line for line in _rated_section(Report(doc), Notes(doc, verbose=True, width=100))
+                  if "tensor peak" in line]
     assert sum("int8 tensor peak GIOP/s" in line for line in rated_rows) == 2  # wgmma and mma.sync
     assert not any("int8" in line and "GFLOP/s" in line for line in rated_rows)
     int8_roof = roofs_mod.tensor_roof(doc, "int8")

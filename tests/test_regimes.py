@@ -240,14 +240,14 @@ def test_a_last_level_break_far_past_the_l3_hint_says_what_it_suggests():
 
 
 def test_ert_show_prints_a_level_with_several_regimes_as_its_range_and_regimes():
-    from ert.consumers.terminal.report import _regimes_note
+    from ert.consumers.report_rows import regimes_note
 
     entry = {"level": "L2", "gbytes_per_s": 950.0, "range_gbytes_per_s": [560.0, 1010.0],
              "regimes": [{"wss_bytes": [96 * KIB, 400 * KIB], "gbytes_per_s": 610.0, "n_points": 6},
                          {"wss_bytes": [450 * KIB, 700 * KIB], "gbytes_per_s": 950.0, "n_points": 4}]}
-    (line,) = _regimes_note([entry, {"level": "L3", "regimes": [entry["regimes"][0]], "range_gbytes_per_s": [1, 2]}])
-    assert line == ("  L2: 560.0 - 1010 GB/s over its points; regimes 610.0 at 96 KiB - 400 KiB (6 points); "
-                    "950.0 at 450 KiB - 700 KiB (4 points); the roof is the fastest")
+    assert regimes_note({"level": "L3", "regimes": [entry["regimes"][0]], "range_gbytes_per_s": [1, 2]}) is None
+    assert regimes_note(entry) == ("L2: 560.0 - 1010 GB/s over its points; regimes 610.0 at 96 KiB - 400 KiB "
+                                   "(6 points); 950.0 at 450 KiB - 700 KiB (4 points); the roof is the fastest")
 
 
 def _two_mode_memory(fast_every: int, seed: int = 0):

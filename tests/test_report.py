@@ -6,7 +6,7 @@ import pytest
 
 from ert.records.ceilings_io import validate
 from ert.consumers.terminal.report import format_ceilings
-from ert.consumers.terminal.report_cells import format_rate
+from ert.consumers.cells import format_rate
 from ert.units import human_bytes
 
 

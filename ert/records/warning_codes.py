@@ -37,6 +37,7 @@ CODES = {
     "partial-run": "act",           # fewer points measured than planned
     "output-check-failed": "act",   # points or records whose results were wrong, not used
     "test-only": "act",             # a test override was in force
+    "emulated-cpu": "act",          # the CPU is emulated (qemu-user): the rates are the emulator's, no rated values
     "slow-host": "act",             # one host of several >10 % below the hosts' median: it lowers the aggregate
     # the kernel or the machine: what the numbers say about the hardware or ert's kernels.
     "below-rated": "machine",       # a ceiling well below its rated value
@@ -105,6 +106,7 @@ _FALLBACK = (
     ("busy machine:", "busy-machine"),
     ("partial run:", "partial-run"),
     ("test only:", "test-only"),
+    ("the cpu is emulated", "emulated-cpu"),
     ("output check", "output-check-failed"),
     ("data check", "output-check-failed"),
     ("oversubscribed; these are not", "threads-oversubscribed"),

@@ -1,1 +1,1 @@
-"""`ert report`: one self-contained HTML page (inline SVG charts, hover text, its script and stylesheet); imports the shared consumers modules and the terminal report's cells."""
+"""`ert report`: one self-contained HTML page (inline SVG charts, hover text, its script and stylesheet); imports the shared consumers modules (the report model's tables) and the terminal report's `ert show` text it ends with."""

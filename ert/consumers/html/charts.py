@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ert.consumers.html import tips
 from ert.consumers import roofs as roofs_mod
-from ert.consumers.terminal.report_cells import format_rate
+from ert.consumers.cells import format_rate
 from ert.consumers.html.svg_chart import Chart, decade_above, decade_below
 
 PRECISION_COLORS = {"fp64": "#1f3b73", "fp32": "#0f8a6e", "fp16": "#8c510a", "bf16": "#b35806", "tf32": "#54278f",

@@ -4,8 +4,9 @@ The page carries everything inline: the charts as SVG written here
 (``html_charts``, ``html_sweep``), a small stylesheet and a small script
 (``html_report.css``, ``html_report.js``, package data) for hover text and
 the legend's toggles. Nothing loads from the network, so it opens from a mail
-attachment, offline; the tables hold the same numbers as ``ert show`` and
-``ert compare``, and the full ``ert show`` text is at the end of each machine.
+attachment, offline. The tables are the report model's (``ert.consumers.report_model``),
+the very rows and cells ``ert show`` prints, and the ratio table is ``ert compare``'s;
+the full ``ert show`` text is at the end of each machine.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from importlib import resources
 from ert.consumers.compare import compare as compare_mod
 from ert.consumers.html import charts as html_charts
 from ert.consumers.html import sweep as html_sweep
-from ert.consumers.html import tips
 from ert.consumers import roofs as roofs_mod
-from ert.consumers.terminal.report import format_ceilings
-from ert.consumers.terminal.report_cells import format_rate
+from ert.consumers.cells import format_rate
 from ert.consumers.html.svg_chart import attr, text
-from ert.spec import access_name
+from ert.consumers.report_model import Header, Report
+from ert.consumers.report_rows import Table
+from ert.consumers.terminal.report import format_ceilings
 
 MISSING = "-"
 
@@ -52,213 +53,118 @@ def _page(title: str, body: str) -> str:
             f"<script>{_asset('html_report.js')}</script></body></html>\n")
 
 
-def _table(headers: list[str], rows: list[list[str]], *, numeric: set[int] = frozenset(), cls: str = "") -> str:
+def _table(headers: list[str], rows: list[list[str]], *, numeric: set[int] = frozenset(), cls: str = "",
+           key: str = "") -> str:
     head = "".join(f'<th{" class=num" if i in numeric else ""}>{text(h)}</th>' for i, h in enumerate(headers))
     body = "".join("<tr>" + "".join(f'<td{" class=num" if i in numeric else ""}>{text(c)}</td>'
                                     for i, c in enumerate(row)) + "</tr>" for row in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    named = f' data-table="{attr(key)}"' if key else ""
+    return f'<table class="{cls}"{named}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 # ----------------------------------------------------------------------------------------- header
-def clock_text(doc: dict) -> str:
-    """The clock the run measured (CPU: a dependent FMA chain), else the one it recorded, else '-'."""
-    info = doc["metadata"].get("backend_info") or {}
-    rated = info.get("rated") if isinstance(info.get("rated"), dict) else {}
-    clock = rated.get("clock") if isinstance(rated.get("clock"), dict) else {}
-    if isinstance(clock.get("vector_ghz"), (int, float)):
-        return f"{clock['vector_ghz']:.2f} GHz (measured: dependent FMA chain)"
-    if isinstance(rated.get("clock_ghz"), (int, float)):
-        return f"{rated['clock_ghz']:.2f} GHz ({rated.get('clock_source') or 'recorded'})"
-    for key, word in (("sm_clock_mhz", "SM clock"), ("max_clock_mhz", "max clock")):
-        value = info.get(key)
-        if isinstance(value, dict) and isinstance(value.get("max"), (int, float)):
-            return f"{value['max']:.0f} MHz ({word}, measured)"
-        if isinstance(value, (int, float)):
-            return f"{value:.0f} MHz ({word})"
-    return MISSING
-
-
-def header_fields(doc: dict) -> list[tuple[str, str]]:
-    """(name, value) of the header: host, CPU/device, measured clock, backend, ranks x threads, date, version, config."""
-    meta = doc["metadata"]
-    hosts = list(dict.fromkeys(meta.get("hosts") or []))
-    cpu, device = meta.get("cpu_model") or "", meta.get("device") or ""
-    machine = f"{cpu} / {device}" if cpu and device and cpu not in device else (device or cpu or MISSING)
-    ranks, threads = meta.get("ranks", MISSING), meta.get("threads_per_rank", MISSING)
-    tool = meta.get("tool", "ert")
-    config_hash = meta.get("config_sha256") or meta.get("config_hash")
+def header_fields(h: Header) -> list[tuple[str, str]]:
+    """(name, value) of the header: host, CPU/device, measured clock, backend, ranks x threads, date, version,
+    config."""
+    hosts = h.hosts
     return [("host" if len(hosts) <= 1 else f"hosts ({len(hosts)})", ", ".join(hosts) if len(hosts) > 1
-             else str(meta.get("host", MISSING))),
-            ("CPU / device", machine), ("measured clock", clock_text(doc)),
-            ("backend", str(meta.get("backend", MISSING))),
-            ("ranks x threads", f"{ranks} x {threads}"), ("date", str(meta.get("date", MISSING))),
-            ("tool version", f"{tool} {meta.get('tool_version', '')}".strip()),
-            ("config sha256", str(config_hash)[:16] if config_hash else MISSING)]
+             else str(h.host)),
+            ("CPU / device", h.machine), ("measured clock", h.clock), ("backend", str(h.backend)),
+            ("ranks x threads", f"{h.ranks} x {h.threads}"), ("date", h.date), ("tool version", h.tool),
+            ("config sha256", h.config_sha[:16] if h.config_sha else MISSING)]
 
 
-def _header_block(doc: dict, source: str) -> str:
-    cells = "".join(f"<div><dt>{text(k)}</dt><dd>{text(v)}</dd></div>" for k, v in header_fields(doc))
-    meta = doc["metadata"]
-    points = meta.get("points") if isinstance(meta.get("points"), dict) else {}
-    extra = ", ".join(f"{points[k]} {k}" for k in ("planned", "measured", "noisy", "invalid") if k in points)
-    wall = meta.get("wall_seconds")
+def _header_block(h: Header, source: str) -> str:
+    cells = "".join(f"<div><dt>{text(k)}</dt><dd>{text(v)}</dd></div>" for k, v in header_fields(h))
+    extra = ", ".join(f"{h.points[k]} {k}" for k in ("planned", "measured", "noisy", "invalid") if k in h.points)
     note = "; ".join(x for x in (f"points: {extra}" if extra else "",
-                                 f"wall time {wall:.1f} s" if isinstance(wall, (int, float)) else "",
-                                 f"schema {doc.get('schema_version', MISSING)}", f"from {source}") if x)
+                                 f"wall time {h.wall_seconds:.1f} s" if h.wall_seconds is not None else "",
+                                 f"schema {h.schema_version}", f"from {source}") if x)
     return f'<dl class="header">{cells}</dl><p class="note">{text(note)}</p>'
 
 
 # ----------------------------------------------------------------------------------------- tables
-def _memory_tables(doc: dict) -> str:
-    entries = [e for e in doc["ceilings"].get("memory", []) if e.get("kind") is None]
-    groups: dict[tuple, list[dict]] = {}
-    for e in entries:
-        groups.setdefault((e.get("access") or "rw", e.get("precision") or ""), []).append(e)
-    out = []
-    for access, precision in sorted(groups, key=lambda k: (k[0] != "rw", k[0])):
-        rows = [[e["level"], format_rate(e["gbytes_per_s"]), tips.spread_text(e.get("spread")),
-                 tips.wss_text(e.get("wss_bytes")), str(e.get("n_points", MISSING)), str(e.get("noisy_points", MISSING)),
-                 ", ".join(f"{format_rate(r.get('gbytes_per_s', 0))} at {tips.wss_text(r.get('wss_bytes'))}"
-                           for r in e.get("regimes") or [] if isinstance(r, dict)) if len(e.get("regimes") or []) > 1
-                 else ""] for e in groups[(access, precision)]]
-        out.append(f"<h4>Memory bandwidth, {text(access_name(access))}"
-                   f"{', ' + text(precision) if precision else ''}</h4>"
-                   + _table(["level", "GB/s", "spread", "working set", "points", "noisy", "regimes"], rows,
-                            numeric={1, 2, 4, 5}))
-    transfers = [e for e in doc["ceilings"].get("memory", []) if e.get("kind") is not None]
-    if transfers:
-        rows = [[e["level"], str(e.get("kind")), str(e.get("variant", "")), format_rate(e["gbytes_per_s"]),
-                 tips.spread_text(e.get("spread")),
-                 f"{e['latency_us']:.2f}" if isinstance(e.get("latency_us"), (int, float)) else MISSING,
-                 tips.wss_text(e.get("wss_bytes"))] for e in transfers]
-        out.append("<h4>Links and network</h4>" + _table(["level", "kind", "variant", "GB/s", "spread", "latency us",
-                                                          "sizes"], rows, numeric={3, 4, 5}))
-    return "".join(out) or "<p>Memory bandwidth: none measured.</p>"
-
-
-def _compute_table(doc: dict) -> str:
-    entries = doc["ceilings"].get("compute", [])
-    if not entries:
-        return "<p>Compute: none measured.</p>"
-    rows = [[f"{tips.compute_name(e)} peak", format_rate(e["gflops_per_s"]), tips.compute_unit(e),
-             tips.spread_text(e.get("spread")), str(e.get("flops_per_mma") or e.get("flops_per_element") or MISSING),
-             tips.wss_text(e.get("wss_bytes")), "yes" if e.get("noisy") else "no"] for e in entries]
-    return "<h4>Compute</h4>" + _table(["ceiling", "rate", "unit", "spread", "FLOPs/element", "working set", "noisy"],
-                                       rows, numeric={1, 3, 4})
-
-
-def _rated_table(doc: dict) -> str:
-    """Every ceiling beside its rated value, with the derivations numbered once (as `ert show` does)."""
-    rows, notes = [], []
-    entries = [(e, "gbytes_per_s", "GB/s", tips.memory_name(e)) for e in doc["ceilings"].get("memory", [])]
-    entries += [(e, "gflops_per_s", tips.compute_unit(e), f"{tips.compute_name(e)} peak")
-                for e in doc["ceilings"].get("compute", [])]
-    for e, key, unit, name in entries:
-        rated = e.get("rated") if isinstance(e.get("rated"), dict) else None
-        if not rated:
-            continue
-        how = str(rated.get("derivation", ""))
-        if how not in notes:
-            notes.append(how)
-        ratio = rated.get("ratio")
-        rows.append([f"{name} {unit}", format_rate(e[key]),
-                     format_rate(rated[key]) if rated.get(key) is not None else MISSING,
-                     f"{ratio:.0%}" if isinstance(ratio, (int, float)) else MISSING, f"[{notes.index(how) + 1}]"])
-    if not rows:
+def model_table(table: Table | None, report: Report) -> str:
+    """A table of the report model: its title, its columns (numbers class=num; a derivation as its note's number,
+    as `ert show --verbose` numbers them), its notes as a list. A table without columns is its title alone."""
+    if table is None:
         return ""
-    items = "".join(f"<li value=\"{i}\">{text(how)}</li>" for i, how in enumerate(notes, 1))
-    return ("<h4>Measured against rated (what the hardware can physically do)</h4>"
-            + _table(["ceiling", "measured", "rated", "of rated", "from"], rows, numeric={1, 2, 3})
-            + f'<ol class="derivations">{items}</ol>')
+    if not table.columns:
+        return f"<p>{text(table.title)}.</p>"
+    number = {how: f"[{k}]" for k, how in enumerate(report.derivations, 1)}
+    rows = [[number.get(cell, "") if c.footnote else cell for c, cell in zip(table.columns, row)]
+            for row in table.cells()]
+    numeric = {i for i, c in enumerate(table.columns) if c.numeric}
+    items = "".join(f"<li>{text(n)}</li>" for n in table.notes)
+    return (f"<h4>{text(table.title)}</h4>" + _table(table.headers, rows, numeric=numeric, key=table.key)
+            + (f'<ul class="notes">{items}</ul>' if items else ""))
 
 
-def _warnings(doc: dict) -> str:
-    """The warnings grouped as `ert show` groups them, each with its stable code (schema 1.10; older files are
-    classified from their text by the same table)."""
-    from ert.records.warning_codes import GROUPS, coded_warnings
+def _derivations(report: Report) -> str:
+    items = "".join(f"<li value=\"{i}\">{text(how)}</li>" for i, how in enumerate(report.derivations, 1))
+    return f'<ol class="derivations">{items}</ol>' if items else ""
 
-    warnings = coded_warnings(doc)
-    if not warnings:
+
+def _rated_tables(report: Report) -> str:
+    """Every ceiling beside its rated value, the derivations numbered once (as `ert show --verbose` does); a file
+    from before 1.2: its rated peaks; none to compare with: why."""
+    if report.rated_legacy:
+        return model_table(report.legacy_rated_table(), report)
+    table = report.rated_table()
+    if not any(r.cells["rated"] != MISSING for r in table.rows):
+        return f"<h4>{text(table.title)}</h4>{_derivations(report)}" if report.derivations else ""
+    return model_table(table, report) + _derivations(report)
+
+
+def _warnings(report: Report) -> str:
+    """The warnings grouped as `ert show` groups them, each with its stable code."""
+    if not report.warning_count:
         return ""
-    parts = [f"<h4>Warnings ({len(warnings)})</h4>"]
-    for group, heading in GROUPS.items():
-        mine = [w for w in warnings if w.group == group]
-        if mine:
-            items = "".join(f'<li><span class="code">{text(w.code)}</span> {text(w.text)}</li>' for w in mine)
-            parts.append(f'<h5>{text(heading)} ({len(mine)})</h5><ul class="warnings">{items}</ul>')
+    parts = [f"<h4>Warnings ({report.warning_count})</h4>"]
+    for group in report.warnings:
+        items = "".join(f'<li><span class="code">{text(w.code)}</span> {text(w.text)}</li>' for w in group.warnings)
+        parts.append(f'<h5>{text(group.heading)} ({len(group.warnings)})</h5><ul class="warnings">{items}</ul>')
     return "".join(parts)
 
 
-def _scaling_table(doc: dict) -> str:
-    counts = [c for c in ((doc.get("scaling") or {}).get("by_threads") or []) if isinstance(c, dict)]
-    if not counts:
-        return ""
-    rows: dict[tuple, list] = {}
-    for k, entry in enumerate(counts):
-        ceilings = entry.get("ceilings", {})
-        for e in ceilings.get("memory", []):
-            rows.setdefault((0, tips.memory_name(e), "GB/s"), [None] * len(counts))[k] = e.get("gbytes_per_s")
-        for e in ceilings.get("compute", []):
-            rows.setdefault((1, f"{tips.compute_name(e)} peak", tips.compute_unit(e)),
-                            [None] * len(counts))[k] = e.get("gflops_per_s")
-    table = [[name, unit] + [format_rate(v) if isinstance(v, (int, float)) else MISSING for v in values]
-             + [f"{values[-1] / values[0]:.2f}x" if values[0] and values[-1] else MISSING]
-             for (_, name, unit), values in rows.items()]
-    headers = ["ceiling", "unit"] + [f"{c.get('threads_per_rank')} thr" for c in counts] + ["last/first"]
-    return "<h4>Thread scaling (threads per rank)</h4>" + _table(headers, table,
-                                                                 numeric=set(range(2, len(headers))))
-
-
-def _hosts_table(doc: dict) -> str:
-    """The hosts of a run over several nodes and the ranks on each (what ceilings.json holds today)."""
-    meta = doc["metadata"]
-    per_host = meta.get("ranks_per_host") if isinstance(meta.get("ranks_per_host"), dict) else {}
-    hosts = list(dict.fromkeys(meta.get("hosts") or [])) or list(per_host)
+def _hosts_table(report: Report) -> str:
+    """The hosts of a run over several nodes and the ranks on each, then each host's ceilings."""
+    h = report.header
+    hosts = list(h.hosts) or list(h.ranks_per_host)
     if len(hosts) < 2:
         return ""
-    rows = [[h, str(per_host.get(h, MISSING))] for h in hosts]
-    return "<h4>Hosts</h4>" + _table(["host", "ranks"], rows, numeric={1}) + _per_host_table(doc)
+    rows = [[host, str(h.ranks_per_host.get(host, MISSING))] for host in hosts]
+    return "<h4>Hosts</h4>" + _table(["host", "ranks"], rows, numeric={1}) + _per_host_table(report)
 
 
 # Up to this many hosts a column each; more, and each ceiling shows its lowest and highest host.
 HOST_COLUMNS = 8
 
 
-def _per_host_table(doc: dict) -> str:
-    """Each host's value of every ceiling, as a ratio to the median of the hosts (schema 1.10 ``hosts``); a
-    ratio below 1 - slow_host_threshold is marked, as `ert show` marks it."""
-    import statistics
-
-    from ert.consumers.compare.ceiling_values import ceiling_values
-    from ert.consumers.terminal.hosts_table import threshold as slow_host_threshold
-
-    entries = [h for h in doc.get("hosts") or [] if isinstance(h, dict) and isinstance(h.get("ceilings"), dict)]
-    if len(entries) < 2:
+def _per_host_table(report: Report) -> str:
+    """Each host's value of every ceiling and its ratio to the median of the hosts (the model's grid, as `ert show`
+    and `ert compare RUN --hosts` read it); a ratio below 1 - slow_host_threshold is marked."""
+    grid = report.hosts
+    if grid is None or len(grid.hosts) < 2:
         return ""
-    threshold = slow_host_threshold(doc)
-    values = {str(h.get("host")): ceiling_values(h["ceilings"]) for h in entries}
-    names = list(dict.fromkeys(n for v in values.values() for n in v))
+    n = len(grid.hosts)
 
-    def cell(host: str, name: str, median: float) -> str:
-        value = values[host].get(name)
-        if value is None or not median:
-            return MISSING
-        ratio = value / median
-        return f"{format_rate(value)} ({ratio:.2f}{'*' if ratio < 1 - threshold else ''})"
+    def cell(i: int, j: int) -> str:
+        r = grid.ratio(i, j)
+        return MISSING if r is None else f"{grid.value_cell(grid.values[i][j])} ({grid.ratio_cell(r)})"
 
-    rows, hosts = [], list(values)
-    for name in names:
-        present = [values[h][name] for h in hosts if name in values[h]]
-        median = statistics.median(present) if present else 0.0
-        if len(hosts) <= HOST_COLUMNS:
-            rows.append([name, format_rate(median)] + [cell(h, name, median) for h in hosts])
-        else:
-            ranked = sorted((h for h in hosts if name in values[h]), key=lambda h: values[h][name])
-            rows.append([name, format_rate(median), f"{ranked[0]}: {cell(ranked[0], name, median)}",
-                         f"{ranked[-1]}: {cell(ranked[-1], name, median)}"])
-    headers = ["ceiling", "median"] + (hosts if len(hosts) <= HOST_COLUMNS else ["lowest host", "highest host"])
-    return (f"<h4>Per-host ceilings (value and ratio to the median of {len(hosts)} hosts; * more than "
-            f"{threshold:.0%} below it)</h4>" + _table(headers, rows, numeric=set(range(1, len(headers)))))
+    rows = []
+    for i, name in enumerate(grid.names):
+        if n <= HOST_COLUMNS:
+            rows.append([name, grid.value_cell(grid.medians[i])] + [cell(i, j) for j in range(n)])
+            continue
+        ranked = sorted((j for j in range(n) if grid.ratio(i, j) is not None), key=lambda j: grid.values[i][j])
+        ends = [f"{grid.hosts[j]}: {cell(i, j)}" for j in (ranked[0], ranked[-1])] if ranked else [MISSING] * 2
+        rows.append([name, grid.value_cell(grid.medians[i])] + ends)
+    headers = ["ceiling", "median"] + (grid.hosts if n <= HOST_COLUMNS else ["lowest host", "highest host"])
+    return (f"<h4>Per-host ceilings (value and ratio to the median of {n} hosts; * more than "
+            f"{grid.threshold:.0%} below it)</h4>" + _table(headers, rows, numeric=set(range(1, len(headers))),
+                                                             key="hosts"))
 
 
 def _show_text(doc: dict) -> str:
@@ -266,34 +172,42 @@ def _show_text(doc: dict) -> str:
             f"<pre>{html.escape(format_ceilings(doc))}</pre></details>")
 
 
-def _tables(doc: dict) -> str:
-    return "".join([_memory_tables(doc), _compute_table(doc), _rated_table(doc), _scaling_table(doc),
-                    _hosts_table(doc), _warnings(doc), _show_text(doc)])
+def _tables(doc: dict, report: Report) -> str:
+    """Every table of the report model, in `ert show`'s order, then the full `ert show` text."""
+    parts = [model_table(report.memory_table(), report), model_table(report.links_table(), report)]
+    parts += [model_table(t, report) for t in report.compute_tables()]
+    parts += [_rated_tables(report), model_table(report.sustained, report), model_table(report.scaling, report),
+              _hosts_table(report), _warnings(report), _show_text(doc)]
+    return "".join(parts)
 
 
 # ----------------------------------------------------------------------------------------- pages
 def single_report(machine: Machine) -> str:
     """The page of one run: header, roofline, sweep (when its raw records are at hand), tables."""
     doc = machine.doc
+    report = Report(doc)
     label = roofs_mod.machine_label(doc)
-    parts = [f"<h1>Roofline report</h1><p class=\"sub\">{text(label)}</p>", _header_block(doc, machine.source),
+    parts = [f"<h1>Roofline report</h1><p class=\"sub\">{text(label)}</p>",
+             _header_block(report.header, machine.source),
              html_charts.roofline([doc], [str(doc['metadata'].get('host', 'run'))], chart_id="roofline")]
     if machine.raw is not None:
         parts += html_sweep.sweep_charts(machine.raw, doc, chart_id="sweep")
     else:
         parts.append('<p class="note">No sweep chart: the input holds no raw.jsonl (a ceilings file, or ERT\'s '
                      "roofline.json, which keeps no points); for an ert run give its run directory.</p>")
-    parts.append('<section class="tables"><h2>Ceilings</h2>' + _tables(doc) + "</section>")
+    parts.append('<section class="tables"><h2>Ceilings</h2>' + _tables(doc, report) + "</section>")
     return _page(f"ert report: {label}", "".join(parts))
 
 
 def comparison_report(machines: list[Machine], labels: list[str]) -> str:
     """The procurement view: every machine's roofs on one chart, the ratio table, the unpaired ceilings apart."""
     docs = [m.doc for m in machines]
+    reports = [Report(d) for d in docs]
     letters = [chr(65 + i) if i < 26 else str(i) for i in range(len(docs))]
-    rows = [[letters[i], labels[i]] + [v[:10] if k == "date" else v for k, v in header_fields(d)]
-            + [Path(m.source).name] for i, (d, m) in enumerate(zip(docs, machines))]
-    machines_table = _table(["", "label"] + [k for k, _ in header_fields(docs[0])] + ["from"], rows, cls="machines")
+    rows = [[letters[i], labels[i]] + [v[:10] if k == "date" else v for k, v in header_fields(r.header)]
+            + [Path(m.source).name] for i, (r, m) in enumerate(zip(reports, machines))]
+    machines_table = _table(["", "label"] + [k for k, _ in header_fields(reports[0].header)] + ["from"], rows,
+                            cls="machines")
     data = compare_mod.to_json(docs, labels)
     paired = [c for c in data["ceilings"] if c["paired"]]
     unpaired = [c for c in data["ceilings"] if not c["paired"]]
@@ -317,9 +231,9 @@ def comparison_report(machines: list[Machine], labels: list[str]) -> str:
     if notes:
         parts.append("<h3>Read with care</h3><ul class=\"warnings\">" + "".join(f"<li>{text(n)}</li>" for n in notes)
                      + "</ul>")
-    for letter, label, doc, m in zip(letters, labels, docs, machines):
+    for letter, label, doc, report, m in zip(letters, labels, docs, reports, machines):
         parts.append(f'<details class="machine"><summary>{letter}: {text(label)}: every table of this machine'
-                     f"</summary>{_header_block(doc, m.source)}{_tables(doc)}</details>")
+                     f"</summary>{_header_block(report.header, m.source)}{_tables(doc, report)}</details>")
     parts.append("</section>")
     return _page("ert report: " + " vs ".join(labels), "".join(parts))
 

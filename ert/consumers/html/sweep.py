@@ -11,7 +11,7 @@ from __future__ import annotations
 from ert.consumers.html import tips
 from ert.consumers import roofs as roofs_mod
 from ert.consumers.html.charts import NO_FMA_DASH, PRECISION_COLORS
-from ert.consumers.terminal.report_cells import format_rate
+from ert.consumers.cells import format_rate
 from ert.consumers.html.svg_chart import Chart, bytes_tick
 from ert.records.rawio import best_launches
 from ert.spec import access_name, ops_unit, rates

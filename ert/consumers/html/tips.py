@@ -7,7 +7,7 @@ the spread, and the points the value rests on (its evidence point ids).
 from __future__ import annotations
 
 from ert.consumers import roofs as roofs_mod
-from ert.consumers.terminal.report_cells import format_rate
+from ert.consumers.cells import format_rate
 from ert.spec import ops_unit
 from ert.units import human_bytes
 

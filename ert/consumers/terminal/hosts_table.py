@@ -1,69 +1,15 @@
 """The hosts of one run side by side: `ert show`'s per-host table and `ert compare RUN --hosts`.
 
 A run on 2+ hosts holds each host's ceilings in ``doc["hosts"]`` (schema
-1.10, ``ert.analysis.hosts``).  Ceilings are named and paired across hosts by
-``ert.consumers.compare.ceiling_values`` (compare's labels), and every value is read
-against the median of the hosts: a slow host shows as a ratio below 1.
+1.10, ``ert.analysis.hosts``); the report model's ``HostGrid`` names and pairs
+them across hosts (``ert.consumers.compare.ceiling_values``, compare's labels)
+and reads every value against the median of the hosts: a slow host shows as a
+ratio below 1.
 """
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass
-
-from ert.consumers.compare.ceiling_values import ceiling_values
-from ert.spec import SLOW_HOST_THRESHOLD
-
-
-
-@dataclass
-class HostGrid:
-    """Every ceiling (row) of every host (column), with the median of the hosts per ceiling."""
-
-    hosts: list[str]
-    ranks: list[list[int]]
-    names: list[str]                     # "L1 fp64 read+write GB/s", ...
-    values: list[list[float | None]]     # [ceiling][host]
-    medians: list[float | None]
-
-    def ratio(self, i: int, j: int) -> float | None:
-        v, m = self.values[i][j], self.medians[i]
-        return None if v is None or not m else v / m
-
-
-def host_grid(doc: dict) -> HostGrid | None:
-    """The grid of a document's ``hosts`` section; None when it has none (a run on one host, or before 1.10)."""
-    hosts = [h for h in doc.get("hosts") or [] if isinstance(h, dict) and isinstance(h.get("ceilings"), dict)]
-    if not hosts:
-        return None
-    per_host = [ceiling_values(h["ceilings"]) for h in hosts]
-    names: list[str] = []
-    for values in per_host:
-        names += [n for n in values if n not in names]
-    grid = [[values.get(n) for values in per_host] for n in names]
-    medians = [statistics.median(present) if (present := [v for v in row if v is not None]) else None
-               for row in grid]
-    return HostGrid([str(h.get("host", "?")) for h in hosts], [list(h.get("ranks") or []) for h in hosts],
-                    names, grid, medians)
-
-
-def threshold(doc: dict) -> float:
-    """The run's slow_host_threshold, the default where its file records none (`ert show` and `ert report`)."""
-    config = (doc.get("metadata") or {}).get("config") or {}
-    value = config.get("slow_host_threshold", SLOW_HOST_THRESHOLD)
-    return float(value) if isinstance(value, (int, float)) else SLOW_HOST_THRESHOLD
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4g}" if value < 1000 else f"{value:.0f}"
-
-
-def _ratio(r: float | None, low: float) -> str:
-    if r is None:
-        return "-"
-    return f"{r:.2f}" + ("*" if r < low else "")
+from ert.consumers.report_model import HostGrid, host_grid
 
 
 def _lines(header: list[str], table: list[list[str]]) -> list[str]:
@@ -81,20 +27,24 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def format_hosts_section(doc: dict, *, width: int = 100, verbose: bool = False) -> list[str]:
-    """`ert show`'s per-host table: each host's value of every ceiling as a ratio to the median of the hosts.
+    """`ert show`'s per-host table of a document (``hosts_lines`` of its grid)."""
+    return hosts_lines(host_grid(doc), width=width, verbose=verbose)
+
+
+def hosts_lines(grid: HostGrid | None, *, width: int = 100, verbose: bool = False) -> list[str]:
+    """Each host's value of every ceiling as a ratio to the median of the hosts (the report model's grid).
 
     One column per host while they fit ``width`` (always with ``verbose``);
     past that, the lowest and highest host of each ceiling, and how many hosts
     are below the threshold (``ert compare RUN --hosts`` lists them all).
     """
-    grid = host_grid(doc)
     if grid is None:
         return []
-    low = 1.0 - threshold(doc)
+    low = 1.0 - grid.threshold
     n = len(grid.hosts)
-    title = f"Hosts: each ceiling as a ratio to the median of {n} hosts (* more than {threshold(doc):.0%} below)"
+    title = f"Hosts: each ceiling as a ratio to the median of {n} hosts (* more than {grid.threshold:.0%} below)"
     header = ["ceiling", "median"] + grid.hosts
-    table = [[name, _fmt(grid.medians[i])] + [_ratio(grid.ratio(i, j), low) for j in range(n)]
+    table = [[name, grid.value_cell(grid.medians[i])] + [grid.ratio_cell(grid.ratio(i, j)) for j in range(n)]
              for i, name in enumerate(grid.names)]
     lines = _lines(header, table)
     if verbose or max(len(line) for line in lines) <= width:
@@ -104,8 +54,8 @@ def format_hosts_section(doc: dict, *, width: int = 100, verbose: bool = False) 
     for i, name in enumerate(grid.names):
         ratios = [(r, grid.hosts[j]) for j in range(n) if (r := grid.ratio(i, j)) is not None]
         lo, hi = min(ratios, default=(None, "-")), max(ratios, default=(None, "-"))
-        table.append([name, _fmt(grid.medians[i]), f"{lo[1]} {_ratio(lo[0], low)}", f"{hi[1]} {_ratio(hi[0], low)}",
-                      str(sum(1 for r, _ in ratios if r < low))])
+        table.append([name, grid.value_cell(grid.medians[i]), f"{lo[1]} {grid.ratio_cell(lo[0])}",
+                      f"{hi[1]} {grid.ratio_cell(hi[0])}", str(sum(1 for r, _ in ratios if r < low))])
     return [title, f"  ({n} hosts do not fit {width} columns: every host with --verbose or "
                    f"`ert compare RUN --hosts`)"] + _lines(header, table)
 
@@ -115,12 +65,12 @@ def format_hosts_comparison(doc: dict) -> str:
     grid = host_grid(doc)
     if grid is None:
         return ""
-    low = 1.0 - threshold(doc)
+    low = 1.0 - grid.threshold
     letters = [chr(65 + j) if j < 26 else str(j) for j in range(len(grid.hosts))]
     lines = [f"{letters[j]}: {h}  ({_ranks(grid.ranks[j])})" for j, h in enumerate(grid.hosts)]
     header = ["ceiling", "median"] + letters + [f"{x}/med" for x in letters]
-    table = [[name, _fmt(grid.medians[i])] + [_fmt(v) for v in grid.values[i]]
-             + [_ratio(grid.ratio(i, j), low) for j in range(len(grid.hosts))] for i, name in enumerate(grid.names)]
+    table = [[name, grid.value_cell(grid.medians[i])] + [grid.value_cell(v) for v in grid.values[i]]
+             + [grid.ratio_cell(grid.ratio(i, j)) for j in range(len(grid.hosts))] for i, name in enumerate(grid.names)]
     lines += [""] + _lines(header, table)
     slow = [(grid.hosts[j], grid.names[i], r) for j in range(len(grid.hosts)) for i in range(len(grid.names))
             if (r := grid.ratio(i, j)) is not None and r < low]
@@ -139,7 +89,7 @@ def hosts_json(doc: dict) -> dict:
     if grid is None:
         return {"hosts": [], "ceilings": []}
     return {"hosts": [{"host": h, "ranks": r} for h, r in zip(grid.hosts, grid.ranks)],
-            "threshold": threshold(doc),
+            "threshold": grid.threshold,
             "ceilings": [{"ceiling": name, "median": grid.medians[i], "values": grid.values[i],
                           "ratios_to_median": [grid.ratio(i, j) for j in range(len(grid.hosts))]}
                          for i, name in enumerate(grid.names)]}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import shutil
 import textwrap
 
-from ert.hardware import NO_RATED
-from ert.records.warning_codes import CODES, GROUPS, coded_warnings
+from ert.consumers.report_model import Report
+from ert.consumers.report_model import derivations as model_derivations
+from ert.records.warning_codes import CODES
 
 # A group of warnings shows this many lines on the screen; the rest are counted.
 GROUP_LINES = 5
@@ -31,15 +32,8 @@ class Notes:
         self.base = self.clock = ""  # the clock note's text, on the screen only (_shared)
         rated = (doc.get("metadata", {}).get("backend_info") or {}).get("rated")
         rated = rated if isinstance(rated, dict) else {}
-        ceilings = doc.get("ceilings", {})
-        found, reasons = [], []
-        for e in ceilings.get("compute", []) + ceilings.get("memory", []):
-            r = e.get("rated") if isinstance(e, dict) and isinstance(e.get("rated"), dict) else {}
-            how = str(r.get("derivation") or "")
-            if how:
-                (reasons if r.get("gflops_per_s", r.get("gbytes_per_s")) is None else found).append(how)
         # The derivations first, then the reasons some ceilings have none (an unrated L3, DRAM).
-        derivations = list(dict.fromkeys(found + [r for r in reasons if r.startswith(NO_RATED)]))
+        derivations = model_derivations(doc)
         self.texts = [] if verbose else self._shared(derivations, rated)
         first = len(self.texts)
         self.texts += [self._short(how) for how in derivations]
@@ -136,21 +130,19 @@ def clip(text: str, width: int) -> str:
     return (text[:cut] if cut > room // 2 else text[:room]).rstrip(" ,;:(") + " ..."
 
 
-def warnings_section(doc: dict, notes: Notes, *, verbose: bool, width: int) -> list[str]:
+def warnings_section(report: Report, notes: Notes, *, verbose: bool, width: int) -> list[str]:
     """The warnings under their group's heading (act on it, the kernel or the machine, bookkeeping), counted.
 
-    Codes and groups come from the file (ert.records.warning_codes).  The default is a
+    Codes and groups come from the file (the report model's ``warnings``).  The default is a
     screen: one clipped line each, derivations as their footnote numbers, at
     most GROUP_LINES a group; ``verbose`` prints every warning whole.
     """
-    coded = coded_warnings(doc)
-    if not coded:
+    if not report.warning_count:
         return []
-    lines = [f"Warnings ({len(coded)})" + ("" if verbose else ", one line each (ert show --verbose RUN: in full)")]
-    for group, heading in GROUPS.items():
-        mine = [w for w in coded if w.group == group]
-        if not mine:
-            continue
+    lines = [f"Warnings ({report.warning_count})"
+             + ("" if verbose else ", one line each (ert show --verbose RUN: in full)")]
+    for group in report.warnings:
+        mine, heading = list(group.warnings), group.heading
         more = 0 if verbose else max(0, len(mine) - GROUP_LINES)
         lines.append(f" {heading} ({len(mine)}" + (f"; {GROUP_LINES} shown, {more} more with --verbose)" if more
                                                     else ")"))

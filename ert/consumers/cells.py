@@ -1,9 +1,9 @@
-"""The plain-text report's cells and columns: rates, spreads, sizes and counts, aligned tables, ceiling names."""
+"""A report's cells, one way for every product: rates, spreads, sizes, counts and flags, and the ceilings' names."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 from ert.spec import access_name
 from ert.units import human_bytes
@@ -53,17 +53,6 @@ def format_count(n: Any) -> str:
 
 def format_flag(flag: Any) -> str:
     return MISSING if flag is None else ("yes" if flag else "no")
-
-
-def aligned_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
-    """Aligned columns, two spaces apart, indented by two; numbers right-aligned."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)]
-        return ("  " + "  ".join(padded)).rstrip()
-
-    return [line(headers)] + [line(row) for row in rows]
 
 
 def is_transfer_entry(e: dict) -> bool:
