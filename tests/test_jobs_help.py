@@ -17,7 +17,8 @@ import pytest
 from conftest import REPO
 
 JOBS = REPO / "jobs"
-SHELL = ["local-cluster-ssh", "local-cluster.sh", "mpirun.sh", "pbs.sh", "slurm-cpu.sh", "slurm-gpu.sh"]
+SHELL = ["arm64-rig.sh", "local-cluster-ssh", "local-cluster.sh", "mpirun.sh", "pbs.sh", "slurm-cpu.sh",
+         "slurm-gpu.sh"]
 PYTHON = ["reframe/ert_check.py", "reframe/local-cluster.py"]
 NOT_SCRIPTS = ["README.md"]
 
