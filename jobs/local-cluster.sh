@@ -412,14 +412,10 @@ cmd_ssh() {  # ssh's calling convention, for launchers (hydra: mpiexec -launcher
 # runaway daemon would be, at real-time priority (SCHED_FIFO 1), busy BUSY_US then asleep IDLE_US, over and
 # over (default 500/500: half of every millisecond).  A plain busy loop at normal priority slowed no
 # ceiling: the scheduler hands out whole slices of milliseconds, so each region of ~1 ms ran untouched
-# and only the run's wall time grew.  This one wakes up inside the regions, as OS noise does.
-THROTTLE_HOG='import sys, time
-busy, idle, clock = float(sys.argv[1]) / 1e6, float(sys.argv[2]) / 1e6, time.perf_counter
-while True:
-    end = clock() + busy
-    while clock() < end:
-        pass
-    time.sleep(idle)'
+# and only the run's wall time grew.  This one wakes up inside the regions, as OS noise does.  The process
+# is ert's own disturbance (`ert-disturb`, ert/measure/disturb.py: standard library only, so the host's
+# python3 runs the file), without an end.
+DISTURB="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/ert/measure/disturb.py"
 
 cmd_throttle() {
     local node=${1:-} busy=${2:-500} idle=${3:-500} pid
@@ -430,7 +426,8 @@ cmd_throttle() {
     [ ! -e "$DIR/throttle-$node.pid" ] || die "$node is throttled already ('$ME unthrottle $node' first)"
     command -v python3 >/dev/null || die "throttle needs python3"
     # Inside the host (its namespaces, on its cores: cmd_exec); `down` ends it with the host's other processes.
-    bash "${BASH_SOURCE[0]}" exec "$node" chrt -f 1 python3 -c "$THROTTLE_HOG" "$busy" "$idle" </dev/null >/dev/null 2>&1 &
+    bash "${BASH_SOURCE[0]}" exec "$node" chrt -f 1 python3 "$DISTURB" --busy-us "$busy" \
+        --period-us $(( busy + idle )) --seconds 0 --quiet </dev/null >/dev/null 2>&1 &
     pid=$!
     sleep 0.3
     kill -0 "$pid" 2>/dev/null || die "throttle: the process on $node did not start (chrt -f needs CAP_SYS_NICE; host name right?)"

@@ -47,7 +47,8 @@ SMALLEST = {
 }
 # Scripts whose smallest setting is a whole ert-run sweep or more (tests/test_run.py and the MPI tests run
 # those paths), or needs a GPU: --help only here.
-HELP_ONLY = {"default_vs_thorough.py", "rated_ratios.py", "mpi_l1_scaling.py", "gpu_summary.py"}
+HELP_ONLY = {"default_vs_thorough.py", "rated_ratios.py", "mpi_l1_scaling.py", "gpu_summary.py",
+             "disturbed_runs.py"}
 # No GPU here: the driver must say so and exit 2 (on a GPU, benchmarks/gpu_acceptance.sh runs it under ncu).
 NEEDS_GPU = {"gpu_ncu_driver.py": "the cuda backend is not available"}
 # Shell scripts: --help here; gpu_acceptance.sh's --dry-run (every step it would run) is

@@ -602,7 +602,8 @@ def test_a_busy_launch_raises_the_clocks_before_timing_and_clocks_are_recorded(t
     backend = cuda_mod.CudaBackend(options=RunConfig().cuda, device=dev)
     cfg = from_dict({"backend": "cuda", "precisions": ["fp32"], "flops_per_element": [1], "access": ["rw", "ro"],
                      "working_set": {"min_bytes": 1 << 16, "max_bytes": 1 << 17, "growth": 2.0},
-                     "timing": {"min_seconds": 1e-4, "repeats": 2, "max_remeasure": 0}, "threads": 1})
+                     "timing": {"min_seconds": 1e-4, "repeats": 2, "max_remeasure": 0}, "threads": 1,
+                     "weather": {"enabled": False}})  # the launches counted are the points' alone
     points = plan(cfg, workers=1, granule_elements_of=backend.granule_elements, launches_of=backend.launches)
     meta = {"ranks": 1, "threads_per_rank": 1, "config": cfg.to_dict()}  # the keys every reader of a header uses
     log = RawLog.open(tmp_path, header={"metadata": meta, "planned_points": 3}, writes=True)

@@ -88,13 +88,16 @@ def test_quiet_point_is_measured_once():
     timing = Timing(min_seconds=0.01, repeats=5, noise_threshold=0.1, max_remeasure=3)
     m = measure(b, COMM, timing=timing)
     assert not m.noisy and m.remeasured == 0 and m.spread == 0
-    assert b.calls == [1, 2, 4, 8, 16, 16] + [16] * 5  # calibration, its confirming run, 5 repeats
-    assert b.calls[-5:] == [m.trials] * 5
+    # Calibration, its confirming run, then 3 more repeats: the calibration's two regions at 16 trials are the
+    # first 2 of the 5 (samples of the same work, not timed again).
+    assert b.calls == [1, 2, 4, 8, 16, 16] + [16] * 3
+    assert len(m.samples) == 5 and b.calls[-5:] == [m.trials] * 5
 
 
 def test_the_quietest_attempt_is_kept():
-    # Calibration is calls 0-5; attempt 1 (calls 6-8) has one slow region; attempt 2 (calls 9-11) is quiet.
-    b = ScriptedBackend(per_trial=1e-3, stalls={8: 0.01})
+    # Calibration is calls 0-5; attempt 1 (calls 4-6: the calibration's last two) has one slow region; attempt 2
+    # (calls 7-9) is quiet.
+    b = ScriptedBackend(per_trial=1e-3, stalls={6: 0.01})
     timing = Timing(min_seconds=0.01, repeats=3, noise_threshold=0.1, max_remeasure=3)
     m = measure(b, COMM, timing=timing)
     assert m.spread == 0 and not m.noisy and m.remeasured == 1
@@ -133,17 +136,17 @@ def test_budget_stops_a_quiet_point_at_min_repeats():
     timing = Timing(min_seconds=0.01, repeats=7, min_repeats=3, noise_threshold=0.1, max_remeasure=3)
     m = measure(b, COMM, timing=timing)
     assert not m.noisy and len(m.samples) == 3
-    assert b.calls == [1, 2, 4, 8, 16, 16] + [16] * 3
+    assert b.calls == [1, 2, 4, 8, 16, 16] + [16]  # the calibration's two regions at 16 trials, and one more
 
 
 def test_budget_adds_repeats_then_longer_regions_to_a_noisy_point():
-    # Region 7 (the second timed repeat) is disturbed: more repeats are taken, but the
+    # Region 6 (the third repeat, after the calibration's two) is disturbed: more repeats are taken, but the
     # spread stays above the threshold, so the next attempt uses regions twice as long.
-    b = ScriptedBackend(per_trial=1e-3, stalls={7: 0.01})
+    b = ScriptedBackend(per_trial=1e-3, stalls={6: 0.01})
     timing = Timing(min_seconds=0.01, repeats=5, min_repeats=3, noise_threshold=0.1, max_remeasure=2)
     m = measure(b, COMM, timing=timing)
-    assert b.calls[6:11] == [16] * 5  # the first attempt grew to `repeats`
-    assert b.calls[11:14] == [32] * 3  # the second: longer regions, quiet after min_repeats
+    assert b.calls[4:9] == [16] * 5  # the first attempt grew to `repeats`
+    assert b.calls[9:12] == [32] * 3  # the second: longer regions, quiet after min_repeats
     assert not m.noisy and m.trials == 32 and m.remeasured == 1
 
 

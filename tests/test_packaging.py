@@ -35,6 +35,7 @@ def test_wheel_ships_kernels_configs_and_schemas(wheel):
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "ert-run = ert.cli:run_main" in text and "ert = ert.cli:main" in text
+    assert "ert-disturb = ert.measure.disturb:main" in text
 
 
 def test_installed_wheel_runs_from_packaged_files(wheel, tmp_path):

@@ -144,16 +144,17 @@ def test_analyze_refuses_in_one_line(tmp_path):
 def test_resume_refuses_a_damaged_record_before_measuring_anything(tiny_copy):
     raw = tiny_copy / "raw.jsonl"
     lines = raw.read_text().splitlines()
-    kept = lines[:-4]  # as if killed: three points and the end record missing, so a resume would measure
-    rec = json.loads(kept[2])
-    assert rec["type"] == "point"
+    kept = lines[:-4]  # as if killed: the last records and the end record missing, so a resume would measure
+    at = next(i for i, line in enumerate(kept) if json.loads(line)["type"] == "point")  # sentinels come first
+    rec = json.loads(kept[at])
     rec["seconds"] = {"min": 0, "median": 0, "max": 0}
-    kept[2] = json.dumps(rec)
+    kept[at] = json.dumps(rec)
     raw.write_text("\n".join(kept) + "\n")
     before = raw.read_bytes()
     proc = run_cmd("ert-run", "--resume", tiny_copy, "-q", timeout=180)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert stderr_lines(proc)[-1].endswith("line 3: seconds.min: point record: expected a positive number, got 0")
+    assert stderr_lines(proc)[-1].endswith(f"line {at + 1}: seconds.min: point record: expected a positive number, "
+                                           "got 0")
     assert raw.read_bytes() == before  # nothing measured, nothing appended
 
 

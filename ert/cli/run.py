@@ -254,6 +254,9 @@ def _execute(cfg, run_dir: Path, *, comm, resume: bool, quiet: bool, placement=N
     from ert.records.rawlog import RawLog
 
     cfg, backend, skipped_warning = _open_backend(cfg, run_dir, comm=comm, raw=raw)
+    if comm.rank == 0:  # the first line, once the backend is open, before it measures its clock and compiles
+        print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}", file=sys.stderr,
+              flush=True)
     points = _plan(cfg, backend, comm=comm) if "memory" in cfg.levels else []
     rank_warnings = _rank_warnings(backend, skipped_warning, comm=comm, placement=placement)
     header = None if resume else _start_run_dir(cfg, run_dir, backend, comm=comm, placement=placement,
@@ -366,10 +369,9 @@ def _start_run_dir(cfg, run_dir: Path, backend, *, comm, placement, rank_warning
 
 
 def _announce(cfg, run_dir: Path, *, comm, rank_warnings) -> None:
-    """Rank 0, on stderr: every rank's warnings, then the layout and where the run goes."""
+    """Rank 0, on stderr, after the layout line (``_execute``): every rank's warnings, and a busy host's."""
     for warning in rank_warnings:
         print(f"ert-run: warning: {warning}", file=sys.stderr)
-    print(f"ert-run: {cfg.backend}, {comm.size} rank(s) x {cfg.threads} thread(s) -> {run_dir}", file=sys.stderr)
     from ert.measure.metadata import load_average
 
     load = load_average().get("load_average_at_start")

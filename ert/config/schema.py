@@ -18,7 +18,6 @@ from ert.spec import NOISE_THRESHOLD, SLOW_HOST_THRESHOLD
 
 PRECISIONS = ("fp64", "fp32", "fp16", "int32", "int64")
 
-
 # Bounds that keep a config from hanging the planner or validating a run that cannot finish.
 MIN_GROWTH = 1.01  # 1.0000001 would plan about 10^8 working sets
 MAX_PLANNED_POINTS = 200_000  # kernel variants x working sets x thread counts; the default plans a few hundred
@@ -211,6 +210,16 @@ class RatedOptions(_Strict):
                                            "precedence over what SMBIOS shows")
 
 
+class WeatherOptions(_Strict):
+    """The host's weather during the sweep (ert.measure.weather): sentinel readings, suspect points measured again."""
+
+    enabled: bool = Field(True, description="read a sentinel kernel per cache level between points")
+    every_seconds: float = Field(0.75, gt=0, le=3600, description="a reading at most this often (sweep seconds)")
+    budget: float = Field(0.10, gt=0, le=0.5, description="share of the sweep's time the readings may take")
+    remeasure_budget: float = Field(
+        0.15, ge=0, le=0.5, description="share of the sweep's time measuring suspect points again may take")
+
+
 class RunConfig(_Strict):
     """One sweep: the cartesian product of working sets, FLOPs per element, precisions, FMA and access."""
 
@@ -222,6 +231,7 @@ class RunConfig(_Strict):
     access: list[Literal["rw", "ro"]] = Field(default_factory=lambda: ["rw"], min_length=1)
     working_set: WorkingSet = Field(default_factory=WorkingSet)
     timing: Timing = Field(default_factory=Timing)
+    weather: WeatherOptions = Field(default_factory=WeatherOptions)
     threads: Union[Literal["auto"], int] = Field("auto", description="threads per rank, or auto for the cores this process may use")
     output_dir: str = Field("results", description="where timestamped run directories are created")
     sweep: Literal["dense", "adaptive"] = Field(

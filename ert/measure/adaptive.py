@@ -15,7 +15,9 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Sequence
 
+from ert.records.weather import disturbed_stretches, suspect
 from ert.spec import NOISE_THRESHOLD, rates
 from ert.measure.window_search import WindowSearch
 from ert.measure.plan import Point
@@ -117,10 +119,11 @@ class AdaptivePlanner:
             self._compute.append([(s, grids[s], self._nearest(grids[s], cache_resident_bytes)) for s in specs])
         # Where the memory's window starts (2 x the last cache): no transitions are bisected past it.
         self._memory_from = max((lo for lo, hi in level_windows if math.isinf(hi)), default=math.inf)
-        # Each level's roof: its window's maximum searched off the grid, then measured again (ert.measure.window_search).
-        self._search = WindowSearch([[slot.points[0] for slot in grid] for grid in self._curves
-                                     if all(len(slot.points) == 1 for slot in grid)], level_windows,
+        # Each level's roof: its window's maximum searched off the grid, then measured again
+        # (ert.measure.window_search).
+        self._search = WindowSearch([[slot.points for slot in grid] for grid in self._curves], level_windows,
                                     granule_bytes=granule_bytes, noise_threshold=noise_threshold)
+        self._threshold = noise_threshold
         self.planned: list[Point] = []
 
     @staticmethod
@@ -128,11 +131,14 @@ class AdaptivePlanner:
         return min(range(len(grid)), key=lambda i: (abs(math.log(grid[i].wss_bytes / target_bytes)), i))
 
     # ------------------------------------------------------------------ rounds
-    def next_batch(self, records: dict[str, dict]) -> list[Point]:
+    def next_batch(self, records: dict[str, dict], sentinels: Sequence[dict] = ()) -> list[Point]:
         """The points to measure next, given every record on disk by id; [] when the sweep is done.
 
-        ``planned`` is left holding every point decided so far.
+        ``sentinels`` are the run's sentinel records (``ert.measure.weather``): a re-measurement taken inside
+        a disturbed stretch neither confirms nor fails its point.  ``planned`` is left holding every point
+        decided so far.
         """
+        stretches = disturbed_stretches(sentinels, self._threshold) if sentinels else []
         chosen: dict[str, Point] = {}
         batch = self._coarse()
         while batch:
@@ -147,7 +153,8 @@ class AdaptivePlanner:
             batch = list({p.id: p for p in self._refine(known) + self._search.search(known, chosen)
                           if p.id not in chosen}.values())
             if not batch:  # the plan has settled: each window's fastest point is measured again
-                batch = [p for p in self._search.again(known, chosen) if p.id not in chosen]
+                batch = [p for p in self._search.again(known, chosen, lambda rec: suspect(rec, stretches))
+                         if p.id not in chosen]
         return []
 
     def _coarse(self) -> list[Point]:

@@ -112,7 +112,8 @@ def calibrate(backend, comm, *, min_seconds: float, start_trials: int = 1) -> tu
 
 
 def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurement:
-    """Calibrate, then time ``repeats`` regions; re-measure a noisy point a bounded number of times.
+    """Calibrate, then time ``repeats`` regions (the calibration's last regions the first of them); re-measure a
+    noisy point a bounded number of times.
 
     Of the attempts, the one with the smallest spread is kept: the others were
     disturbed by something outside the kernel.
@@ -124,22 +125,28 @@ def measure(backend, comm, *, timing: Timing, start_trials: int = 1) -> Measurem
     then weighs half as much), and ``max_point_seconds`` caps the timed work:
     a point still noisy when the budget runs out is flagged, never dropped.
     """
-    trials, _ = calibrate(backend, comm, min_seconds=timing.min_seconds, start_trials=start_trials)
-    rows: list[list[float]] = []  # every rank's seconds, per timed region, in call order
-    serialized = 0                # regions (of all attempts) whose ranks on one host took turns
-    host_rows: list[dict[str, float]] = []  # each host's seconds per timed region (runs on 2+ hosts)
+    log: list[tuple] = []  # per timed region, in call order: (every rank's seconds, ranks took turns, host row)
 
     def timed(count: int) -> float:
-        nonlocal serialized
-        region, everyone, turns = _timed(backend, comm, count, host_rows)
-        rows.append(everyone)
-        serialized += turns
+        host: list[dict[str, float]] = []
+        region, everyone, turns = _timed(backend, comm, count, host)
+        log.append((everyone, turns, host[0] if host else None))
         return region
 
+    kept: list[float] = []
+    trials, _ = timing_engine.calibrate(timed, min_seconds=timing.min_seconds, start=start_trials,
+                                        max_count=MAX_TRIALS, confirm=True, jump=False, kept=kept)
+    # The calibration's regions at the count it chose are the first samples (ert.measure.timing.sample).
+    first_samples = timing.min_repeats if timing.min_repeats is not None else timing.repeats
+    del log[:len(log) - len(kept)]
+    del log[first_samples:], kept[first_samples:]
     got = timing_engine.sample(timed, trials, samples=timing.repeats, noise_threshold=timing.noise_threshold,
                                max_remeasure=timing.max_remeasure, min_samples=timing.min_repeats,
                                max_seconds=timing.max_point_seconds, min_seconds=timing.min_seconds,
-                               max_count=MAX_TRIALS)
+                               max_count=MAX_TRIALS, initial=kept)
+    rows = [everyone for everyone, _, _ in log]
+    serialized = sum(turns for _, turns, _ in log)  # regions (of all attempts) whose ranks on one host took turns
+    host_rows = [row for _, _, row in log if row is not None]  # each host's seconds per region (2+ hosts)
     first, end = got.calls
     return Measurement(got.count, list(got.seconds), got.spread, got.noisy, got.attempts - 1,
                        [list(r) for r in rows[first:end]],
@@ -220,7 +227,7 @@ def _cache_resident_bytes(caches: list[dict] | None, workers: int) -> int:
 
 
 def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, comm,
-              progress: Progress | None = None) -> SweepResult:
+              progress: Progress | None = None, weather: bool | dict = True) -> SweepResult:
     """Measure the points of ``points`` (the dense plan) not already in the run's raw.jsonl (``log``).
 
     With ``config.sweep == "adaptive"`` only the subset an AdaptivePlanner
@@ -228,6 +235,11 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
     records before it, so a resume replays the same decisions from disk.
     Only rank 0 writes.  Ctrl-C stops between or inside points and leaves a
     valid raw file; the point in progress is not recorded.
+
+    With ``weather`` (and the config's ``weather.enabled``), sentinel readings
+    go between the points and suspect points are measured again
+    (``ert.measure.weather``); a dict passes ``clock``, ``wall`` and ``sleep``
+    to it (a replay on a simulated clock: ``wall`` then stamps every record).
     """
     threads = backend.threads
     planner = None
@@ -240,6 +252,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
         if interrupted and not measured:
             return None
         end = {"interrupted": interrupted, "measured": measured, "threads_per_rank": threads}
+        if started:
+            end["weather"] = sky.summary()
         if planner is not None:
             # An adaptive plan's size is known only once it is done.
             # Points only: re-measurements ("confirm" records) are counted apart.
@@ -253,31 +267,73 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
     # Rank 0's records (the planner's input): what the file held and every point measured since, re-measurements
     # too (the plan replays them).
     records = {r["id"]: r for r in frame.data.points + frame.data.confirms} if frame.data is not None else {}
+    last_trials: dict = {}  # spec -> {wss_bytes: trials}: the next calibration's guess
+    known = {p.id: p for p in points}  # every point this sweep may measure again, by id (rank 0 adds the planner's)
+
+    def remeasure(point: Point) -> None:  # a suspect point measured again once the host is calm
+        record = _measure_point(point, backend=backend, comm=comm, config=config, last_trials=last_trials,
+                                progress=None, records=records, again_of=records.get(point.id))
+        record.update(remeasured_for="disturbed", disturbed_first=True)
+        if "wall" in clocks:
+            record["time"] = clocks["wall"]()
+        frame.append(record)
+        records[point.id] = record
+
+    def between(point_id: str | None, end: bool = False) -> None:
+        mine = records if comm.rank == 0 else None
+        (sky.finish if end else sky.after_point)(point_id, mine, remeasure, known.get)
+
+    def plan_next() -> list[Point]:  # the planner's next batch (every rank), [] for a dense sweep or when done
+        nonlocal total
+        if planner is None:
+            return []
+        todo = comm.bcast(planner.next_batch(records, sky.records if sky else ()) if comm.rank == 0 else None)
+        total = len(planner.planned)
+        known.update((p.id, p) for p in planner.planned)
+        if progress and todo:
+            progress.extend(total=total, todo=todo)
+        return todo
+
+    clocks = weather if isinstance(weather, dict) else {}
+    sky = _weather(config, backend, comm, frame, points, **clocks) if weather else None
+    started = False
     try:
         with frame:
             if planner is not None:
-                todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
+                todo = comm.bcast(planner.next_batch(records, sky.records if sky else ()) if comm.rank == 0
+                                  else None)
                 total = len(planner.planned)
+                known.update((p.id, p) for p in planner.planned)
             else:
                 todo = [p for p in points if p.id not in frame.done]
             if progress:
                 progress.start(total=total, already=total - len(todo), todo=todo)
-            last_trials: dict = {}  # spec -> {wss_bytes: trials}: the next calibration's guess
+            point = None
             while todo:
                 for point in (_interleave_batch(todo) if planner else todo):
+                    if sky is not None and not started:
+                        sky.start()
+                        started = True
+                    if point.again and started:  # a re-measurement waits for a calm host, within a budget
+                        sky.wait_calm(point.id)
                     record = _measure_point(point, backend=backend, comm=comm, config=config,
                                             last_trials=last_trials, progress=progress, records=records)
+                    if "wall" in clocks:
+                        record["time"] = clocks["wall"]()
                     frame.append(record)
                     records[point.id] = record
+                    known[point.id] = point
                     measured += 1
                     if progress:
                         progress.end(point, record)
-                if planner is None:
-                    break
-                todo = comm.bcast(planner.next_batch(records) if comm.rank == 0 else None)
-                total = len(planner.planned)
-                if progress and todo:
-                    progress.extend(total=total, todo=todo)
+                    if sky is not None:
+                        between(point.id)
+                todo = plan_next()
+                if not todo and started:  # the last reading; suspect points measured again once calm
+                    before = sum(sky.remeasured.values())
+                    between(point.id, end=True)
+                    if sum(sky.remeasured.values()) > before:
+                        todo = plan_next()  # what they read now may ask for points the disturbed readings did not
     finally:
         if progress:
             progress.finish()
@@ -295,27 +351,59 @@ def _planner(config: RunConfig, points: list[Point], *, backend, workers: int) -
                            noise_threshold=config.timing.noise_threshold)
 
 
+def _weather(config: RunConfig, backend, comm, frame, points: list[Point], **clocks):
+    """The sweep's weather (``ert.measure.weather``): a sentinel per cache level from the backend's cache hints;
+    None when the config turns it off, the sweep has no bandwidth curve to take its kernel from, or no level
+    has room for one."""
+    from ert.measure import weather
+
+    settings = config.weather
+    spec = weather.sentinel_spec(p.spec for p in points)
+    if not settings.enabled or spec is None:
+        return None
+    workers = backend.threads * comm.size
+    hints = backend.describe().get("caches")
+    caches = _cache_infos(hints)
+    last = max((c.level for c in caches), default=0)
+    shared_last = any(c.level == last and c.shared_cpu_count > workers for c in caches)
+    sentinels = []
+    for level, per_thread in weather.sentinel_sets(_capacities(hints, workers),
+                                                   workers=workers, granule_elements=backend.granule_elements(spec),
+                                                   itemsize=spec.itemsize, shared_last=shared_last):
+        launches = backend.launches(spec, per_thread) or [None]
+        sentinels.append(weather.Sentinel(level, per_thread * spec.itemsize * workers, per_thread, launches[0], spec))
+    if not sentinels:
+        return None
+    data = frame.data
+    return weather.Weather(probe=weather.Probe(backend, comm, lambda n: _timed(backend, comm, n)[0]),
+                           sentinels=sentinels, settings=settings, noise_threshold=config.timing.noise_threshold,
+                           ranks=comm.size, threads_per_rank=backend.threads, append=frame.append, share=comm.bcast,
+                           previous=getattr(data, "sentinels", []) if data is not None else [], **clocks)
+
+
 def _measure_point(point: Point, *, backend, comm, config: RunConfig, last_trials: dict, progress,
-                   records: dict) -> dict:
+                   records: dict, again_of: dict | None = None) -> dict:
     """One point: prepared, calibrated from the nearest larger set's trials, timed, checked on every rank; a
-    re-measurement (``point.again``) calibrates afresh and is recorded as a "confirm" record of its point."""
+    re-measurement (``point.again``, or a suspect point measured again: ``again_of``, its earlier record on
+    rank 0) calibrates afresh, from half its earlier trial count; ``point.again`` is recorded as a "confirm"
+    record of its point."""
     if progress:
         progress.begin(point)
     backend.prepare(point.spec, elements_per_thread=point.elements_per_thread, launch=point.launch_dict())
     guess = 1
     larger = [w for w in last_trials.get(point.spec, {}) if w >= point.wss_bytes]
-    first = records.get(replace(point, again=0).id) if point.again else None
+    first = records.get(replace(point, again=0).id) if point.again else again_of
     if first is not None and config.timing.min_repeats is not None:
         # A re-measurement calibrates afresh, from half its first measurement's trial count.
         guess = max(1, int(first["trials"]) // 2)
-    elif config.timing.min_repeats is not None and larger and not point.again:
+    elif config.timing.min_repeats is not None and larger and not point.again and again_of is None:
         # Trials scale inversely with the working set at equal bandwidth, and
         # bandwidth only rises towards smaller sets, so scaling from the nearest
         # larger set never overshoots; half of it leaves a doubling to warm up.
         w = min(larger)
         guess = int(last_trials[point.spec][w] * w / point.wss_bytes) // 2
     m = measure(backend, comm, timing=config.timing, start_trials=guess)
-    if not point.again:
+    if not point.again and again_of is None:
         last_trials.setdefault(point.spec, {})[point.wss_bytes] = m.trials
     check = backend.check()
     # Every rank's output must pass for the point to be used.

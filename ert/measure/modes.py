@@ -47,7 +47,10 @@ def run_all(*, config, log: RawLog, backend, make_backend, comm, progress=None,
         own = backend if k == 0 else make_backend(threads)
         try:
             points = plan_for(config, own, comm, threads)
-            result = run_sweep(config=config, points=points, log=log, backend=own, comm=comm, progress=progress)
+            # The weather on the run's own count only: a sentinel's rate scales with the threads, and one run-best
+            # per level is what its readings are judged against.
+            result = run_sweep(config=config, points=points, log=log, backend=own, comm=comm, progress=progress,
+                               weather=k == 0)
             if k == 0 and sustain_seconds and not result.interrupted:
                 # With the run's own backend, before other counts change the thread pool.
                 result.interrupted = hold_peaks(log=log, backend=own, comm=comm, seconds=sustain_seconds,

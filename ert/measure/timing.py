@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from ert.spec import timing_spread
 
@@ -43,7 +43,7 @@ class Samples:
 
 
 def calibrate(timed: Timed, *, min_seconds: float, start: int = 1, max_count: int = MAX_COUNT,
-              confirm: bool = False, jump: bool = True) -> tuple[int, float]:
+              confirm: bool = False, jump: bool = True, kept: list | None = None) -> tuple[int, float]:
     """(count, seconds): the repeat count doubled from ``start`` until one sample lasts ``min_seconds``.
 
     The runs warm up what is timed. With ``confirm``, a sample that reaches
@@ -52,13 +52,20 @@ def calibrate(timed: Timed, *, min_seconds: float, start: int = 1, max_count: in
     count far too low. With ``jump``, a very short sample grows the count by up
     to 16x at once (to what ``min_seconds`` asks, with 20 % to spare), so tiny
     transfers do not take 20 doublings; without it the count doubles.
+    ``kept`` (a list) receives the seconds of the samples taken at the count
+    returned (one, or two with ``confirm``): samples like any other, which
+    ``sample`` can start from instead of timing them again.
     """
     count = max(1, min(int(start), max_count))
     while True:
         seconds = timed(count)
+        taken = [seconds]
         if confirm and seconds >= min_seconds:
-            seconds = min(seconds, timed(count))
+            taken.append(timed(count))
+            seconds = min(taken)
         if seconds >= min_seconds or count >= max_count:
+            if kept is not None:
+                kept[:] = taken
             return count, seconds
         grow = 2 if seconds <= 0 or not jump else min(16, max(2, int(min_seconds / seconds * 1.2)))
         count = min(max_count, count * grow)
@@ -67,7 +74,7 @@ def calibrate(timed: Timed, *, min_seconds: float, start: int = 1, max_count: in
 def sample(timed: Timed, count: int, *, samples: int, noise_threshold: float, max_remeasure: int,
            min_samples: int | None = None,
            max_seconds: float | None = None, min_seconds: float | None = None,
-           max_count: int = MAX_COUNT) -> Samples:
+           max_count: int = MAX_COUNT, initial: Sequence[float] = ()) -> Samples:
     """``samples`` timed samples of ``count`` repeats; while they spread more than ``noise_threshold``,
     up to ``max_remeasure`` more attempts, of which the quietest is kept (the others were disturbed by
     something outside the work).
@@ -78,11 +85,14 @@ def sample(timed: Timed, count: int, *, samples: int, noise_threshold: float, ma
     ``max_seconds`` caps the sampled time: what is still noisy when it runs out is flagged, never dropped.
     ``min_seconds``: samples whose median is under half of it (a calibration fooled by one stalled
     sample) are retaken with the count scaled up to it.
+    ``initial``: samples of ``count`` already taken (``calibrate``'s ``kept``), the first attempt's
+    first ones; they count as calls before the first of ``timed`` here (``calls`` starts after them).
     """
     budgeted = min_samples is not None
     first = min_samples if budgeted else samples
     cap = max_seconds if max_seconds else float("inf")
-    calls = 0
+    initial = list(initial)[:first]
+    calls = len(initial)
 
     def take(n: int) -> float:
         nonlocal calls
@@ -92,12 +102,15 @@ def sample(timed: Timed, count: int, *, samples: int, noise_threshold: float, ma
     spent = 0.0
     best: Samples | None = None
     for attempt in range(max_remeasure + 1):
-        start = calls
-        seconds = [take(count) for _ in range(first)]
-        while min_seconds and statistics.median(seconds) < min_seconds / 2 and count < max_count:
-            factor = min_seconds / max(statistics.median(seconds), 1e-9)
+        reuse = initial if attempt == 0 else []
+        start = calls - len(reuse)
+        seconds = reuse + [take(count) for _ in range(first - len(reuse))]
+        # Judged on the samples timed here: the calibration's own may be the very ones a stall stretched.
+        while min_seconds and statistics.median(seconds[len(reuse):] or seconds) < min_seconds / 2 \
+                and count < max_count:
+            factor = min_seconds / max(statistics.median(seconds[len(reuse):] or seconds), 1e-9)
             count = min(max_count, count * 2 ** max(1, math.ceil(math.log2(factor))))
-            start = calls
+            start, reuse = calls, []
             seconds = [take(count) for _ in range(first)]
         while (budgeted and len(seconds) < samples and timing_spread(seconds) > noise_threshold / 2
                and spent + sum(seconds) < cap):

@@ -23,13 +23,20 @@ the last cache on):
 * **Measure again.**  When no window searches any more, the fastest point
   of every window is measured again ("confirm" records), with a fresh
   calibration, in one batch with the other curves' (so never straight after
-  its first measurement).  One that a re-measurement did not reproduce
-  within the noise threshold is noisy (ert.analysis.roof_confirm), and the next
-  fastest point of its window is measured again, up to
-  ``MAX_AGAIN_PER_WINDOW`` per window.  A point flagged noisy (a burst of
-  other work in one of its regions) that a clean re-measurement reproduces
-  is confirmed like a clean one: the interleaved re-measurement replaces
-  the immediate one, which repeats the point under the same disturbance.
+  its first measurement).  A point is reproduced when two of its
+  measurements (its record and its re-measurements, each taken at another
+  time), neither inside a disturbed stretch of the host's weather
+  (``ert.records.weather``) and one of them clean, agree within the noise
+  threshold.  Until one point of the window is, round after round, the
+  window's next re-measurement goes to the fastest point that no calm, clean
+  re-measurement failed to reproduce: the next-fastest after a failure, the
+  same point again later (never straight after its own latest measurement)
+  when its re-measurement was disturbed or noisy, up to the window's budget
+  (``MAX_AGAIN_PER_WINDOW`` calm re-measurements).  A point flagged noisy
+  (a burst of other work in one of its regions) that a clean re-measurement
+  reproduces is confirmed like a clean one: the interleaved re-measurement
+  replaces the immediate one, which repeats the point under the same
+  disturbance.
 
 The memory's window is measured again but not searched: what varies there
 is the host's state over time (modes of a shared host), not a narrow range
@@ -50,8 +57,12 @@ from ert.spec import WINDOW_START_FACTOR, rates
 
 # Steps of the search around a window's best point, in octaves of working set: finer while it finds faster points.
 SEARCH_STEPS = (1.0 / 6.0, 1.0 / 12.0)
-# At most this many points of one window are measured again (the fastest, then the next when it did not reproduce).
-MAX_AGAIN_PER_WINDOW = 2
+# A window's budget: at most this many re-measurements outside disturbed stretches (twice this in all), until one
+# of its points reproduces, MAX_AGAIN_IN_ALL with those inside disturbed stretches; one point is measured again at most
+# MAX_AGAIN_PER_POINT times.  (A quiet host confirms most windows at the first; before the weather, two per window.)
+MAX_AGAIN_PER_WINDOW = 3
+MAX_AGAIN_IN_ALL = 5
+MAX_AGAIN_PER_POINT = 2
 
 
 def level_windows(capacities: Sequence[int]) -> list[tuple[float, float]]:
@@ -68,6 +79,12 @@ def level_windows(capacities: Sequence[int]) -> list[tuple[float, float]]:
     return out
 
 
+def _best(row: tuple) -> tuple:
+    """The order of a working set's geometries: a clean one before a noisy one, then the faster (no rate last)."""
+    _, rate, clean = row
+    return (rate is not None, bool(clean), rate or 0.0)
+
+
 def _rate(record: dict) -> float | None:
     if not record.get("valid"):
         return None
@@ -78,15 +95,20 @@ def _rate(record: dict) -> float | None:
 class WindowSearch:
     """The window search and the re-measurements of one sweep; the planner calls ``next_points`` each round.
 
-    ``curves`` are the bandwidth curves as lists of grid points (one point per working set, all with one launch
-    geometry); ``granule_bytes(spec)`` the step working sets are rounded to (None: no search off the grid).
+    ``curves`` are the bandwidth curves as lists of grid slots, one per working set: the points measured there,
+    one per launch geometry (numba-cpu's chain count: one; a device backend's blocks x threads or global x local
+    sizes: several), or a bare point for a slot of one.  ``granule_bytes(spec)`` is the step working sets are
+    rounded to (None: no search off the grid).
+
+    At each working set the curve reads its best geometry (``_best``: the fastest clean one, as
+    ``ert.records.rawio.best_launches`` picks for the analysis); a point off the grid takes the launch of the
+    best geometry where the search started, and a re-measurement measures the best geometry's point again.
     """
 
-    def __init__(self, curves: Sequence[Sequence[Point]], windows: Sequence[tuple[float, float]], *,
-                 granule_bytes: Callable | None, noise_threshold: float):
-        # One point per working set (one launch geometry, such as numba-cpu's chain count): points off the grid
-        # take the grid's launch.  Curves measured at several geometries per size (device backends) are left out.
-        self._curves = [list(c) for c in curves if c and len({p.launch for p in c}) == 1]
+    def __init__(self, curves: Sequence[Sequence[Point | Sequence[Point]]], windows: Sequence[tuple[float, float]],
+                 *, granule_bytes: Callable | None, noise_threshold: float):
+        self._curves = [[p for slot in c for p in ([slot] if isinstance(slot, Point) else slot)]
+                        for c in curves if c]
         self._windows = list(windows)
         self._granule = granule_bytes
         self._threshold = noise_threshold
@@ -100,12 +122,16 @@ class WindowSearch:
         return replace(like, wss_bytes=size, elements_per_thread=size // like.spec.itemsize // workers)
 
     def _measured(self, curve: list[Point], extra: dict[str, Point], known: dict[str, dict]) -> dict[int, tuple]:
-        """wss -> (point, rate or None, clean) of every point of the curve (grid or searched) on disk."""
-        out = {}
-        for p in [*curve, *extra.values()]:
+        """wss -> (point, rate or None, clean) of the curve's best geometry at each working set (grid or searched)
+        on disk."""
+        out: dict[int, tuple] = {}
+        for p in {q.id: q for q in [*curve, *extra.values()]}.values():
             rec = known.get(p.id)
-            if rec is not None:
-                out[p.wss_bytes] = (p, _rate(rec), not rec.get("noisy") and rec.get("reproduced", True))
+            if rec is None:
+                continue
+            row = (p, _rate(rec), not rec.get("noisy") and rec.get("reproduced", True))
+            if p.wss_bytes not in out or _best(row) > _best(out[p.wss_bytes]):
+                out[p.wss_bytes] = row
         return out
 
     def _stands_out(self, best: int, inside: dict, measured: dict, grid: set[int]) -> bool:
@@ -144,7 +170,7 @@ class WindowSearch:
             spec = curve[0].spec
             extra = {pid: p for pid, p in chosen.items() if p.spec == spec and not p.again}
             measured = self._measured(curve, extra, known)
-            grid = {p.wss_bytes for p in curve}
+            grid = {p.wss_bytes for p in curve if not p.again}
             for lo, hi in self._windows:
                 if math.isinf(hi):
                     continue  # the memory: modes of a shared host, not a narrow window; measured again only
@@ -159,7 +185,8 @@ class WindowSearch:
                     continue  # a plateau the grid already samples: nothing narrower to find
                 # Both sides at the coarsest step not yet measured around the best point; finer once it is.
                 for step in self._steps(best, grid):
-                    sides = [self._point_at(curve[0], best * 2.0 ** (side * step)) for side in (-1, 1)]
+                    like = measured[best][0]  # the best geometry's point: the search keeps its launch
+                    sides = [self._point_at(like, best * 2.0 ** (side * step)) for side in (-1, 1)]
                     sides = [p for p in sides if lo <= p.wss_bytes <= hi and p.wss_bytes != best]
                     missing = [p for p in sides if p.wss_bytes not in measured and p.id not in known]
                     if missing:
@@ -167,32 +194,61 @@ class WindowSearch:
                         break
         return list({p.id: p for p in out}.values())
 
-    def again(self, known: dict[str, dict], chosen: dict[str, Point]) -> list[Point]:
-        """Re-measurements to make next: each window's fastest clean point not yet measured again, until one of
-        the window's reproduced or ``MAX_AGAIN_PER_WINDOW`` were tried; [] when none is left to make."""
+    def _history(self, point: Point, known: dict[str, dict], suspect) -> list[tuple[float | None, bool, bool]]:
+        """(rate or None, clean, suspect) of each measurement of ``point``: its record, then its re-measurements
+        (again 1, 2 ...) while they are on disk."""
+        out = []
+        k = 0
+        while (rec := known.get(replace(point, again=k).id if k else point.id)) is not None:
+            out.append((_rate(rec), not rec.get("noisy") and rec.get("reproduced", True), bool(suspect(rec))))
+            k += 1
+        return out
+
+    def _reproduced(self, history) -> bool:
+        """Two measurements taken at different times, neither suspect, one of them clean, agree within the noise
+        threshold."""
+        usable = [(rate, clean) for rate, clean, bad in history if rate is not None and not bad]
+        return any((ca or cb) and max(a, b) <= min(a, b) * (1 + self._threshold)
+                   for i, (a, ca) in enumerate(usable) for b, cb in usable[i + 1:])
+
+    def again(self, known: dict[str, dict], chosen: dict[str, Point], suspect=lambda record: False) -> list[Point]:
+        """Re-measurements to make next, one per window: [] when every window is confirmed or spent.
+
+        A window is done when one of its points reproduced (``_reproduced``) or its budget is spent
+        (``MAX_AGAIN_PER_WINDOW`` re-measurements not measured in a disturbed stretch, ``MAX_AGAIN_IN_ALL`` in all).
+        Otherwise its next re-measurement goes to the point with the fewest calm, clean re-measurements that
+        did not reproduce it, fastest first (its fastest measurement not ``suspect``): the fastest point first;
+        when its re-measurement read another rate, the next-fastest; the fastest again later, when the host
+        was disturbed or the re-measurement noisy.  Never straight after the point's own latest measurement
+        (a rate is confirmed by a measurement taken at another time): another point of the window goes first.
+        ``suspect(record)``: measured inside a disturbed stretch (``ert.records.weather``)."""
+        latest = max(known.values(), key=lambda r: r.get("time", 0.0), default=None)
         out: list[Point] = []
         for curve in self._curves:
             spec = curve[0].spec
             extra = {pid: p for pid, p in chosen.items() if p.spec == spec and not p.again}
             measured = self._measured(curve, extra, known)
             for lo, hi in self._windows:
-                tried, confirmed = 0, False
-                ranked = sorted((v for w, v in measured.items() if lo <= w <= hi and v[1] is not None),
-                                key=lambda v: -v[1])
-                for point, rate, clean in ranked:
-                    rec = known.get(replace(point, again=1).id)
-                    if rec is None:
-                        continue
-                    tried += 1
-                    again = _rate(rec)
-                    confirmed |= (again is not None and (clean or not rec.get("noisy"))
-                                  and max(rate, again) <= min(rate, again) * (1 + self._threshold))
-                if confirmed or tried >= MAX_AGAIN_PER_WINDOW:
-                    continue
-                # Not yet: the fastest point of the window not measured again so far (a noisy one too: a clean
-                # re-measurement that reproduces it makes it a roof, in place of re-measuring it straight away).
-                for point, rate, clean in ranked:
-                    if replace(point, again=1).id not in known:
-                        out.append(replace(point, again=1))
+                rows = []
+                spent = calm_spent = 0
+                for point, rate, _ in (v for w, v in measured.items() if lo <= w <= hi and v[1] is not None):
+                    history = self._history(point, known, suspect)
+                    if self._reproduced(history):
+                        rows = None
                         break
+                    agains = history[1:]
+                    spent += len(agains)
+                    calm_spent += sum(1 for _, _, bad in agains if not bad)
+                    first = history[0][0]
+                    failed = sum(1 for r, clean, bad in agains if clean and not bad and r is not None
+                                 and first is not None and not history[0][2]
+                                 and max(r, first) > min(r, first) * (1 + self._threshold))
+                    best = max((r for r, _, bad in history if r is not None and not bad), default=rate)
+                    newest = known[replace(point, again=len(agains)).id if agains else point.id]
+                    rows.append((failed, -best, point, len(agains), newest is latest))
+                if rows is None or calm_spent >= MAX_AGAIN_PER_WINDOW or spent >= MAX_AGAIN_IN_ALL:
+                    continue
+                ready = sorted((r for r in rows if r[3] < MAX_AGAIN_PER_POINT and not r[4]), key=lambda r: r[:2])
+                if ready:
+                    out.append(replace(ready[0][2], again=ready[0][3] + 1))
         return out

@@ -23,7 +23,7 @@ from ert.records.rawcheck import MISSING, fault, shaped
 from ert.spec import KernelSpec, rates, timing_spread
 
 RAW_NAME = "raw.jsonl"
-RAW_VERSION = "1.0"
+RAW_VERSION = "1.1"  # 1.1: "sentinel" records (the host's weather); a 1.0 file reads the same
 
 
 # ---------------------------------------------------------------------------- records (RAW.md describes every key)
@@ -164,15 +164,43 @@ def confirm_record(*, measured: dict, point_id: str, again: int = 1) -> dict:
                    "again": int(again)})
 
 
+def sentinel_record(*, index: int, level: str, spec: dict, wss_bytes: int, elements_per_thread: int, ranks: int,
+                    threads_per_rank: int, trials: int, samples: list[float], valid: bool, after_point: str | None,
+                    now: float | None = None) -> dict:
+    """One raw.jsonl "sentinel" record: a reading of the short fixed kernel of one cache level between the sweep's
+    points (ert.measure.weather); ``samples`` are its timed regions' seconds (the slowest rank's), ``after_point``
+    the id of the point measured just before (None: before the first). RAW.md describes every key."""
+    return shaped({
+        "type": "sentinel",
+        "id": f"sentinel-{int(index)}",
+        "level": level,
+        "spec": spec,
+        "wss_bytes": int(wss_bytes),
+        "elements_per_thread": int(elements_per_thread),
+        "elements": int(elements_per_thread) * threads_per_rank * ranks,
+        "ranks": int(ranks),
+        "threads_per_rank": int(threads_per_rank),
+        "trials": int(trials),
+        "seconds": {"min": min(samples), "median": statistics.median(samples), "max": max(samples)},
+        "samples": list(samples),
+        "valid": bool(valid),
+        "time": time.time() if now is None else now,
+        "after_point": after_point,
+    })
+
+
 def best_launches(points: list[dict]) -> list[dict]:
-    """One record per (kernel variant, working set): the fastest valid launch geometry.
+    """One record per (kernel variant, working set): the fastest valid launch geometry, a clean one before a noisy one.
 
     Accelerator backends measure each working set at several launch
     geometries (global x local size, blocks x threads), as ERT does; a ceiling
-    is what the best geometry sustains.  Records without a launch pass through.
-    Invalid records are kept so they are still counted and reported.
+    is what the best geometry sustains.  A geometry flagged noisy (or whose
+    re-measurement did not reproduce it) gives way to the fastest clean one, as
+    the planner's window search picks them (``ert.measure.window_search``).
+    Records without a launch pass through.  Invalid records are kept so they
+    are still counted and reported.
     """
-    best: dict[tuple, dict] = {}
+    best: dict[tuple, tuple] = {}
     out: list[dict] = []
     for rec in points:
         if "launch" not in rec or not rec["valid"]:
@@ -181,10 +209,10 @@ def best_launches(points: list[dict]) -> list[dict]:
         spec = KernelSpec.from_dict(rec["spec"])
         key = (spec.key, rec["wss_bytes"])
         # A tensor MMA moves no bytes: its geometries are compared by GFLOP/s.
-        if key not in best or (rates(rec).gflops_per_s > rates(best[key]).gflops_per_s if spec.tensor else
-                               rates(rec).gbytes_per_s > rates(best[key]).gbytes_per_s):
-            best[key] = rec
-    return out + list(best.values())
+        rank = (not rec.get("noisy"), rates(rec).gflops_per_s if spec.tensor else rates(rec).gbytes_per_s)
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, rec)
+    return out + [rec for _, rec in best.values()]
 
 
 class RawWriter:
@@ -282,11 +310,13 @@ class RawData:
     sustained: list[dict] = field(default_factory=list)  # "sustain" records: peak points held for seconds
     transfers: list[dict] = field(default_factory=list)  # "transfer" records (links, peers, network), latest per id
     confirms: list[dict] = field(default_factory=list)  # "confirm" records: points measured again, latest per id
+    sentinels: list[dict] = field(default_factory=list)  # "sentinel" records: the host's weather, in file order
     _slot: dict = field(default_factory=dict, repr=False, compare=False)  # (type, id) -> index in its list
 
     def records(self) -> list[dict]:
         """Every record, header first, in the order a raw file holds them: what ``read_raw`` gives back."""
-        return [self.header, *self.points, *self.confirms, *self.sustained, *self.transfers, *self.ends]
+        return [self.header, *self.points, *self.confirms, *self.sentinels, *self.sustained, *self.transfers,
+                *self.ends]
 
     def add(self, record: dict) -> None:
         """File one record (not a header) as ``read_raw`` would: a point or transfer measured again (a resume
@@ -305,6 +335,8 @@ class RawData:
                 listed[slot] = record
         elif kind == "sustain":
             self.sustained.append(record)
+        elif kind == "sentinel":
+            self.sentinels.append(record)
         elif kind == "end":
             self.ends.append(record)
         # Any other type is a newer ert's record: kept on disk, not read here.
