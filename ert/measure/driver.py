@@ -355,7 +355,7 @@ def _weather(config: RunConfig, backend, comm, frame, points: list[Point], **clo
     """The sweep's weather (``ert.measure.weather``): a sentinel per cache level from the backend's cache hints;
     None when the config turns it off, the sweep has no bandwidth curve to take its kernel from, or no level
     has room for one."""
-    from ert.measure import weather
+    from ert.measure import faults, weather
 
     settings = config.weather
     spec = weather.sentinel_spec(p.spec for p in points)
@@ -375,7 +375,8 @@ def _weather(config: RunConfig, backend, comm, frame, points: list[Point], **clo
     if not sentinels:
         return None
     data = frame.data
-    return weather.Weather(probe=weather.Probe(backend, comm, lambda n: _timed(backend, comm, n)[0]),
+    sensor = faults.unwrapped(backend)  # an injected fault (ERT_INJECT_FAULT) counts the sweep's points alone
+    return weather.Weather(probe=weather.Probe(sensor, comm, lambda n: _timed(sensor, comm, n)[0]),
                            sentinels=sentinels, settings=settings, noise_threshold=config.timing.noise_threshold,
                            ranks=comm.size, threads_per_rank=backend.threads, append=frame.append, share=comm.bcast,
                            previous=getattr(data, "sentinels", []) if data is not None else [], **clocks)
