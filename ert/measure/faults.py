@@ -48,6 +48,10 @@ class _Faulty:
         self._prepared += 1
         return self._inner.prepare(spec, **kwargs)
 
+    def prepare_sentinel(self, spec, **kwargs):
+        """A sentinel reading between points (``ert.measure.weather``): not one of the points counted."""
+        return self._inner.prepare(spec, **kwargs)
+
     def run(self, trials: int) -> float:
         if self._prepared >= self._point:
             raise InjectedFault(f"injected fault ({VARIABLE}) in point {self._prepared}")
