@@ -52,10 +52,16 @@ from __future__ import annotations
 import platform
 
 import numpy as np
+import llvmlite.binding as llvm
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils, errors
 from numba.extending import intrinsic
+
+# Numba initialises the native target and its assembly printer, not its assembly parser, which LLVM needs to
+# emit the inline assembly below into object code on AArch64 ("mrs ..., cntvct_el0": without the parser,
+# "LLVM ERROR: Inline asm not supported by this streamer", found under the arm64 rig, jobs/arm64-rig.sh).
+llvm.initialize_native_asmparser()
 
 # fp32 lane sums of the 1/16-multiples init_blocks writes stay exact below 2**20;
 # flushing a lane into the float64 total every 2**19 adds keeps every sum exact.

@@ -147,9 +147,9 @@ def tiny_copy(tiny_run, tmp_path) -> Path:
 # `slow` = runs real processes: ert-run sweeps, mpiexec, compilers (nvcc, Numba's JIT and its assembly for other
 # targets), packaging, the external tools the exports are tested with. It marks tests, not files: a test says
 # `@pytest.mark.slow`, a file whose every test does says `pytestmark = pytest.mark.slow`, and the tests marked
-# `nvcc`, `gpu`, `mpi` or `cluster` are slow by what those markers mean (below). `pytest -m "not slow"` runs
+# `nvcc`, `gpu`, `mpi`, `cluster` or `arm` are slow by what those markers mean (below). `pytest -m "not slow"` runs
 # every logic test (under 2 minutes on 2 cores); the default suite (CI) runs everything.
-SLOW_MARKERS = ("nvcc", "gpu", "mpi", "cluster")
+SLOW_MARKERS = ("nvcc", "gpu", "mpi", "cluster", "arm")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -50,6 +50,7 @@ def fan_out(base: RawData, hosts: list[str], ranks_per_host: int, factor, *, jit
                    for h in hosts}
         region = [max(by_host[h][i] for h in hosts) for i in range(len(rec["samples"]))]
         points.append(dict(copy.deepcopy(rec), ranks=ranks, elements=rec["elements"] * ranks, samples=region,
+                           wss_bytes=rec["wss_bytes"] * ranks,
                            seconds={"min": min(region), "median": statistics.median(region), "max": max(region)},
                            host_seconds=by_host,
                            limiting_host=max(by_host, key=lambda h: statistics.median(by_host[h]))))

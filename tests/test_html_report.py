@@ -223,6 +223,36 @@ def test_comparison_of_three_machines(browser, tiny_run, tmp_path):
     page.close(tmp_path / "compare.png")
 
 
+def test_gh200_cpu_gpu_and_c2c_link_on_one_chart(browser, tmp_path):
+    """A Grace Hopper pair (tests/test_arm_gh200.py: the Grace CPU rated from its recorded description, the H100
+    and its NVLink-C2C link rated by the CUDA backend's tables; synthetic measured values): one roofline with the
+    CPU's roofs, the GPU's roofs and the three C2C link roofs, each hovered and switched as its machine's."""
+    from test_arm_gh200 import write_gh200_pair
+
+    inputs = write_gh200_pair(tmp_path)
+    out = _report(tmp_path, "gh200.html", *inputs, "--labels", "Grace CPU,H100 behind NVLink-C2C")
+    docs = [load_any_ceilings(path) for path in inputs]
+    page = Page(browser, out)
+    chart = page.page.locator("figure[data-chart=roofline]")
+    assert chart.count() == 1
+    for i, doc in enumerate(docs):
+        assert chart.locator(f"g.roof[data-machine='{i}']").count() == _roof_count(doc)
+    links = chart.locator("g.roof[data-machine='1'][data-roof=transfer]")
+    assert links.count() == 3
+    h2d = next(e for e in docs[1]["ceilings"]["memory"] if e["level"] == "link-h2d")
+    text = page.hover_text(chart.locator("g.roof[data-machine='1'][data-roof=transfer][data-level=link-h2d]"))
+    assert "B: H100 behind NVLink-C2C" in text and f"{format_rate(h2d['gbytes_per_s'])} GB/s" in text
+    assert "NVLink-C2C" in text
+    fma = next(e for e in docs[0]["ceilings"]["compute"] if e["precision"] == "fp64" and e["fma"])
+    text = page.hover_text(chart.locator("g.roof[data-machine='0'][data-roof=compute][data-precision=fp64]"
+                                         "[data-fma=True]"))
+    assert "A: Grace CPU" in text and format_rate(fma["gflops_per_s"]) in text
+    chart.locator("button.tog[data-tag=machine1]").click()  # the GPU off: its roofs and its link go
+    assert chart.locator("g.roof[data-machine='1']:visible").count() == 0
+    assert chart.locator("g.roof[data-machine='0']:visible").count() > 0
+    page.close(tmp_path / "gh200.png")
+
+
 def check_two_host_report(run_dir: Path, tmp_path: Path) -> None:
     """The report of a run over two hosts (called by tests/test_cluster.py on the rig's run): its header and hosts
     table name both hosts, the chart holds every roof, network ones included, and a network roof's hover gives

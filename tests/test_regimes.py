@@ -201,29 +201,6 @@ def test_real_zen4_every_point_between_the_caches_is_in_a_level_or_noted():
             assert not note
 
 
-def _entry(level, precision, access, gbs, spread):
-    return {"level": level, "precision": precision, "access": access, "gbytes_per_s": gbs, "spread": spread}
-
-
-def test_dram_that_changed_during_the_run_is_said_plainly():
-    from ert.analysis.memory import _changed_under_run
-
-    # Zen 5, one run: read-only DRAM 53 GB/s on one precision and 90 on the other, both curves flat.
-    changed = [_entry("L3", "fp64", "ro", 240.0, 0.05), _entry("L3", "fp32", "ro", 236.0, 0.05),
-               _entry("DRAM", "fp64", "ro", 53.0, 0.04), _entry("DRAM", "fp32", "ro", 90.0, 0.05)]
-    warnings = _changed_under_run(changed, "DRAM")
-    assert len(warnings) == 1
-    assert "DRAM fp64 read-only 53 GB/s against fp32 read-only 90 GB/s" in warnings[0]
-    assert "changed during the run" in warnings[0]
-    # Within their noise (a 79 % spread), or within 10 %: nothing to say.
-    same = [_entry("DRAM", "fp64", "rw", 55.5, 0.79), _entry("DRAM", "fp32", "rw", 40.0, 0.6),
-            _entry("DRAM", "fp64", "ro", 34.8, 0.06), _entry("DRAM", "fp32", "ro", 35.4, 0.001)]
-    assert _changed_under_run(same, "DRAM") == []
-    # The largest cache is judged too, named as such.
-    l3 = [_entry("L3", "fp64", "rw", 350.0, 0.03), _entry("L3", "fp32", "rw", 250.0, 0.03)]
-    assert "L3 bandwidth changed" in _changed_under_run(l3, "DRAM")[0]
-
-
 def test_a_last_level_break_far_past_the_l3_hint_says_what_it_suggests():
     from ert.analysis.levels import name_levels
 
@@ -250,11 +227,11 @@ def test_ert_show_prints_a_level_with_several_regimes_as_its_range_and_regimes()
                                    "(6 points); 950.0 at 450 KiB - 700 KiB (4 points); the roof is the fastest")
 
 
-def _two_mode_memory(fast_every: int, seed: int = 0):
+def _two_mode_memory(fast_every: int, seed: int = 0, *, memory_from: int = 128 * MIB):
     """L3 at 190 GB/s to 32 MiB, then memory that alternates: every ``fast_every``-th point 57, else 34 GB/s
-    (a shared host's DRAM, seen on the Zen 4 guest); the memory level holds every point from 128 MiB."""
+    (a shared host's DRAM, seen on the Zen 4 guest); the memory level holds every point from ``memory_from``."""
     wss, bw = _curve(lambda w: 190.0 if w <= 32 * MIB else 34.0, seed, noise=0.01)
-    memory = _l2_cut(wss, 128 * MIB, 256 * MIB)
+    memory = _l2_cut(wss, memory_from, 256 * MIB)
     if fast_every:
         bw[memory[::fast_every]] *= 57.0 / 34.0
     named = [_level("L3", _l2_cut(wss, 2 * MIB, 32 * MIB), wss, bw), _level("DRAM", memory, wss, bw)]
@@ -264,13 +241,27 @@ def _two_mode_memory(fast_every: int, seed: int = 0):
 
 
 def test_memory_that_changed_under_the_run_is_roofed_by_its_fast_mode():
-    wss, bw, named = _two_mode_memory(fast_every=2)
+    # Every point from 2 x L3 on alternates: no two neighbours agree, nothing is confirmed, the fast mode is the roof.
+    wss, bw, named = _two_mode_memory(fast_every=2, memory_from=64 * MIB)
     judged, warnings = _judge(wss, bw, named)
     dram = judged[-1]
+    assert dram.confirmed is None
     assert dram.level.plateau.gbytes_per_s == pytest.approx(57.0, rel=0.03)  # an upper bound of the run
     assert max(bw[list(dram.level.plateau.indices)]) <= 1.05 * dram.level.plateau.gbytes_per_s
     assert dram.range_gbytes_per_s[0] == pytest.approx(34.0, rel=0.05)  # the slow mode shows in its range
     assert any("DRAM: the memory read" in w and "changed during the run" in w for w in warnings)
+
+
+def test_a_confirmed_memory_rate_is_the_roof_over_an_unconfirmed_fast_mode():
+    # The slow points from 64 to 128 MiB agree with each other: 34 GB/s is confirmed, and it is the roof.
+    wss, bw, named = _two_mode_memory(fast_every=2)
+    judged, warnings = _judge(wss, bw, named)
+    dram = judged[-1]
+    assert dram.confirmed is not None and dram.confirmed.by == "neighbour"
+    assert dram.level.plateau.gbytes_per_s == dram.confirmed.gbytes_per_s == pytest.approx(34.0, rel=0.05)
+    assert dram.range_gbytes_per_s[1] == pytest.approx(57.0, rel=0.05)  # the fast mode shows in its range
+    (note,) = [w for w in warnings if "DRAM: the memory read" in w]
+    assert "the fastest rate the run confirmed" in note and "not the 5" in note
 
 
 @pytest.mark.parametrize("fast_every", [0, 6])

@@ -10,6 +10,7 @@ from ert.analysis.roof_confirm import DEFAULT_NOISE_THRESHOLD, mark_not_reproduc
 from ert.analysis.memory import PRECISION_ORDER, caches_by_access, memory_ceilings
 from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.transfers import transfer_ceilings
+from ert.analysis.weather import flag_disturbed, stretches_of, weather_block, weather_warning
 from ert.records.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.records.rawio import RAW_NAME, RawData, best_launches
@@ -138,7 +139,10 @@ def build(raw: RawData) -> dict:
     caches = caches_by_access(cache_list)
     # A point its re-measurement did not reproduce is noisy for every rule below (ert.analysis.roof_confirm).
     threshold = noise_threshold(meta)
-    points, unreproduced = mark_not_reproduced(raw.points, raw.confirms, threshold=threshold)
+    # The host's weather: points measured inside a disturbed stretch confirm nothing (ert.analysis.weather).
+    sentinels = raw.sentinels
+    stretches = stretches_of(sentinels, threshold)
+    points, unreproduced = mark_not_reproduced(raw.points, raw.confirms, threshold=threshold, stretches=stretches)
     memory_name = meta.get("backend_info", {}).get("memory_name", meta.get("memory_name", "DRAM"))
     groups = by_thread_count(points)
     ranks = int(meta["ranks"])
@@ -156,13 +160,13 @@ def build(raw: RawData) -> dict:
         for count, (recs, rated_warnings, rated) in checked.items():
             per_count[count] = _ceilings_of(recs, caches, workers=count * ranks, memory_name=memory_name,
                                             rated=rated, rated_warnings=rated_warnings, confirms=raw.confirms,
-                                            threshold=threshold)
+                                            threshold=threshold, stretches=stretches)
         memory, compute, warnings = copy.deepcopy(per_count.get(own, per_count[max(per_count)]))
     else:
         recs, rated_warnings, rated = next(iter(checked.values()), ([], [], scaled_rated(meta, threads_per_rank=own)))
         memory, compute, warnings = _ceilings_of(recs, caches, workers=workers, memory_name=memory_name,
                                                  rated=rated, rated_warnings=rated_warnings, confirms=raw.confirms,
-                                                 threshold=threshold)
+                                                 threshold=threshold, stretches=stretches)
     warnings += unreproduced
     # Each host's own ceilings (runs on 2+ hosts), from the points of the top-level ceilings' thread count.
     own_recs = (checked.get(own) or checked[max(checked)])[0] if checked else []
@@ -180,6 +184,12 @@ def build(raw: RawData) -> dict:
     # What every rank reported while setting up: its backend's warnings,
     # skipped precisions, shared cores or devices.
     warnings += [str(w) for w in meta.get("rank_warnings", [])]
+
+    weather = weather_block(sentinels, stretches, points, raw.confirms, threshold)
+    flagged = flag_disturbed(memory + compute, {r["id"]: r for r in points}, stretches)
+    disturbed = weather_warning(weather, stretches, flagged)
+    if disturbed:
+        warnings.insert(0, disturbed)
 
     planned, complete = planned_points(header, raw.ends, len(points))
     invalid = [r for r in points if not r["valid"]]
@@ -226,6 +236,8 @@ def build(raw: RawData) -> dict:
     }
     if hosts:
         doc["hosts"] = hosts
+    if weather:
+        doc["weather"] = weather
     if per_count:
         doc["scaling"] = scaling_section(per_count, ranks=ranks)
     return doc
@@ -233,7 +245,8 @@ def build(raw: RawData) -> dict:
 
 def _ceilings_of(points: list[dict], caches, *, workers: int, memory_name: str, rated: dict | None = None,
                  rated_warnings: list[str] = (), confirms: list[dict] = (),
-                 threshold: float = DEFAULT_NOISE_THRESHOLD) -> tuple[list[dict], list[dict], list[str]]:
+                 threshold: float = DEFAULT_NOISE_THRESHOLD,
+                 stretches: list = ()) -> tuple[list[dict], list[dict], list[str]]:
     """(memory, compute, warnings) of one set of records measured by ``workers`` threads over every rank.
 
     ``points`` have been checked against ``rated`` already (invalidate_above_rated,
@@ -243,7 +256,7 @@ def _ceilings_of(points: list[dict], caches, *, workers: int, memory_name: str, 
     rated_warnings = list(rated_warnings)
     used = best_launches(points)
     memory, warnings = memory_ceilings(used, caches, workers=workers, memory_name=memory_name, confirms=confirms,
-                                       threshold=threshold)
+                                       threshold=threshold, stretches=stretches)
     compute, compute_warnings = compute_ceilings(used)
     rated_warnings += attach_rated(memory, compute, rated)
     return memory, compute, warnings + compute_warnings + _peak_at_edge(used, compute) + rated_warnings

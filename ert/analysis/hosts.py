@@ -48,7 +48,7 @@ DEFAULT_SLOW_HOST_THRESHOLD = 0.10
 # A host is named slow on a ceiling only when its shortfall is beyond this many sigmas of the scatter of its
 # value and of a typical host's (on a busy machine, 3-point levels of two healthy hosts differ by 30 % and more).
 NOISE_SIGMAS = 2.0
-_SPREAD_TO_SIGMA = 2.563  # p90 - p10 of a Gaussian, in sigmas (ert.analysis.memory)
+_SPREAD_TO_SIGMA = 2.563  # p90 - p10 of a Gaussian, in sigmas (ert.analysis.levels)
 
 
 def _natural(name: str) -> list:

@@ -42,20 +42,14 @@ applied here after the levels are named:
   are several.
 
 The memory level (rule 5 names it one level however its plateaus differ) is
-an upper bound too. On a shared host its bandwidth can switch between modes
-during a run (Zen 4 guest: read-only 34 or 57 GB/s, read+write 54 or 100, at
-random working sets from one point to the next, so no plateau of the fast
-mode forms). Its points from 2 x the last cache's aggregate capacity on are
-taken, and when the rate ``MIN_REGIME_POINTS`` of their clean points reach is
-above the level's plateau by more than ``MEMORY_MODE_MARGIN``, that rate is
-its roof (what the memory gives the kernel while the host lets it), its
-range the lowest to highest clean rate, and a warning says so. One or two
-fast points make no mode; they are the roof only where the run confirmed them
-(ert.analysis.roof_confirm). Points below 2 x the last cache that read more
-than ``MEMORY_MODE_MARGIN`` above the memory's roof are the last cache's
-transition (a host cache larger than the guest is told, say), not memory: the
-level starts past the last of them, so that none of its points sits above its
-roof, and a warning says so.
+an upper bound too, and only from 2 x the last cache's aggregate capacity on,
+its own plateau and a borrowed one alike; on a shared host it can be
+re-valued at its fast mode (``ert.analysis.memory_level``).
+
+Every level with a window (the memory's from 2 x the last cache on) takes
+the rate the run confirmed there as its value whenever there is one
+(``ert.analysis.roof_confirm``), above or below what the rules above give: no
+entry carries a roof and a different confirmed rate.
 
 Points of a curve that end up in no level are listed per curve with the
 reason (``unassigned_points``): the overhead ramp below the first level, the
@@ -71,8 +65,9 @@ from typing import Sequence
 import numpy as np
 
 from ert.analysis.cache_match import cache_hints
-from ert.analysis.roof_confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, confirmed_roof
+from ert.analysis.roof_confirm import DEFAULT_NOISE_THRESHOLD, Confirmed, Measured, confirmed_roof
 from ert.analysis.levels import NamedLevel
+from ert.analysis.memory_level import MIN_REGIME_POINTS, fast_mode, memory_from, no_memory_note, transition_note
 from ert.analysis.plateaus import Plateau
 from ert.analysis.stepfit import log_noise, median_cost_table, optimal_partition
 from ert.hardware.hwinfo import CacheInfo
@@ -80,13 +75,9 @@ from ert.spec import plateau_spread
 from ert.units import human_bytes as fmt_bytes
 from ert.records.warning_codes import warn
 
-# A regime is at least this many neighbouring points: with one point in a
-# window lifted by chance (a quiet moment on a shared host), three points
-# agreeing is the least that says the level sustains the rate.
-MIN_REGIME_POINTS = 3
-# The memory is re-valued at its fast mode only when that mode is this much above its plateau (the noise of a
-# memory plateau on a quiet host is a few per cent).
-MEMORY_MODE_MARGIN = 0.10
+# A regime is at least this many neighbouring points (MIN_REGIME_POINTS, ert.analysis.memory_level): with one
+# point in a window lifted by chance (a quiet moment on a shared host), three points agreeing is the least that
+# says the level sustains the rate.
 # The window of L_k starts at this multiple of L_(k-1)'s aggregate capacity:
 # transitions between levels span a factor of about 1.5-2 past a capacity.
 WINDOW_START_FACTOR = 2.0
@@ -161,80 +152,6 @@ def _is_cache(name: str) -> bool:
     return name.startswith("L") and name[1:].isdigit()
 
 
-def _memory_modes(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np.ndarray, bw: np.ndarray,
-                  flags: np.ndarray, label: str, floor: float = 0.0) -> tuple[JudgedLevel, list[str]]:
-    """The memory level, re-valued at its fast mode when the host's bandwidth changed during the run, and
-    without the points below 2 x the last cache that read above its roof (the last cache's transition).
-    ``floor`` is the rate the run confirmed from 2 x the last cache on (0: none): the roof is never below it."""
-    judged, warning = _memory_fast_mode(lvl, last_cache, taken, wss, bw, flags, label, floor)
-    level = judged.level
-    roof = max(level.plateau.gbytes_per_s, floor)
-    start = WINDOW_START_FACTOR * last_cache
-    above = [i for i in level.plateau.indices if wss[i] < start and bw[i] > roof * (1 + MEMORY_MODE_MARGIN)]
-    warnings = [warning] if warning else []
-    if not above:
-        return judged, warnings
-    # The level starts past the last of them: whatever lies before it is the transition too.
-    edge = float(wss[above].max())
-    kept = np.array([i for i in level.plateau.indices if wss[i] > edge], dtype=int)
-    if kept.size == 0:
-        return judged, warnings
-    dropped = [i for i in level.plateau.indices if wss[i] <= edge]
-    plateau = replace(level.plateau, wss_bytes=(int(wss[kept].min()), int(wss[kept].max())), n_points=int(kept.size),
-                      indices=tuple(int(i) for i in kept), noisy_points=int(np.count_nonzero(flags[kept])))
-    lo_hi = judged.range_gbytes_per_s
-    if lo_hi is not None:
-        clean = kept[~flags[kept]]
-        values = bw[clean if clean.size else kept]
-        lo_hi = (float(values.min()), float(values.max()))
-    warnings.append(warn("memory-transition",
-                    f"{label} {level.name}: {len(dropped)} point(s) from {fmt_bytes(float(wss[dropped].min()))} to "
-                    f"{fmt_bytes(edge)}, below 2 x the last cache, read up to {float(bw[above].max()):.4g} GB/s, "
-                    f"above the {level.name} roof of {roof:.4g} GB/s: the last cache's transition (the host's cache "
-                    f"may be larger than the guest is told), left out of {level.name}, which starts past them"))
-    return replace(judged, level=replace(level, plateau=plateau), range_gbytes_per_s=lo_hi), warnings
-
-
-def _memory_fast_mode(lvl: NamedLevel, last_cache: int, taken: set[int], wss: np.ndarray, bw: np.ndarray,
-                      flags: np.ndarray, label: str, floor: float = 0.0) -> tuple[JudgedLevel, str | None]:
-    """The memory level, re-valued at its fast mode when the host's bandwidth changed during the run."""
-    lo = max(WINDOW_START_FACTOR * last_cache, lvl.plateau.wss_bytes[0])
-    points = np.array([i for i in np.flatnonzero(wss >= lo) if i not in taken and np.isfinite(bw[i]) and bw[i] > 0],
-                      dtype=int)
-    clean = points[~flags[points]] if points.size else points
-    if clean.size < MIN_REGIME_POINTS:
-        return JudgedLevel(lvl), None
-    fast = float(np.sort(bw[clean])[-MIN_REGIME_POINTS])
-    value = lvl.plateau.gbytes_per_s
-    if fast <= value * (1 + MEMORY_MODE_MARGIN):
-        # Fast points nothing confirmed make no roof, but a point above the roof is never passed over in silence.
-        roof = max(value, floor)
-        high = clean[bw[clean] > roof * (1 + MEMORY_MODE_MARGIN)]
-        if not high.size:
-            return JudgedLevel(lvl), None
-        where = ", ".join(f"{float(bw[i]):.4g} GB/s at {fmt_bytes(float(wss[i]))}" for i in high)
-        return JudgedLevel(lvl), (
-            f"{label} {lvl.name}: {high.size} clean point(s) read above its roof of {roof:.4g} GB/s ({where}): "
-            f"the host's memory bandwidth rose for a moment (a shared host); neither measured again nor met by "
-            f"a neighbour within the noise threshold, so not a roof: a kernel can meet it, not count on it")
-    held = np.union1d(np.array(lvl.plateau.indices, dtype=int), points)
-    values = bw[clean]
-    plateau = replace(lvl.plateau, gbytes_per_s=fast, spread=plateau_spread(values), n_points=int(held.size),
-                      wss_bytes=(int(wss[held].min()), int(wss[held].max())), indices=tuple(int(i) for i in held),
-                      noisy_points=int(np.count_nonzero(flags[held])))
-    n_fast = int(np.count_nonzero(values >= fast))
-    basis = (f"{lvl.basis}; roof: the rate {MIN_REGIME_POINTS} of its clean points from "
-             f"{fmt_bytes(lo)} on reach ({n_fast} of {clean.size} points), above its plateau of {value:.4g} GB/s")
-    roof = max(fast, floor)
-    warning = warn("bandwidth-changed",
-               f"{label} {lvl.name}: the memory read {float(values.min()):.4g} - {float(values.max()):.4g} GB/s "
-               f"over {clean.size} clean points from {fmt_bytes(lo)}: the host's memory bandwidth changed during "
-               f"the run (another tenant); the roof is {roof:.4g} GB/s ("
-               + (f"the rate {n_fast} of them reach" if roof == fast else "the fastest rate the run confirmed")
-               + f"), not the {value:.4g} GB/s plateau; the slower mode shows in its range")
-    return JudgedLevel(replace(lvl, plateau=plateau, basis=basis), (), (float(values.min()), float(values.max()))), warning
-
-
 def _window(level: NamedLevel, capacities: dict[int, int], taken: set[int], wss: np.ndarray,
             before: NamedLevel | None = None) -> np.ndarray | None:
     """The curve indices rule 6 judges ``level`` over, or None when the level is not a judged cache level.
@@ -258,17 +175,20 @@ def _window(level: NamedLevel, capacities: dict[int, int], taken: set[int], wss:
 
 def _raised(judged: JudgedLevel, confirmed: Confirmed | None, window: np.ndarray, wss: np.ndarray, bw: np.ndarray,
             flags: np.ndarray) -> JudgedLevel:
-    """``judged`` with ``confirmed`` attached, its roof raised to the confirmed rate where that is higher."""
+    """``judged`` with ``confirmed`` attached and its value set to the confirmed rate (higher or lower)."""
     if confirmed is None:
         return judged
     level = judged.level
-    if confirmed.gbytes_per_s <= level.plateau.gbytes_per_s:
+    before = level.plateau.gbytes_per_s
+    if confirmed.gbytes_per_s == before:
         return replace(judged, confirmed=confirmed)
     points = np.union1d(np.array(level.plateau.indices, dtype=int), np.array([confirmed.index], dtype=int))
     plateau = replace(level.plateau, gbytes_per_s=confirmed.gbytes_per_s, n_points=int(points.size),
                       wss_bytes=(int(wss[points].min()), int(wss[points].max())),
                       indices=tuple(int(i) for i in points), noisy_points=int(np.count_nonzero(flags[points])))
     basis = f"{level.basis}; roof: the fastest rate confirmed inside its window, {confirmed.describe()}"
+    if confirmed.gbytes_per_s < before:
+        basis += f" (the {before:.4g} GB/s of the rules before is not confirmed by any measurement)"
     lo_hi = judged.range_gbytes_per_s
     if lo_hi is None and window.size:
         clean = window[~flags[window]]
@@ -282,12 +202,14 @@ def _raised(judged: JudgedLevel, confirmed: Confirmed | None, window: np.ndarray
 
 def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, workers: int,
                  wss_bytes: Sequence[int], gbytes_per_s: Sequence[float], noisy: Sequence[bool],
-                 label: str, again: Sequence[Sequence[float]] | None = None,
-                 noise_threshold: float = DEFAULT_NOISE_THRESHOLD) -> tuple[list[JudgedLevel], list[str]]:
+                 label: str, again: Sequence[Sequence[Measured]] | None = None,
+                 noise_threshold: float = DEFAULT_NOISE_THRESHOLD,
+                 suspect: Sequence[bool] | None = None) -> tuple[list[JudgedLevel], list[str]]:
     """Rule 6 over one curve's named levels: each judged cache level valued at its fastest sustained regime, and
     every level with a window roofed by the fastest rate the run confirmed there (ert.analysis.roof_confirm).
 
-    ``again[i]`` are the rates of point i's re-measurements (None: no re-measurements at all)."""
+    ``again[i]`` are point i's re-measurements (None: no re-measurements at all); ``suspect[i]`` whether point i
+    was measured inside a disturbed stretch (None: none was; ert.records.weather)."""
     wss = np.asarray(wss_bytes, dtype=float)
     bw = np.asarray(gbytes_per_s, dtype=float)
     flags = np.asarray(noisy, dtype=bool)
@@ -296,18 +218,30 @@ def judge_levels(named: list[NamedLevel], caches: Sequence[CacheInfo], *, worker
     judged, warnings = [], []
 
     def confirm(window) -> Confirmed | None:
-        return confirmed_roof(wss, bw, flags, window, rerun, threshold=noise_threshold) if len(window) else None
+        return (confirmed_roof(wss, bw, flags, window, rerun, threshold=noise_threshold, suspect=suspect)
+                if len(window) else None)
 
+    named = list(named)
+    dropped = np.array([], dtype=int)
+    memory = bool(named) and not _is_cache(named[-1].name) and bool(capacities)
+    start = WINDOW_START_FACTOR * max(capacities.values()) if capacities else 0.0
+    if memory:  # the memory only from 2 x the last cache on, whichever curve its range came from
+        trimmed, dropped = memory_from(named[-1], start, wss, bw, flags)
+        if trimmed is None:
+            warnings.append(no_memory_note(named[-1].name, start, dropped, wss, label))
+            named, memory = named[:-1], False
+        else:
+            named[-1] = trimmed
     for k, lvl in enumerate(named):
         taken = {i for j, other in enumerate(named) if j != k for i in other.plateau.indices}
-        if k == len(named) - 1 and not _is_cache(lvl.name) and capacities:
-            lo = WINDOW_START_FACTOR * max(capacities.values())
-            window = np.array([i for i in np.flatnonzero(wss >= lo) if i not in taken], dtype=int)
+        if memory and k == len(named) - 1:
+            window = np.array([i for i in np.flatnonzero(wss >= start) if i not in taken], dtype=int)
             confirmed = confirm(window)
-            level, memory_warnings = _memory_modes(lvl, max(capacities.values()), taken, wss, bw, flags, label,
-                                                   floor=confirmed.gbytes_per_s if confirmed else 0.0)
-            judged.append(_raised(level, confirmed, window, wss, bw, flags))
-            warnings += memory_warnings
+            level, lo_hi, note = fast_mode(lvl, start, taken, wss, bw, flags, label,
+                                           confirmed.gbytes_per_s if confirmed else None)
+            judged.append(_raised(JudgedLevel(level, (), lo_hi), confirmed, window, wss, bw, flags))
+            roof = judged[-1].level.plateau.gbytes_per_s
+            warnings += [w for w in (note, transition_note(lvl, dropped, roof, wss, bw, label)) if w]
             continue
         window = _window(lvl, capacities, taken, wss, named[k - 1] if k else None)
         if window is None:

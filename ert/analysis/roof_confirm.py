@@ -14,29 +14,35 @@ not wait for three points to agree: it is the fastest rate the run
 * **Measured again.**  After the sweep the planner measures the fastest
   clean point of every window a second time, at the same working set with a
   fresh calibration, interleaved with other points (raw.jsonl "confirm"
-  records).  A point whose re-measurement reproduces its rate within the
-  run's noise threshold is confirmed (a point flagged noisy too, when the
-  re-measurement is clean: it is clean from then on); one that does not is
-  a noisy point, named in a warning (``NOT_REPRODUCED``), and is never a
-  roof.
+  records); one that did not reproduce is tried again later, and the
+  next-fastest after it.  A rate is confirmed only by a measurement taken
+  at another time: a point whose re-measurement reproduces its rate within
+  the run's noise threshold is confirmed (a point flagged noisy too, when
+  the re-measurement is clean: it is clean from then on); one that does not
+  is a noisy point, named in a warning (``NOT_REPRODUCED``), and is never a
+  roof by its own rate; but when two of its re-measurements agree with each
+  other, the faster clean one is a rate the run confirmed there.
 * **Neighbours.**  A point with no re-measurement (a run made before them,
   an ERT curve, a point not among the fastest) is confirmed when a
   neighbouring clean point of the window (the next one in working-set order)
   reads the same rate within the noise threshold.
-* **Roof.**  The level's value is its fastest confirmed point, even where
-  only one or two working sets reach it, or the value the older rules give
-  (plateau, regime, memory mode) where that is higher; ``confirmed`` in
-  ceilings.json says which point, by what and how many measurements of the
-  window agree with it.  Slower stretches stay in ``regimes`` and
-  ``range_gbytes_per_s``.
+* **Roof.**  The level's value is its fastest confirmed rate whenever there
+  is one, even where only one or two working sets reach it, and even where
+  the older rules (plateau, regime, memory mode) give another value: when
+  the fastest points of a window do not reproduce, the roof comes from the
+  next-fastest that does.  ``confirmed`` in ceilings.json says which point,
+  by what and how many measurements of the window agree with it.  Slower
+  stretches stay in ``regimes`` and ``range_gbytes_per_s``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from itertools import combinations
+from typing import NamedTuple, Sequence
 
+from ert.records.weather import Stretch, suspect as is_suspect
 from ert.spec import rates
 from ert.units import human_bytes
 from ert.records.warning_codes import warn
@@ -62,38 +68,67 @@ def noise_threshold(meta: dict) -> float:
     return value if value > 0 else DEFAULT_NOISE_THRESHOLD
 
 
-def again_rates(confirms: Sequence[dict]) -> dict[str, list[float]]:
-    """GB/s of each valid re-measurement, by the id of the point it measured again."""
-    out: dict[str, list[float]] = {}
+class Measured(NamedTuple):
+    """One measurement of a working set: its rate, whether it is clean (not flagged noisy), and whether it was
+    taken inside a disturbed stretch (``ert.records.weather``: suspect, it confirms nothing and is confirmed by
+    nothing)."""
+
+    gbytes_per_s: float
+    clean: bool = True
+    suspect: bool = False
+
+
+def re_measurements(confirms: Sequence[dict], stretches: Sequence[Stretch] = ()) -> dict[str, list[Measured]]:
+    """Each valid re-measurement ("confirm" record), by the id of the point it measured again."""
+    out: dict[str, list[Measured]] = {}
     for rec in confirms:
-        if rec.get("valid"):
-            out.setdefault(rec["point_id"], []).append(rates(rec).gbytes_per_s)
+        if not rec.get("valid"):
+            continue
+        rate = rates(rec).gbytes_per_s
+        if rate > 0 and math.isfinite(rate):
+            out.setdefault(rec["point_id"], []).append(Measured(rate, not rec.get("noisy"), is_suspect(rec, stretches)))
     return out
+
+
+def pair_rate(measured: Sequence[Measured], threshold: float) -> float | None:
+    """The fastest rate two measurements of one working set reproduce, or None.
+
+    Two measurements reproduce each other when neither is suspect, at least one is clean and they agree within
+    ``threshold``; the rate they confirm is the faster clean one of the two (a roof is an upper bound).  They are
+    always taken at different times: a point and its re-measurements, or two re-measurements."""
+    best = None
+    usable = [m for m in measured if not m.suspect]
+    for a, b in combinations(usable, 2):
+        if (a.clean or b.clean) and agree(a.gbytes_per_s, b.gbytes_per_s, threshold):
+            value = max(m.gbytes_per_s for m in (a, b) if m.clean)
+            best = value if best is None else max(best, value)
+    return best
 
 
 def _label(spec: dict) -> str:
     return f"{spec['precision']} {'read+write' if spec['access'] == 'rw' else 'read-only'}"
 
 
-def mark_not_reproduced(points: list[dict], confirms: Sequence[dict], *,
-                        threshold: float) -> tuple[list[dict], list[str]]:
+def mark_not_reproduced(points: list[dict], confirms: Sequence[dict], *, threshold: float,
+                        stretches: Sequence[Stretch] = ()) -> tuple[list[dict], list[str]]:
     """``points`` with every point that its re-measurements did not reproduce flagged noisy, and the warnings.
 
     Such a point was a moment of the machine's, not a rate the level
     sustains: it keeps its record (``reproduced: false``) and is used like
-    any noisy point, never as a roof.
+    any noisy point, never as a roof by its own rate.  A re-measurement taken
+    inside a disturbed stretch (``stretches``) decides nothing: the planner
+    tries it again.
     """
-    again = again_rates(confirms)
-    clean_again = again_rates([c for c in confirms if not c.get("noisy")])
+    again = re_measurements(confirms, stretches)
     out, missed = [], {}
     for rec in points:
-        rerun = again.get(rec["id"])
+        rerun = [m for m in again.get(rec["id"], []) if not m.suspect]
         if not rerun or not rec["valid"]:
             out.append(rec)
             continue
         own = rates(rec).gbytes_per_s
-        if any(agree(own, r, threshold) for r in rerun):
-            if rec["noisy"] and any(agree(own, r, threshold) for r in clean_again.get(rec["id"], [])):
+        if any(agree(own, m.gbytes_per_s, threshold) for m in rerun):
+            if rec["noisy"] and any(m.clean and agree(own, m.gbytes_per_s, threshold) for m in rerun):
                 # A burst of other work in one of its regions, and a clean re-measurement reproduces its rate.
                 rec = {**rec, "noisy": False, "reproduced": True}
             out.append(rec)
@@ -101,7 +136,7 @@ def mark_not_reproduced(points: list[dict], confirms: Sequence[dict], *,
         out.append({**rec, "noisy": True, "reproduced": False})
         missed.setdefault(_label(rec["spec"]), []).append(
             f"{own:.4g} GB/s at {human_bytes(rec['wss_bytes'])} (again: "
-            f"{', '.join(f'{r:.4g}' for r in rerun)})")
+            f"{', '.join(f'{m.gbytes_per_s:.4g}' for m in rerun)})")
     warnings = [warn(NOT_REPRODUCED, f"{label}: {len(items)} point(s) not reproduced within the noise threshold "
                      f"({threshold:.0%}) when measured again: {'; '.join(items)}; noisy, never a roof")
                 for label, items in missed.items()]
@@ -128,27 +163,40 @@ class Confirmed:
 
 
 def confirmed_roof(wss_bytes: Sequence[float], gbytes_per_s: Sequence[float], noisy: Sequence[bool],
-                   window: Sequence[int], again: Sequence[Sequence[float]], *, threshold: float) -> Confirmed | None:
-    """The fastest confirmed point among the curve's points ``window`` (see the module), None when none is.
+                   window: Sequence[int], again: Sequence[Sequence[Measured]], *, threshold: float,
+                   suspect: Sequence[bool] | None = None) -> Confirmed | None:
+    """The fastest rate the run confirmed among the curve's points ``window`` (see the module), None when none is.
 
-    ``again[i]`` are the rates of point i's re-measurements (empty: none).
+    ``again[i]`` are point i's re-measurements (empty: none); ``suspect[i]`` whether point i was measured inside
+    a disturbed stretch (None: none was).  A point with re-measurements taken calm is confirmed by them
+    (``pair_rate``: its own rate and theirs); one without, by a clean calm neighbour of the window.
     """
-    clean = sorted((int(i) for i in window if not noisy[i] and math.isfinite(gbytes_per_s[i])
-                    and gbytes_per_s[i] > 0), key=lambda i: wss_bytes[i])
-    found: dict[int, str] = {}
+    n = len(gbytes_per_s)
+    sus = [False] * n if suspect is None else list(suspect)
+
+    def usable(i: int) -> bool:
+        return math.isfinite(gbytes_per_s[i]) and gbytes_per_s[i] > 0
+
+    window = [int(i) for i in window if usable(int(i))]
+    clean = sorted((i for i in window if not noisy[i] and not sus[i]), key=lambda i: wss_bytes[i])
+    found: dict[int, tuple[float, str]] = {}
+    for i in window:
+        calm_again = [m for m in again[i] if not m.suspect]
+        if calm_again:  # its own re-measurements decide (one that disagreed made it noisy)
+            rate = pair_rate([Measured(gbytes_per_s[i], not noisy[i], sus[i]), *calm_again], threshold)
+            if rate is not None:
+                found[i] = (rate, "measured again")
     for k, i in enumerate(clean):
-        rate = gbytes_per_s[i]
-        if again[i]:
-            if any(agree(rate, r, threshold) for r in again[i]):
-                found[i] = "measured again"
-            continue  # its own re-measurement decides (one that disagreed made it noisy)
+        if i in found or any(not m.suspect for m in again[i]):
+            continue
         near = [clean[j] for j in (k - 1, k + 1) if 0 <= j < len(clean)]
-        if any(agree(rate, gbytes_per_s[j], threshold) for j in near):
-            found[i] = "neighbour"
+        if any(agree(gbytes_per_s[i], gbytes_per_s[j], threshold) for j in near):
+            found[i] = (gbytes_per_s[i], "neighbour")
     if not found:
         return None
-    best = max(found, key=lambda i: (gbytes_per_s[i], -wss_bytes[i]))
-    rate = gbytes_per_s[best]
-    others = [gbytes_per_s[i] for i in clean if i != best] + [r for i in clean for r in again[i]]
+    best = max(found, key=lambda i: (found[i][0], -wss_bytes[i]))
+    rate, by = found[best]
+    others = [gbytes_per_s[i] for i in clean] + [m.gbytes_per_s for i in window for m in again[i] if not m.suspect]
+    others.remove(rate)  # the measurement that is the rate (a clean calm point or re-measurement)
     times = sum(1 for r in others if agree(rate, r, threshold))
-    return Confirmed(float(rate), best, int(wss_bytes[best]), found[best], times)
+    return Confirmed(float(rate), best, int(wss_bytes[best]), by, times)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import time
 
 from ert.backends import grow_buffer
@@ -39,6 +40,14 @@ def create(*, threads: int, options=None, local_rank: int = 0, local_size: int =
     if options is not None:
         raise TypeError(f"numba-cpu takes no backend options, got {options!r}")
     return NumbaCpuBackend(threads=threads)
+
+
+def _cpuinfo() -> str:
+    try:
+        with open("/proc/cpuinfo", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def _aligned_empty(n_elements: int, dtype):
@@ -82,6 +91,10 @@ class NumbaCpuBackend:
         self.chains, self.ro_accumulators = self.geometry.chains, self.geometry.ro_accumulators
         self.add_unroll = Geometry.ADD_UNROLL
         self._kernels: dict = {}
+        from ert.hardware import arm
+
+        # qemu-user and the like: the rates are the emulator's (ert.hardware.arm.emulation).
+        self.emulated = arm.emulation()
         self._buf = None        # the aligned allocation, grown as needed and reused
         self._spec: KernelSpec | None = None
         self._n = 0
@@ -94,11 +107,14 @@ class NumbaCpuBackend:
     def describe(self) -> dict:
         """Device, what Numba compiled with, and the rated ceilings (measured once per backend)."""
         if self._described is None:
-            from ert.hardware import hwinfo
+            from ert.hardware import arm, hwinfo
 
+            device = hwinfo.cpu_model()  # on Arm, the core its MIDR names
+            if self.emulated:
+                device = f"emulated {platform.machine()} CPU on {device or 'another machine'}"
             self._described = {
                 "backend": NAME,
-                "device": f"{hwinfo.cpu_model()} ({self.threads} threads)",
+                "device": f"{device} ({self.threads} threads)",
                 "threads": self.threads,
                 "numba_threading_layer": self._threading_layer(),
                 "llvm_cpu": self._codegen["cpu_name"],
@@ -112,6 +128,11 @@ class NumbaCpuBackend:
                 "ro_accumulators": self.ro_accumulators,
                 "rated": self.rated(),
             }
+            isa = arm.cpu_isa(self._described["numba_effective"]["vector_bits"])
+            if isa:
+                self._described["cpu_isa"] = isa
+            if self.emulated:
+                self._described["emulated"] = self.emulated
         return dict(self._described)
 
     def vector_bits_compiled(self) -> int | None:
@@ -131,10 +152,15 @@ class NumbaCpuBackend:
 
     def rated(self) -> dict:
         """The rated ceilings of the cores this backend runs on, with their derivation."""
-        from ert.hardware import hwinfo
-        from ert.hardware import cpu
+        from ert.hardware import cpu, hwinfo
 
-        arch, why = cpu.lookup(self._codegen["cpu_name"], hwinfo.cpu_model())
+        if self.emulated:  # no clock, no table: an emulator's rates say nothing about a machine
+            why = no_rated_text(f"the CPU is emulated ({self.emulated}); its rates are the emulator's, not a "
+                                f"machine's")
+            return {**cpu.rated_ceilings(arch=None, why_none=why, clock_ghz=None, clock_how="not measured (emulated)",
+                                         cores=hwinfo.cores_in_use(self.threads)),
+                    "cores_per_rank": hwinfo.cores_in_use(self.threads), "per_core": True, "emulated": True}
+        arch, why = cpu.lookup(self._table_key(), hwinfo.cpu_model())
         latency = arch.fma_latency if arch else 4
         try:
             clock = self.measure_clock(latency)
@@ -151,6 +177,14 @@ class NumbaCpuBackend:
             by_threads["1"] = self.measure_clock(latency, threads=1)["vector_ghz"]
         rated.update(cores_per_rank=cores, per_core=True, clock=clock, clock_ghz_by_threads=by_threads)
         return rated
+
+    def _table_key(self) -> str:
+        """The CPU's row of ert.hardware.cpu.TABLE: LLVM's name for it, or on Arm the core its MIDR names (an
+        LLVM older than the core calls a Neoverse V2 "generic" or an older core's name)."""
+        from ert.hardware import arm
+
+        described = arm.parse_cpuinfo(_cpuinfo())
+        return described.table_key if described is not None and described.table_key else self._codegen["cpu_name"]
 
     def measure_clock(self, fma_latency: int, threads: int | None = None) -> dict:
         """The sustained clock under vector load: a dependent FMA chain of known latency on every thread.
@@ -358,7 +392,14 @@ class NumbaCpuBackend:
     # -- also in the protocol ----------------------------------------------------
     @property
     def warnings(self) -> list[str]:
-        return []  # placement's warnings (shared cores, oversubscription) are the CLI's
+        # Placement's warnings (shared cores, oversubscription) are the CLI's; an emulated CPU is this backend's.
+        if not self.emulated:
+            return []
+        from ert.records.warning_codes import warn
+
+        return [warn("emulated-cpu", f"the CPU is emulated ({self.emulated}): the rates are the emulator's, not "
+                                     f"a machine's, and no rated value is given; the compiled code, the checks of "
+                                     f"every result and the analysis are real")]
 
     def unsupported_reason(self, precision: str) -> str:
         return f"{NAME} runs {', '.join(DTYPES)} only, not {precision}"

@@ -17,7 +17,7 @@ from ert.consumers.cells import MISSING, compute_name, format_rate, is_transfer_
 from ert.consumers.compare.ceiling_values import ceiling_values
 from ert.consumers.report_rows import (ACCESS_WORDS, MEMORY_COLUMNS, RATED_TABLE_COLUMNS, Column, Table,
                                        compute_row, compute_tables, memory_notes, memory_row, rated_row)
-from ert.consumers.report_sections import links_table, scaling_table, sustained_table, transfer_row
+from ert.consumers.report_sections import links_table, scaling_table, sustained_table, transfer_row, weather_table
 from ert.hardware import NO_RATED
 from ert.records.warning_codes import GROUPS, Coded, coded_warnings
 
@@ -172,6 +172,7 @@ class Report:
                                                     for e, key, unit, name in entries]
         self.sustained = sustained_table(ceilings)
         self.scaling = scaling_table(doc.get("scaling"))
+        self.weather = weather_table(doc)  # the host's weather (schema 1.11), None without sentinels
         self.hosts = host_grid(doc)
         coded = coded_warnings(doc)
         self.warning_count = len(coded)

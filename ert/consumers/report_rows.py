@@ -115,6 +115,7 @@ class MemoryRow:
     confirmation_note: str | None   # the roof confirmed, how often, and the slower stretches
     regimes_note: str | None        # an unconfirmed level's regimes (rule 6)
     cells: dict = field(default_factory=dict)
+    disturbed: bool = False         # measured only while the host was disturbed (schema 1.11): "L3*"
 
     @property
     def curve(self) -> tuple[str, str]:
@@ -126,7 +127,12 @@ def memory_notes(rows, *, curve: bool = False) -> tuple[str, ...]:
     line led by its level's curve, "fp64 rw L2: ...", under a table of several curves)."""
     notes = ([(r, r.confirmation_note) for r in rows if r.confirmation_note]
              + [(r, r.regimes_note) for r in rows if r.regimes_note])
-    return tuple(f"{r.cells['curve']} {note}" if curve else note for r, note in notes)
+    flagged = (DISTURBED_NOTE,) if any(r.disturbed for r in rows) else ()
+    return tuple(f"{r.cells['curve']} {note}" if curve else note for r, note in notes) + flagged
+
+
+# The note under a memory table with a level measured only while the host was disturbed (its level cell: "L3*").
+DISTURBED_NOTE = "* measured only while the host was disturbed: not the machine's ceiling (the host's weather)"
 
 
 def memory_row(e: dict, numbered: set[str]) -> MemoryRow:
@@ -136,14 +142,16 @@ def memory_row(e: dict, numbered: set[str]) -> MemoryRow:
     rated = Rated.of(e, "gbytes_per_s")
     precision, access = e.get("precision", ""), e.get("access", "rw")
     value = e["gbytes_per_s"] if "gbytes_per_s" in e else None
-    cells = {"level": str(e.get("level", MISSING)), "curve": " ".join(x for x in (precision, access) if x),
+    disturbed = e.get("disturbed") is True
+    cells = {"level": str(e.get("level", MISSING)) + ("*" if disturbed else ""),
+             "curve": " ".join(x for x in (precision, access) if x),
              "gbytes": format_rate(value) if "gbytes_per_s" in e else MISSING, "spread": format_spread(e.get("spread")),
              "wss": format_wss_range(e.get("wss_bytes")), "points": format_count(e.get("n_points")),
              "noisy": format_count(e.get("noisy_points")), "conf": confirmation.cell if confirmation else MISSING,
              **rated.cells(numbered)}
-    return MemoryRow(cells["level"], precision, access, value, e.get("spread"), e.get("wss_bytes"),
+    return MemoryRow(str(e.get("level", MISSING)), precision, access, value, e.get("spread"), e.get("wss_bytes"),
                      e.get("n_points"), e.get("noisy_points"), confirmation, rated,
-                     confirmation_note(e, confirmation) if confirmation else None, regimes_note(e), cells)
+                     confirmation_note(e, confirmation) if confirmation else None, regimes_note(e), cells, disturbed)
 
 
 def confirmation_note(e: dict, c: Confirmation) -> str:

@@ -1,4 +1,5 @@
-"""The report model's rows beside the sweep's tables: links and network, sustained versus burst, thread scaling.
+"""The report model's rows beside the sweep's tables: links and network, sustained versus burst, thread scaling,
+the host's weather.
 
 Each row keeps its values and its cells, as ``ert.consumers.report_rows``' do; each function here builds one
 table of ``ert.consumers.report_model.Report``, or None where the document has no such section.
@@ -141,3 +142,66 @@ def scaling_table(scaling: Any) -> Table | None:
         Column(f"t{k}", f"{c.get('threads_per_rank', MISSING)} thr", True) for k, c in enumerate(counts))
     return Table("Thread scaling (threads per rank)", columns + (Column("ratio", f"{last}/{first}", True),),
                  tuple(rows), key="scaling")
+
+
+@dataclass(frozen=True)
+class WeatherRow:
+    """One sentinel level of the host's weather (schema 1.11 ``weather.levels``): its readings and their shares."""
+
+    level: str
+    readings: Any
+    best_gbytes_per_s: Any
+    lowest: Any
+    cells: dict = field(default_factory=dict)
+
+
+def _share(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else MISSING
+
+
+def _seconds(value: Any) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return MISSING
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def flagged_names(ceilings: dict) -> list[str]:
+    """The ceilings measured only while the host was disturbed (``disturbed: true``)."""
+    return ([memory_name(e) for e in ceilings.get("memory", []) if isinstance(e, dict) and e.get("disturbed") is True]
+            + [f"{compute_name(e)} peak" for e in ceilings.get("compute", [])
+               if isinstance(e, dict) and e.get("disturbed") is True])
+
+
+def weather_table(doc: dict) -> Table | None:
+    """The host's weather: one row per sentinel level; under it how long the host was disturbed, each stretch, and
+    the ceilings measured only while disturbed. None for a run without sentinels."""
+    weather = doc.get("weather")
+    if not isinstance(weather, dict):
+        return None
+    levels = weather.get("levels") if isinstance(weather.get("levels"), dict) else {}
+    rows = tuple(WeatherRow(str(level), v.get("readings"), v.get("best_gbytes_per_s"), v.get("lowest"), {
+        "level": str(level), "readings": format_count(v.get("readings")), "best": format_rate(v.get("best_gbytes_per_s")),
+        "median": _share(v.get("median")), "lowest": _share(v.get("lowest"))})
+        for level, v in levels.items() if isinstance(v, dict))
+    points = weather.get("points") if isinstance(weather.get("points"), dict) else {}
+    notes = [f"disturbed {_seconds(weather.get('disturbed_seconds'))} of {_seconds(weather.get('seconds'))} s; "
+             f"{format_count(points.get('measured_again'))} point(s) measured again, "
+             f"{format_count(points.get('suspect'))} left suspect"]
+    for s in weather.get("stretches", []):
+        if not isinstance(s, dict):
+            continue
+        ends = s.get("open") if isinstance(s.get("open"), list) and len(s["open"]) == 2 else [False, False]
+        start = "the start" if ends[0] else f"{_seconds(s.get('start_s'))} s"
+        end = "the end" if ends[1] else f"{_seconds(s.get('end_s'))} s"
+        notes.append(f"disturbed from {start} to {end}: {', '.join(str(x) for x in s.get('levels', []))} low, "
+                     f"{s.get('lowest_level', MISSING)} down to {_share(s.get('lowest'))} of its best")
+    flagged = flagged_names(doc.get("ceilings", {}))
+    if flagged:
+        notes.append("measured only while disturbed (flagged): " + ", ".join(flagged))
+    threshold = weather.get("noise_threshold")
+    title = "Host weather (sentinels between the points" + (
+        f"; disturbed: below the level's best by more than {threshold:.0%})"
+        if isinstance(threshold, (int, float)) else ")")
+    return Table(title, (Column("level", "sentinel"), Column("readings", "readings", True),
+                         Column("best", "best GB/s", True), Column("median", "median", True),
+                         Column("lowest", "lowest", True)), rows, tuple(notes), "weather")

@@ -44,6 +44,7 @@ class Microarch:
     int_add_source: str = ""
     # int+float mix: (int multiply-add + FMA) instruction pairs per cycle per core, per int precision.
     int_fp_pairs_per_cycle: tuple[tuple[str, float], ...] = ()
+    pipes: str = ""  # the FMA pipes in the vendor's words, where they say more than lanes x units
 
     def flops_per_cycle(self, precision: str, fma: bool) -> float:
         lanes = self.simd_bits // (64 if precision == "fp64" else 32)
@@ -133,13 +134,20 @@ TABLE: dict[str, Microarch] = {
     "znver4": Microarch("Zen 4", 256, 2, 4, 2, 64, 32, _AMD, **_ZEN_IADD),
     # Zen 5 (EPYC 9005): full 512-bit pipes, 2 x 64 B loads and 1 x 64 B store per cycle.
     "znver5": Microarch("Zen 5", 512, 2, 4, 2, 128, 64, _AMD, **_ZEN_IADD),
-    # Arm Neoverse: 128-bit NEON pipes (the width Numba's code uses).
-    "neoverse-n1": Microarch("Neoverse N1", 128, 2, 4, 0, 32, 16, _ARM),
-    "neoverse-n2": Microarch("Neoverse N2", 128, 2, 4, 0, 48, 32, _ARM),
-    "neoverse-v1": Microarch("Neoverse V1", 128, 4, 4, 0, 48, 32, _ARM),
-    "neoverse-v2": Microarch("Neoverse V2", 128, 4, 4, 0, 48, 32, _ARM),
+    # Arm Neoverse: 128-bit NEON pipes (the width Numba's code uses; V1's 2 x 256-bit SVE pipes are the same FLOPs
+    # per cycle as its 4 x 128-bit NEON ones, V2's SVE is 128 bits wide).  N1: 2 x 16 B loads, one 16 B store a
+    # cycle.  N2, V1, V2: two load/store pipes and one load pipe, 3 x 16 B loads, 2 x 16 B stores a cycle (a
+    # read+write stream's stp of two q registers takes one store pipe, so loads and stores both reach their rate).
+    "neoverse-n1": Microarch("Neoverse N1", 128, 2, 4, 0, 32, 16, _ARM, pipes="2 x 128-bit NEON FP pipes"),
+    "neoverse-n2": Microarch("Neoverse N2", 128, 2, 4, 0, 48, 32, _ARM,
+                             pipes="2 x 128-bit NEON/SVE2 FP pipes"),
+    "neoverse-v1": Microarch("Neoverse V1", 128, 4, 4, 0, 48, 32, _ARM,
+                             pipes="4 x 128-bit NEON FP pipes, as 2 x 256-bit SVE"),
+    "neoverse-v2": Microarch("Neoverse V2", 128, 4, 4, 0, 48, 32, _ARM,
+                             pipes="4 x 128-bit NEON/SVE2 FP pipes"),
     # A64FX: two 512-bit SVE FMA pipes, latency 9; 2 x 64 B loads or 1 x 64 B store.
-    "a64fx": Microarch("A64FX", 512, 2, 9, 0, 128, 64, "Fujitsu A64FX Microarchitecture Manual"),
+    "a64fx": Microarch("A64FX", 512, 2, 9, 0, 128, 64, "Fujitsu A64FX Microarchitecture Manual",
+                       pipes="2 x 512-bit SVE FMA pipes (NEON code runs 128 bits of them)"),
     # Apple M1..M3 performance cores: four 128-bit FMA pipes; L1 widths not published.
     "apple-m1": Microarch("Apple M1 (P-core)", 128, 4, 4, 0, None, None, "Apple M1 measurements (Dougall Johnson)"),
     "apple-m2": Microarch("Apple M2 (P-core)", 128, 4, 4, 0, None, None, "Apple M1 measurements (Dougall Johnson)"),
@@ -316,7 +324,7 @@ def rated_ceilings(*, arch: Microarch | None, why_none: str, clock_ghz: float | 
         for fma in (True, False):
             per_cycle = arch.flops_per_cycle(p, fma)
             if fma:
-                how = f"{lanes} lanes x {arch.fma_units} FMA unit(s) x 2"
+                how = f"{lanes} lanes x {arch.fma_units} FMA unit(s) x 2" + (f"; {arch.pipes}" if arch.pipes else "")
             elif arch.separate_add_pipes:
                 how = (f"{lanes} lanes x ({arch.fma_units} FMA pipe(s) multiplying, "
                        f"{arch.separate_add_pipes} add pipe(s) adding)")

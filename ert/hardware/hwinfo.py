@@ -132,6 +132,11 @@ def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
                 name, sep, value = line.partition(":")
                 if sep and name.strip().lower() == key and value.strip():
                     return value.strip()
+        from ert.hardware.arm import parse_cpuinfo
+
+        arm = parse_cpuinfo(text)  # an Arm kernel names no model: the core its MIDR names ("Neoverse V2")
+        if arm is not None:
+            return arm.core
     return platform.processor() or platform.machine() or ""
 
 

@@ -122,8 +122,7 @@ class AdaptivePlanner:
         self._memory_from = max((lo for lo, hi in level_windows if math.isinf(hi)), default=math.inf)
         # Each level's roof: its window's maximum searched off the grid, then measured again
         # (ert.measure.window_search).
-        self._search = WindowSearch([[slot.points[0] for slot in grid] for grid in self._curves
-                                     if all(len(slot.points) == 1 for slot in grid)], level_windows,
+        self._search = WindowSearch([[slot.points for slot in grid] for grid in self._curves], level_windows,
                                     granule_bytes=granule_bytes, noise_threshold=noise_threshold)
         self._threshold = noise_threshold
         self.planned: list[Point] = []

@@ -148,6 +148,11 @@ def _rate_dram(cfg, meta: dict) -> None:
     rated = (meta.get("backend_info") or {}).get("rated")
     if not isinstance(rated, dict) or not rated.get("per_core"):
         return  # a device backend rates its own memory
+    if rated.get("emulated"):  # an emulator's memory rate is not the DIMMs': no rated DRAM either
+        why = next((c["derivation"] for c in rated.get("compute", [])), "no rated value: the CPU is emulated")
+        rated.setdefault("memory", []).append({"level": "DRAM", "access": None, "scope": "host",
+                                               "gbytes_per_s": None, "derivation": why})
+        return
     user = cfg.rated.dram_gbytes_per_s if cfg.rated else None
     text, why = dram_rated.read_smbios()  # named beside a user's value too
     rated.setdefault("memory", []).append(dram_rated.dram_entry(user_gbps=user, smbios_text=text, smbios_why=why))

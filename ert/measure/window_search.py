@@ -81,6 +81,12 @@ def level_windows(capacities: Sequence[int]) -> list[tuple[float, float]]:
     return out
 
 
+def _best(row: tuple) -> tuple:
+    """The order of a working set's geometries: a clean one before a noisy one, then the faster (no rate last)."""
+    _, rate, clean = row
+    return (rate is not None, bool(clean), rate or 0.0)
+
+
 def _rate(record: dict) -> float | None:
     if not record.get("valid"):
         return None
@@ -91,15 +97,20 @@ def _rate(record: dict) -> float | None:
 class WindowSearch:
     """The window search and the re-measurements of one sweep; the planner calls ``next_points`` each round.
 
-    ``curves`` are the bandwidth curves as lists of grid points (one point per working set, all with one launch
-    geometry); ``granule_bytes(spec)`` the step working sets are rounded to (None: no search off the grid).
+    ``curves`` are the bandwidth curves as lists of grid slots, one per working set: the points measured there,
+    one per launch geometry (numba-cpu's chain count: one; a device backend's blocks x threads or global x local
+    sizes: several), or a bare point for a slot of one.  ``granule_bytes(spec)`` is the step working sets are
+    rounded to (None: no search off the grid).
+
+    At each working set the curve reads its best geometry (``_best``: the fastest clean one, as
+    ``ert.records.rawio.best_launches`` picks for the analysis); a point off the grid takes the launch of the
+    best geometry where the search started, and a re-measurement measures the best geometry's point again.
     """
 
-    def __init__(self, curves: Sequence[Sequence[Point]], windows: Sequence[tuple[float, float]], *,
-                 granule_bytes: Callable | None, noise_threshold: float):
-        # One point per working set (one launch geometry, such as numba-cpu's chain count): points off the grid
-        # take the grid's launch.  Curves measured at several geometries per size (device backends) are left out.
-        self._curves = [list(c) for c in curves if c and len({p.launch for p in c}) == 1]
+    def __init__(self, curves: Sequence[Sequence[Point | Sequence[Point]]], windows: Sequence[tuple[float, float]],
+                 *, granule_bytes: Callable | None, noise_threshold: float):
+        self._curves = [[p for slot in c for p in ([slot] if isinstance(slot, Point) else slot)]
+                        for c in curves if c]
         self._windows = list(windows)
         self._granule = granule_bytes
         self._threshold = noise_threshold
@@ -113,12 +124,16 @@ class WindowSearch:
         return replace(like, wss_bytes=size, elements_per_thread=size // like.spec.itemsize // workers)
 
     def _measured(self, curve: list[Point], extra: dict[str, Point], known: dict[str, dict]) -> dict[int, tuple]:
-        """wss -> (point, rate or None, clean) of every point of the curve (grid or searched) on disk."""
-        out = {}
-        for p in [*curve, *extra.values()]:
+        """wss -> (point, rate or None, clean) of the curve's best geometry at each working set (grid or searched)
+        on disk."""
+        out: dict[int, tuple] = {}
+        for p in {q.id: q for q in [*curve, *extra.values()]}.values():
             rec = known.get(p.id)
-            if rec is not None:
-                out[p.wss_bytes] = (p, _rate(rec), not rec.get("noisy") and rec.get("reproduced", True))
+            if rec is None:
+                continue
+            row = (p, _rate(rec), not rec.get("noisy") and rec.get("reproduced", True))
+            if p.wss_bytes not in out or _best(row) > _best(out[p.wss_bytes]):
+                out[p.wss_bytes] = row
         return out
 
     def _stands_out(self, best: int, inside: dict, measured: dict, grid: set[int]) -> bool:
@@ -157,7 +172,7 @@ class WindowSearch:
             spec = curve[0].spec
             extra = {pid: p for pid, p in chosen.items() if p.spec == spec and not p.again}
             measured = self._measured(curve, extra, known)
-            grid = {p.wss_bytes for p in curve}
+            grid = {p.wss_bytes for p in curve if not p.again}
             for lo, hi in self._windows:
                 if math.isinf(hi):
                     continue  # the memory: modes of a shared host, not a narrow window; measured again only
@@ -172,7 +187,8 @@ class WindowSearch:
                     continue  # a plateau the grid already samples: nothing narrower to find
                 # Both sides at the coarsest step not yet measured around the best point; finer once it is.
                 for step in self._steps(best, grid):
-                    sides = [self._point_at(curve[0], best * 2.0 ** (side * step)) for side in (-1, 1)]
+                    like = measured[best][0]  # the best geometry's point: the search keeps its launch
+                    sides = [self._point_at(like, best * 2.0 ** (side * step)) for side in (-1, 1)]
                     sides = [p for p in sides if lo <= p.wss_bytes <= hi and p.wss_bytes != best]
                     missing = [p for p in sides if p.wss_bytes not in measured and p.id not in known]
                     if missing:

@@ -189,14 +189,17 @@ def sentinel_record(*, index: int, level: str, spec: dict, wss_bytes: int, eleme
 
 
 def best_launches(points: list[dict]) -> list[dict]:
-    """One record per (kernel variant, working set): the fastest valid launch geometry.
+    """One record per (kernel variant, working set): the fastest valid launch geometry, a clean one before a noisy one.
 
     Accelerator backends measure each working set at several launch
     geometries (global x local size, blocks x threads), as ERT does; a ceiling
-    is what the best geometry sustains.  Records without a launch pass through.
-    Invalid records are kept so they are still counted and reported.
+    is what the best geometry sustains.  A geometry flagged noisy (or whose
+    re-measurement did not reproduce it) gives way to the fastest clean one, as
+    the planner's window search picks them (``ert.measure.window_search``).
+    Records without a launch pass through.  Invalid records are kept so they
+    are still counted and reported.
     """
-    best: dict[tuple, dict] = {}
+    best: dict[tuple, tuple] = {}
     out: list[dict] = []
     for rec in points:
         if "launch" not in rec or not rec["valid"]:
@@ -205,10 +208,10 @@ def best_launches(points: list[dict]) -> list[dict]:
         spec = KernelSpec.from_dict(rec["spec"])
         key = (spec.key, rec["wss_bytes"])
         # A tensor MMA moves no bytes: its geometries are compared by GFLOP/s.
-        if key not in best or (rates(rec).gflops_per_s > rates(best[key]).gflops_per_s if spec.tensor else
-                               rates(rec).gbytes_per_s > rates(best[key]).gbytes_per_s):
-            best[key] = rec
-    return out + list(best.values())
+        rank = (not rec.get("noisy"), rates(rec).gflops_per_s if spec.tensor else rates(rec).gbytes_per_s)
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, rec)
+    return out + [rec for _, rec in best.values()]
 
 
 class RawWriter:

@@ -36,7 +36,11 @@ CODES = {
     "partial-run": "act",           # fewer points measured than planned
     "output-check-failed": "act",   # points or records whose results were wrong, not used
     "test-only": "act",             # a test override was in force
+    "emulated-cpu": "act",          # the CPU is emulated (qemu-user): the rates are the emulator's, no rated values
     "slow-host": "act",             # one host of several >10 % below the hosts' median: it lowers the aggregate
+    "host-disturbed": "act",        # the sentinels read low for a notable share of the run (ert.analysis.weather)
+    "precisions-disagree": "act",   # two precisions of one access pattern read one level at different rates
+    "level-inverted": "act",        # a level reads faster than the level above it
     # the kernel or the machine: what the numbers say about the hardware or ert's kernels.
     "below-rated": "machine",       # a ceiling well below its rated value
     "above-rated": "machine",       # points above their rated value, not used (work was removed)
@@ -102,6 +106,7 @@ _FALLBACK = (
     ("busy machine:", "busy-machine"),
     ("partial run:", "partial-run"),
     ("test only:", "test-only"),
+    ("the cpu is emulated", "emulated-cpu"),
     ("output check", "output-check-failed"),
     ("data check", "output-check-failed"),
     ("oversubscribed; these are not", "threads-oversubscribed"),
@@ -113,6 +118,8 @@ _FALLBACK = (
     ("not flat (", "not-flat"),
     ("changes within the level", "level-changes"),
     ("the last cache's transition", "memory-transition"),
+    ("the host was disturbed for", "host-disturbed"),
+    ("no level streams faster than the one above it", "level-inverted"),
     ("changed during the run", "bandwidth-changed"),
     ("measured above", "above-rated"),
     ("of the rated", "below-rated"),

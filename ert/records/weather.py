@@ -2,7 +2,7 @@
 
 A sentinel is a short fixed kernel for one cache level, measured between the
 sweep's points ("sentinel" records in raw.jsonl, ``ert/schemas/RAW.md``).  Its
-rate comes from ``ert.spec.rates`` as a point's does.  The rule:
+rate is that of its fastest timed region (``sentinel_rate``).  The rule:
 
 * a level's **best** is the highest rate of its valid sentinels in the run;
 * a sentinel is **disturbed** when its level's best is above its rate by more
@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ert.spec import rates
+from ert.spec import KernelSpec
 
 
 @dataclass(frozen=True)
@@ -48,18 +48,27 @@ class Stretch:
 
 
 def sentinel_rate(record: dict) -> float | None:
-    """GB/s of a valid sentinel (ert.spec.rates, as for a point), None for an invalid or unusable one."""
+    """GB/s of a valid sentinel at its fastest timed region (``seconds.min``), None for an invalid or unusable one.
+
+    Its spec, elements and trials give the bytes as for a point (``ert.spec.KernelSpec``); the fastest of its few
+    regions, not their median, reads the host's state: a burst of other work inside one region of a few
+    milliseconds is that region's noise, while a disturbance that lasts (a co-tenant on the core for seconds)
+    slows every region of the reading."""
     if not record.get("valid"):
         return None
-    value = rates(record).gbytes_per_s
+    spec = KernelSpec.from_dict(record["spec"])
+    value = spec.gbytes_per_s(elements=record["elements"], trials=record["trials"], seconds=record["seconds"]["min"])
     return value if value > 0 and math.isfinite(value) else None
 
 
 def level_best(sentinels: Iterable[dict]) -> dict[str, float]:
     """Each level's best sentinel rate in the run."""
+    return _best([(rec, sentinel_rate(rec)) for rec in sentinels])
+
+
+def _best(rated: list[tuple[dict, float | None]]) -> dict[str, float]:
     best: dict[str, float] = {}
-    for rec in sentinels:
-        rate = sentinel_rate(rec)
+    for rec, rate in rated:
         if rate is not None:
             best[rec["level"]] = max(best.get(rec["level"], 0.0), rate)
     return best
@@ -67,8 +76,9 @@ def level_best(sentinels: Iterable[dict]) -> dict[str, float]:
 
 def ratios(sentinels: Sequence[dict]) -> list[tuple[dict, float]]:
     """Every valid sentinel with its rate as a share of its level's best, in time order."""
-    best = level_best(sentinels)
-    out = [(rec, rate / best[rec["level"]]) for rec in sentinels if (rate := sentinel_rate(rec)) is not None]
+    rated = [(rec, sentinel_rate(rec)) for rec in sentinels]
+    best = _best(rated)
+    out = [(rec, rate / best[rec["level"]]) for rec, rate in rated if rate is not None]
     return sorted(out, key=lambda pair: pair[0]["time"])
 
 

@@ -19,6 +19,7 @@ from importlib import resources
 from ert.consumers.compare import compare as compare_mod
 from ert.consumers.html import charts as html_charts
 from ert.consumers.html import sweep as html_sweep
+from ert.consumers.html import weather as html_weather
 from ert.consumers import roofs as roofs_mod
 from ert.consumers.cells import format_rate
 from ert.consumers.html.svg_chart import attr, text
@@ -177,7 +178,7 @@ def _tables(doc: dict, report: Report) -> str:
     parts = [model_table(report.memory_table(), report), model_table(report.links_table(), report)]
     parts += [model_table(t, report) for t in report.compute_tables()]
     parts += [_rated_tables(report), model_table(report.sustained, report), model_table(report.scaling, report),
-              _hosts_table(report), _warnings(report), _show_text(doc)]
+              _hosts_table(report), model_table(report.weather, report), _warnings(report), _show_text(doc)]
     return "".join(parts)
 
 
@@ -192,6 +193,7 @@ def single_report(machine: Machine) -> str:
              html_charts.roofline([doc], [str(doc['metadata'].get('host', 'run'))], chart_id="roofline")]
     if machine.raw is not None:
         parts += html_sweep.sweep_charts(machine.raw, doc, chart_id="sweep")
+        parts.append(html_weather.weather_timeline(doc, machine.raw, chart_id="weather"))
     else:
         parts.append('<p class="note">No sweep chart: the input holds no raw.jsonl (a ceilings file, or ERT\'s '
                      "roofline.json, which keeps no points); for an ert run give its run directory.</p>")

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 from ert.consumers.cells import MISSING
 from ert.consumers.report_model import Header, Report
-from ert.consumers.report_rows import Table
+from ert.consumers.report_rows import DISTURBED_NOTE, Table
 from ert.consumers.terminal.hosts_table import hosts_lines
 from ert.consumers.terminal.notes import Notes, report_width, warnings_section
 
@@ -84,8 +84,9 @@ def _packed(parts: list[str], width: int) -> list[str]:
 def _memory_section(report: Report, notes: Notes, *, verbose: bool) -> list[str]:
     """The screen: every curve's levels in one table beside their rated values (a cache level's regimes are in
     its warning); ``verbose``: a table per curve, with its confirmations and regimes under it."""
-    if not verbose:
-        return table_lines(report.memory_table(), notes.ref, notes=False)
+    if not verbose:  # its notes are --verbose's, but a level marked '*' is explained on the screen too
+        flagged = [f"  {DISTURBED_NOTE}"] if any(r.disturbed for r in report.memory) else []
+        return table_lines(report.memory_table(), notes.ref, notes=False) + flagged
     lines: list[str] = []
     for table in report.curve_tables():
         lines += ([""] if lines else []) + table_lines(table)
@@ -115,6 +116,22 @@ def _rated_section(report: Report, notes: Notes, *, screen: bool = False) -> lis
     return table_lines(table, notes.ref) + notes.lines()
 
 
+def weather_lines(report: Report, *, width: int = 100) -> list[str]:
+    """The host's weather (``--verbose``): the model's table and notes, and a timeline, '#' where disturbed."""
+    lines = table_lines(report.weather)
+    weather = report.doc.get("weather")
+    total = weather.get("seconds") if isinstance(weather, dict) else None
+    if not lines or not isinstance(total, (int, float)) or total <= 0:
+        return lines
+    spans = [(s["start_s"], s["end_s"]) for s in weather.get("stretches", []) if isinstance(s, dict)
+             and isinstance(s.get("start_s"), (int, float)) and isinstance(s.get("end_s"), (int, float))]
+    n = max(10, min(60, width - 20))
+    bar = "".join("#" if any(a < total * (k + 1) / n and b > total * k / n for a, b in spans) else "-"
+                  for k in range(n))
+    return lines + [f"  0 s |{bar}| {total:.0f} s  (# disturbed)" if total >= 10 else
+                    f"  0 s |{bar}| {total:.1f} s  (# disturbed)"]
+
+
 def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = None) -> str:
     """The readable report of a (validated) ceilings document; no trailing newline.
 
@@ -136,6 +153,7 @@ def format_ceilings(doc: dict, *, verbose: bool = False, width: int | None = Non
     lines += _compute_section(report, None if verbose else notes)
     for extra in (_rated_section(report, notes, screen=not verbose), table_lines(report.sustained),
                   table_lines(report.scaling), hosts_lines(report.hosts, width=width, verbose=verbose),
+                  weather_lines(report, width=width) if verbose else [],
                   warnings_section(report, notes, verbose=verbose, width=width)):
         if extra:
             lines += [""] + extra

@@ -1,0 +1,138 @@
+"""The host's weather in the ceilings: the sentinels' series and disturbed stretches, flagged ceilings, one warning.
+
+The sweep measures a short fixed sentinel kernel per cache level between its
+points ("sentinel" records); the disturbed stretches are the shared rule's
+(``ert.records.weather``).  Here:
+
+* a point or re-measurement taken inside a stretch is **suspect**: it
+  confirms no rate and no rate is confirmed by it (``ert.analysis.roof_confirm``);
+  the planner measures suspect points again once the host is calm (a
+  ``point`` record with ``remeasured_for: "disturbed"``, the one read);
+* a ceiling that rests only on suspect points (no confirmed rate, and every
+  point of its evidence suspect) carries ``"disturbed": true``;
+* ``weather`` in ceilings.json: each level's sentinel series (seconds into
+  the run, share of its best) and summary, the stretches, how long the host
+  was disturbed, and the points measured again or left suspect;
+* a run disturbed for ``NOTABLE_SHARE`` of its time or more (on
+  ``MIN_SENTINELS`` disturbed readings or more), or with a ceiling measured
+  only while disturbed, gets one "act on it" warning (``host-disturbed``)
+  that names the stretches.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Sequence
+
+from ert.records.weather import Stretch, disturbed_stretches, level_best, ratios, suspect
+from ert.records.warning_codes import warn
+
+# A run disturbed for at least this share of its time says so in a warning.
+NOTABLE_SHARE = 0.10
+# ... and at least this many disturbed sentinels: one level's lone low reading can be three bursts of other work
+# in a row inside its few milliseconds, while a disturbance that lasts slows every level's sentinel, reading after
+# reading.
+MIN_SENTINELS = 2
+# The stretches a warning names at most (the rest are counted).
+NAMED_STRETCHES = 3
+WARNING_CODE = "host-disturbed"
+
+
+def run_span(*groups: Sequence[dict]) -> tuple[float, float] | None:
+    """(first, last) unix time of the records that have one: the run's span as its records saw it."""
+    times = [float(r["time"]) for g in groups for r in g if isinstance(r.get("time"), (int, float))]
+    return (min(times), max(times)) if times else None
+
+
+def stretches_of(sentinels: Sequence[dict], threshold: float) -> list[Stretch]:
+    """The run's disturbed stretches ([] without sentinels)."""
+    return disturbed_stretches(sentinels, threshold) if sentinels else []
+
+
+def _round(x: float, digits: int = 3) -> float:
+    return round(float(x), digits)
+
+
+def weather_block(sentinels: Sequence[dict], stretches: Sequence[Stretch], points: Sequence[dict],
+                  confirms: Sequence[dict], threshold: float) -> dict | None:
+    """ceilings.json's ``weather`` (schema 1.11), None for a run without sentinels (docs/ceiling-json.md)."""
+    span = run_span(sentinels, points, confirms)
+    if not sentinels or span is None:
+        return None
+    start, end = span
+    series: dict[str, list] = {}
+    for rec, ratio in ratios(sentinels):
+        series.setdefault(rec["level"], []).append([_round(rec["time"] - start, 2), _round(ratio)])
+    best = level_best(sentinels)
+    levels = {level: {"readings": len(values), "best_gbytes_per_s": _round(best.get(level, 0.0), 4),
+                      "median": _round(statistics.median(v for _, v in values)),
+                      "lowest": _round(min(v for _, v in values))}
+              for level, values in series.items()}
+    again = [p for p in points if p.get("remeasured_for") == "disturbed"]
+    left = [p for p in points if suspect(p, stretches)]
+    return {
+        "noise_threshold": threshold,
+        "start_time": _round(start, 3),
+        "seconds": _round(end - start, 2),
+        "disturbed_seconds": _round(sum(s.seconds(start, end) for s in stretches), 2),
+        "levels": levels,
+        "series": series,
+        "stretches": [{"start_s": _round(max(s.start, start) - start, 2), "end_s": _round(min(s.end, end) - start, 2),
+                       "open": [math.isinf(s.start), math.isinf(s.end)], "levels": list(s.levels),
+                       "lowest": _round(s.low), "lowest_level": s.low_level, "sentinels": len(s.sentinels)}
+                      for s in stretches],
+        "points": {"measured_again": len(again), "suspect": len(left)},
+    }
+
+
+def flag_disturbed(entries: list[dict], points_by_id: dict[str, dict], stretches: Sequence[Stretch]) -> list[dict]:
+    """Set ``disturbed: true`` on each ceiling that rests only on suspect points; the entries flagged.
+
+    A memory level rests on its ``evidence.point_ids`` unless the run confirmed its rate (a confirmed rate is
+    reproduced by calm measurements); a compute peak on its ``evidence.point_id``."""
+    if not stretches:
+        return []
+    flagged = []
+    for entry in entries:
+        evidence = entry.get("evidence") or {}
+        ids = evidence.get("point_ids") or ([evidence["point_id"]] if evidence.get("point_id") else [])
+        recs = [points_by_id[i] for i in ids if i in points_by_id]
+        if not recs or entry.get("confirmed") or not all(suspect(r, stretches) for r in recs):
+            continue
+        entry["disturbed"] = True
+        flagged.append(entry)
+    return flagged
+
+
+def _name(entry: dict) -> str:
+    if "level" in entry:
+        return f"{entry['precision']} {'read+write' if entry['access'] == 'rw' else 'read-only'} {entry['level']}"
+    return f"{entry['precision']} {'FMA' if entry.get('fma') else 'no-FMA'} peak"
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def weather_warning(block: dict | None, stretches: Sequence[Stretch], flagged: Sequence[dict]) -> str | None:
+    """The one "act on it" warning of a disturbed run, or None when the host was calm enough."""
+    if block is None or not stretches:
+        return None
+    total, disturbed = block["seconds"], block["disturbed_seconds"]
+    readings = sum(len(s.sentinels) for s in stretches)
+    if not flagged and not (total > 0 and disturbed >= NOTABLE_SHARE * total and readings >= MIN_SENTINELS):
+        return None
+    low = min(stretches, key=lambda s: s.low)
+    named = ", ".join(f"{s['start_s']:.1f}-{s['end_s']:.1f} s" for s in block["stretches"][:NAMED_STRETCHES])
+    more = len(block["stretches"]) - NAMED_STRETCHES
+    text = (f"the host was disturbed for {_seconds(disturbed)} of {_seconds(total)} s ({named}"
+            + (f" and {more} more" if more > 0 else "")
+            + f"; {low.low_level} sentinel down to {low.low:.2f} of its best): "
+            f"{block['points']['measured_again']} points measured again")
+    if block["points"]["suspect"]:
+        text += f", {block['points']['suspect']} left suspect"
+    if flagged:
+        text += f"; {', '.join(_name(e) for e in flagged)} {'was' if len(flagged) == 1 else 'were'} measured only " \
+                f"while disturbed"
+    return warn(WARNING_CODE, text)
