@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from typing import Sequence
 
@@ -156,6 +156,14 @@ class AdaptivePlanner:
             if not batch:  # the plan has settled: each window's fastest point is measured again
                 batch = [p for p in self._search.again(known, chosen, lambda rec: suspect(rec, stretches))
                          if p.id not in chosen]
+        # Every re-measurement on disk stays part of the plan, though the weather's last readings may have settled
+        # its window differently since it was asked for.
+        for p in list(chosen.values()):
+            k = 1
+            while not p.again and (again := replace(p, again=k)).id in records:
+                chosen.setdefault(again.id, again)
+                k += 1
+        self.planned = list(chosen.values())
         return []
 
     def _coarse(self) -> list[Point]:
