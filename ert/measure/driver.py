@@ -330,10 +330,11 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
                         between(point.id)
                 todo = plan_next()
                 if not todo and started:  # the last reading; suspect points measured again once calm
-                    before = sum(sky.remeasured.values())
                     between(point.id, end=True)
-                    if sum(sky.remeasured.values()) > before:
-                        todo = plan_next()  # what they read now may ask for points the disturbed readings did not
+                    # What they read now may ask for points the disturbed readings did not, and the last readings
+                    # may have changed which measurements were disturbed: the plan is asked again, so it is
+                    # settled over the records as they stand at the end (a resume replays it so).
+                    todo = plan_next()
     finally:
         if progress:
             progress.finish()
