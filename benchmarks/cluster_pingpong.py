@@ -17,19 +17,22 @@ interfaces counted against the bytes the messages carried (the ratio: about 1 on
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import time
 
-import numpy as np
-from mpi4py import MPI
-
-from ert.hardware.hwinfo import iface_bytes, ipv4_addresses
-
 ROUND_TRIPS = 200
 
 
-def main() -> None:
+def main(argv: list[str] = ()) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                            epilog="Run it under mpiexec with 2 or more ranks (one rank sends nothing).").parse_args(argv)
+    import numpy as np
+    from mpi4py import MPI
+
+    from ert.hardware.hwinfo import iface_bytes, ipv4_addresses
+
     comm = MPI.COMM_WORLD
     rank, last = comm.Get_rank(), comm.Get_size() - 1
     hosts = comm.allgather(socket.gethostname())
@@ -58,4 +61,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:])

@@ -19,6 +19,7 @@ precision are known from the spec.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import traceback
 
@@ -71,7 +72,10 @@ def run_kernels(backend, todo) -> int:
     return failed
 
 
-def main() -> int:
+def main(argv: list[str] = ()) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                            epilog="Run it under ncu (benchmarks/gpu_acceptance.sh); without a GPU it says so and "
+                                   "exits 2.").parse_args(argv)
     from ert.backends import cuda as cuda_mod
 
     ok, reason, _ = cuda_mod.probe()
@@ -87,4 +91,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

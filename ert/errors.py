@@ -1,6 +1,8 @@
-"""The one exception type for faults a user can cause and fix."""
+"""The one exception type for faults a user can cause and fix, and the user's files and paths as text."""
 
 from __future__ import annotations
+
+import codecs
 
 
 class ErtError(Exception):
@@ -68,3 +70,70 @@ def parse_user_json(text: str, *, path):
         raise ErtError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, key=f"line {exc.lineno}") from None
     except RecursionError:
         raise ErtError("invalid JSON: nested too deeply", path=path) from None
+
+
+# ---------------------------------------------------------------------------- paths in any locale
+# A file name whose bytes are no text in the locale (résultats under LANG=C, or Latin-1 bytes under UTF-8)
+# reaches Python as lone surrogates (os.fsdecode's surrogateescape); and a locale's encoding (ASCII under
+# LANG=C) cannot hold every character.  TEXT_ERRORS, the error handler ert's output streams and files use,
+# writes the first as the bytes the file system has and the second as a \xNN escape: never a
+# UnicodeEncodeError.
+TEXT_ERRORS = "ert-text"
+
+
+def _as_written(exc: UnicodeError):
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = []
+    for char in exc.object[exc.start:exc.end]:
+        code = ord(char)
+        out.append(bytes([code - 0xDC00]) if 0xDC80 <= code <= 0xDCFF else char.encode("ascii", "backslashreplace"))
+    return b"".join(out), exc.end
+
+
+codecs.register_error(TEXT_ERRORS, _as_written)
+
+
+def fs_text(text: str) -> str:
+    """``text`` that UTF-8 can hold: a file name's undecoded bytes (lone surrogates) as the characters they spell
+    in UTF-8 (U+FFFD where they spell none); any other text unchanged.  For the files ert writes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", TEXT_ERRORS).decode("utf-8", "replace")
+    return text
+
+
+def fs_path(text: str) -> str:
+    """A path read from a text file (a config's ``output_dir``) as the file system of this locale takes it: the
+    characters its encoding lacks (é under LANG=C) as their UTF-8 bytes, the name a UTF-8 terminal shows."""
+    import os
+
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return os.fsdecode(text.encode("utf-8", TEXT_ERRORS))
+    return text
+
+
+def not_a_file_name(exc: UnicodeEncodeError) -> ErtError | None:
+    """The one-line error of a text that could not become a file name in this locale's encoding (a name that
+    slipped past ``fs_path``), or None for an encoding error of another kind."""
+    import sys
+
+    if codecs.lookup(exc.encoding).name != codecs.lookup(sys.getfilesystemencoding()).name:
+        return None
+    return ErtError(f"cannot be a file name in this locale's encoding ({exc.encoding}): run with a UTF-8 locale "
+                    f"(LC_ALL=C.UTF-8)", path=fs_text(str(exc.object)))
+
+
+def any_locale_streams(*streams) -> None:
+    """Let ``streams`` (default stdout and stderr) print any path and any text in any locale (``TEXT_ERRORS``)."""
+    import sys
+
+    for stream in streams or (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors=TEXT_ERRORS)
+            except (ValueError, OSError):  # a closed or detached stream: nothing will be printed there
+                pass

@@ -212,6 +212,18 @@ def mix_key(mix: str) -> str:
 # (the ERT kernel).  "ro": every element is loaded once per trial and summed
 # into a per-thread accumulator, so read bandwidth can be told apart.
 ACCESS = ("rw", "ro")
+# Their names in words, as every report, warning and export spells them.
+ACCESS_NAMES = {"rw": "read+write", "ro": "read-only"}
+
+
+def access_name(access: str) -> str:
+    """'read+write' for "rw", 'read-only' for "ro"; an unknown pattern as it is."""
+    return ACCESS_NAMES.get(access, access)
+
+
+def curve_name(precision: str, access: str) -> str:
+    """'fp64 read+write': a memory curve (one precision, one access pattern) in words."""
+    return f"{precision} {access_name(access)}"
 
 
 @dataclass(frozen=True, order=True)
@@ -413,3 +425,16 @@ def plateau_spread(values) -> float:
         p10, p90 = np.percentile(values, [10.0, 90.0])
         return float((p90 - p10) / med)
     return float((values.max() - values.min()) / med)
+
+
+# ---------------------------------------------------------------------------- rules of the method
+# Each is defined once here and imported by the config's defaults, the measuring side and the readers.
+# A point whose timing_spread is above this (the config's timing.noise_threshold, also the share by which
+# two measurements may differ and still reproduce each other) is noisy; a file that records none gets it.
+NOISE_THRESHOLD = 0.10
+# Runs on 2+ hosts: a host more than this share below the hosts' median is slow (slow_host_threshold).
+SLOW_HOST_THRESHOLD = 0.10
+# A cache level's window of working sets (where its roof is searched and judged) starts at this multiple
+# of the cache before it: below, that cache's transition still holds data (ert.measure.window_search plans
+# the windows, ert.analysis.regimes judges them).
+WINDOW_START_FACTOR = 2.0

@@ -213,6 +213,7 @@ cmd_down() {
 }
 
 case ${1:-} in
+    -h|--help) sed -n '2,/^[^#]/{s/^# \{0,1\}//p;}' "$0";;
     up) shift; cmd_up "$@";;
     run) shift; cmd_run "$@";;
     status) shift; cmd_status "$@";;

@@ -446,6 +446,7 @@ cmd_unthrottle() {
 }
 
 case "${1:-}" in
+    -h|--help) sed -n '2,/^[^#]/{s/^# \{0,1\}//p;}' "${BASH_SOURCE[0]}" ;;
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;

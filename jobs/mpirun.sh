@@ -9,6 +9,7 @@
 # `pip install -e '.[mpi]'` puts MPICH's mpiexec into the venv; a system
 # MPI works too if mpi4py was built against it.
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^\(#[A-Z]\|[^#]\)/{/^#[A-Z]/d;s/^# \{0,1\}//p;}' "$0"; exit 0 ;; esac
 
 RANKS=${RANKS:-2}
 VENV=${ERT_VENV:-$(dirname "$0")/../.venv}

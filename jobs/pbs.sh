@@ -12,6 +12,7 @@
 ##PBS -A myproject
 ##PBS -q debug
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^\(#[A-Z]\|[^#]\)/{/^#[A-Z]/d;s/^# \{0,1\}//p;}' "$0"; exit 0 ;; esac
 cd "${PBS_O_WORKDIR:-.}"
 
 CONFIG=${CONFIG:-}                 # empty: the packaged default

@@ -20,6 +20,7 @@
 ##SBATCH --constraint=cpu
 ##SBATCH --qos=regular
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^\(#[A-Z]\|[^#]\)/{/^#[A-Z]/d;s/^# \{0,1\}//p;}' "$0"; exit 0 ;; esac
 
 CONFIG=${1:-}                      # empty: the packaged default
 RESUME=

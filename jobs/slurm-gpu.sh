@@ -25,6 +25,7 @@
 ##SBATCH --account=myproject
 ##SBATCH --constraint=gpu
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^\(#[A-Z]\|[^#]\)/{/^#[A-Z]/d;s/^# \{0,1\}//p;}' "$0"; exit 0 ;; esac
 
 CONFIG=${1:?usage: sbatch jobs/slurm-gpu.sh CONFIG | --resume RUN_DIR}
 RESUME=

@@ -607,7 +607,8 @@ def test_a_busy_launch_raises_the_clocks_before_timing_and_clocks_are_recorded(t
                      "timing": {"min_seconds": 1e-4, "repeats": 2, "max_remeasure": 0}, "threads": 1,
                      "weather": {"enabled": False}})  # the launches counted are the points' alone
     points = plan(cfg, workers=1, granule_elements_of=backend.granule_elements, launches_of=backend.launches)
-    log = RawLog.open(tmp_path, header={"metadata": {}, "planned_points": 3}, writes=True)
+    meta = {"ranks": 1, "threads_per_rank": 1, "config": cfg.to_dict()}  # the keys every reader of a header uses
+    log = RawLog.open(tmp_path, header={"metadata": meta, "planned_points": 3}, writes=True)
     run_sweep(config=cfg, points=points[:3], log=log, backend=backend, comm=SerialComm())
     log.close()
     # Each point: warm-up launch (1 trial), then the busy launch, then the timed ones.

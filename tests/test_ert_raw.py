@@ -105,18 +105,38 @@ def test_the_converted_run_saves_as_a_raw_file_ert_reads_back(ert_run, tmp_path)
     assert refused.returncode == 2 and "already exists" in refused.stderr
 
 
-@pytest.mark.parametrize("stamp", ["1e300", "-1e300"])
+@pytest.mark.parametrize("stamp", ["-5", "1e20"])
 def test_a_timestamp_that_is_no_date_leaves_the_date_unknown(tmp_path, stamp):
-    """TIMESTAMP_DATA 1e300 broke every consumer and analyze (datetime overflow); it is a caveat now."""
+    """A TIMESTAMP_DATA in ert's range of numbers that is no date (before 1970, after 9999): a caveat."""
     leaf = tmp_path / "FLOPS.001" / "MPI.0001" / "OpenMP.0002"
     leaf.mkdir(parents=True)
     (leaf / "max").write_text("\n".join(_staircase()) + "\n" + META.replace("1560424198.1", stamp))
     raw = read_ert_results(tmp_path)
     meta = raw.header["metadata"]
     assert meta["date"].startswith("1970")
-    assert any("TIMESTAMP_DATA" in c for c in meta["backend_info"]["caveats"])
+    assert any("TIMESTAMP_DATA" in w for w in meta["rank_warnings"]) and "imported" in meta["rank_warning_codes"]
     proc = run_cmd("ert", "analyze", tmp_path, "--json")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("meta, key", [("TIMESTAMP_DATA  1e300", "TIMESTAMP_DATA"),
+                                       ("TIMESTAMP_DATA  -1e300", "TIMESTAMP_DATA"),
+                                       ("MPI_PROCS      1e-300", "MPI_PROCS"),
+                                       ("CONFIG  {'ERT_FLOPS': ['1'], 'ERT_SPEC_GFLOPS': [1e400]}",
+                                        "CONFIG.ERT_SPEC_GFLOPS[0]")])
+def test_a_sum_file_number_out_of_range_is_one_error(tmp_path, meta, key):
+    """Issue 41: `sum` with TIMESTAMP_DATA 1e300 was accepted by `ert analyze` (with a caveat) while every consumer
+    refuses such a number: now the same rule (ert.records.ceilings_io.magnitude_fault) refuses it, in one line."""
+    leaf = tmp_path / "FLOPS.001" / "MPI.0001" / "OpenMP.0002"
+    leaf.mkdir(parents=True)
+    (leaf / "max").write_text("\n".join(_staircase()) + "\n")
+    name = meta.split()[0]
+    lines = [line if not line.startswith(name + " ") else meta for line in META.splitlines()]
+    (leaf / "sum").write_text("   10.00 GFLOPs\n\n  400.00 L1\n" + "\n".join(lines) + "\n")
+    proc = run_cmd("ert", "analyze", tmp_path)
+    assert proc.returncode == 2 and len(stderr_lines(proc)) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert stderr_lines(proc)[0].startswith(f"ert: error: {leaf / 'sum'}: {key}: ")
+    assert "is out of range (ert reads magnitudes from 1e-30 to 1e+30)" in proc.stderr or "not a finite" in proc.stderr
 
 
 @pytest.mark.parametrize("line, words", [("8192 10 1e400 1e400 1e400 1 1 1 0 0 0", "positive and finite"),

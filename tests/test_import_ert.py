@@ -25,15 +25,43 @@ def test_cpu_config(tmp_path):
     cfg, notes = _convert("cpu", tmp_path)
     assert cfg["backend"] == "numba-cpu" and cfg["precisions"] == ["fp64"]
     assert cfg["flops_per_element"] == [1, 2, 4, 8, 16]
-    # ERT_OPENMP_THREADS 1-24: every count, as ERT sweeps them, in one thread-scaling run; threads is the largest.
-    assert cfg["thread_counts"] == list(range(1, 25)) and cfg["threads"] == 24
-    assert cfg["working_set"] == {"max_bytes": 1073741824, "min_bytes": 1 * 8 * 24, "growth": 1.1}
+    # ERT_OPENMP_THREADS 1-24 with ERT_MPI_PROCS 2,4,6,8,12 and ERT_PROCS_THREADS 24: ERT runs the layouts 2x12,
+    # 4x6, 6x4, 8x3 and 12x2; their thread counts in one thread-scaling run, threads the largest.
+    assert cfg["thread_counts"] == [2, 3, 4, 6, 12] and cfg["threads"] == 12
+    assert cfg["working_set"] == {"max_bytes": 1073741824, "min_bytes": 1 * 8 * 12, "growth": 1.1}
     assert cfg["timing"] == {"repeats": 3} and cfg["access"] == ["rw"]
     text = "\n".join(notes)
     for key in ("ERT_MPI ", "ERT_PROCS_THREADS", "ERT_TRIALS_MIN", "ERT_CC", "ERT_RUN", "ERT_SPEC_GBYTES_L1",
                 "ERT_OPENMP_THREADS"):
         assert key in text, key
     assert all(line.startswith("import-ert-config: ert-config-cpu.txt: ERT_") for line in notes)
+
+
+def test_a_many_core_config_plans_the_layouts_ert_ran_not_every_thread_count(tmp_path):
+    """Issue 41: two real Cori KNL configs (ERT_OPENMP_THREADS 1-256) stopped at the point cap ("plans up to
+    1003520 points"): ERT runs only the layouts whose ranks x threads is in ERT_PROCS_THREADS (1x256, 4x64, 16x16,
+    64x4), so the thread scaling sweeps those 4 counts, not 256."""
+    cfg, notes = _convert("knl", tmp_path)
+    assert cfg["thread_counts"] == [4, 16, 64, 256] and cfg["threads"] == 256
+    assert cfg["precisions"] == ["fp32", "fp64"] and cfg["flops_per_element"] == [1, 2, 4, 8, 16, 32, 64]
+    layouts = next(n for n in notes if "ERT_OPENMP_THREADS" in n)
+    assert "(1x256, 4x64, 16x16, 64x4)" in layouts and "mpirun -n P ert-run CONFIG --threads T" in layouts
+    assert not any("ERT_PROCS_THREADS" in n and "no equivalent" in n for n in notes)
+
+
+def test_the_point_cap_still_refuses_a_grid_of_a_needless_growth(tmp_path):
+    """The cap that stopped the KNL configs still guards the planner: ERT_WSS_MULT 1.0000001 is refused in one
+    line (the schema's growth bound), and so is a plan past the cap (a single-node scaling over 1-256 threads)."""
+    text = (DATA / "ert-config-knl.txt").read_text()
+    for name, edited, words in (("growth", text + "ERT_WSS_MULT 1.0000001\n", "working_set.growth"),
+                                ("cap", text.replace("ERT_MPI         True", "ERT_MPI         False"),
+                                 "more than 200000")):
+        src = tmp_path / f"{name}.ert"
+        src.write_text(edited)
+        proc = run_cmd("ert", "import-ert-config", src, "-o", tmp_path / f"{name}.yaml")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        errors = [line for line in stderr_lines(proc) if ": error: " in line]
+        assert len(errors) == 1 and words in errors[0], proc.stderr
 
 
 def test_gpu_config(tmp_path):

@@ -122,7 +122,7 @@ def test_write_raw_writes_through_the_atomic_writer_with_the_usual_mode(tmp_path
     from ert.records.rawio import header_record, write_raw
 
     writer = RawWriter(tmp_path / "raw.jsonl")
-    writer.append(header_record({"metadata": {"m": 1}, "planned_points": 2}))
+    writer.append(header_record({"metadata": {"ranks": 1, "threads_per_rank": 1, "config": {}}, "planned_points": 2}))
     writer.close()
     old = os.umask(0o022)
     try:

@@ -7,9 +7,11 @@ import pytest
 from ert.records.rawio import RAW_VERSION, end_record, read_raw
 from ert.records.rawlog import RawLog
 
+META = {"ranks": 1, "threads_per_rank": 1, "config": {}}  # the metadata keys every reader uses
+
 
 def _new_log(tmp_path, **header):
-    return RawLog.open(tmp_path, header={"metadata": {"m": 1}, "planned_points": 2, **header}, writes=True)
+    return RawLog.open(tmp_path, header={"metadata": META, "planned_points": 2, **header}, writes=True)
 
 
 def test_a_stage_frame_appends_files_its_records_and_ends_with_its_stage(tmp_path):
@@ -28,7 +30,7 @@ def test_a_stage_frame_appends_files_its_records_and_ends_with_its_stage(tmp_pat
     log.close()
     on_disk = read_raw(tmp_path)
     assert on_disk.records() == log.data.records()
-    assert on_disk.header == {"type": "header", "raw_version": RAW_VERSION, "metadata": {"m": 1}, "planned_points": 2}
+    assert on_disk.header == {"type": "header", "raw_version": RAW_VERSION, "metadata": META, "planned_points": 2}
     assert on_disk.ends == [end_record(wall_seconds=round(frame.wall_seconds, 3), stage="transfers", time=5.0)]
     assert on_disk.ends[0]["stage"] == "transfers" and "stage" not in end_record(wall_seconds=1.0)
 

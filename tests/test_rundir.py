@@ -170,7 +170,8 @@ def _run_with_header(tmp_path, cfg, **meta_overrides):
     run = tmp_path / "run"
     rundir.create(run, cfg)
     header = {"type": "header", "raw_version": "1.0", "planned_points": 1,
-              "metadata": {"config": cfg.to_dict(), "config_sha256": cfg.sha256(), **meta_overrides}}
+              "metadata": {"ranks": 1, "threads_per_rank": cfg.threads, "config": cfg.to_dict(),
+                           "config_sha256": cfg.sha256(), **meta_overrides}}
     (run / "raw.jsonl").write_text(json.dumps(header) + "\n")
     return run
 

@@ -117,3 +117,52 @@ def test_a_coded_warning_is_a_string_that_keeps_its_code():
 ])
 def test_classify_places_warnings_raised_as_plain_text(text, code):
     assert classify(text) == code and CODES[code] in GROUPS
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.raw.jsonl")))
+def test_every_warning_the_analysis_raises_carries_its_code(name):
+    """Issue 41: break-off-cache, the short-of-memory level-missing and the memory's unconfirmed fast points were
+    raised as plain text and reached their code (or "other") only through classify's reading of the words."""
+    from ert.records.warning_codes import CodedText
+
+    doc = build(read_raw(DATA / name))
+    plain = [w for w in doc["warnings"] if not isinstance(w, CodedText)]
+    assert not plain, plain
+
+
+def test_the_setup_warnings_carry_their_codes_through_raw_jsonl():
+    """A rank's warnings (placement, skipped precisions, a backend's own) are raised with their codes, merged with
+    the ranks' tags, and kept beside their texts in the header (rank_warning_codes) for the analysis."""
+    from test_precisions import Backend, cfg
+
+    from ert.measure.comm import merge_rank_warnings, shared_device_warnings
+    from ert.measure.placement import split_cores
+    from ert.measure.precisions import supported_precisions
+    from ert.records.warning_codes import with_codes
+
+    _, shared = split_cores([[0], [1]], local_rank=2, local_size=3)
+    _, skipped = supported_precisions(cfg("fp64", "fp16"), Backend({"fp64"}))
+    (device,) = shared_device_warnings([("n1", "gpu-0"), ("n1", "gpu-0")], 0)
+    assert [code_of(w) for w in (shared, skipped, device)] == ["oversubscribed", "skipped", "oversubscribed"]
+    merged = merge_rank_warnings([[shared, skipped], [skipped]])
+    assert merged == [f"[rank 0] {shared}", skipped] and [code_of(w) for w in merged] == ["oversubscribed", "skipped"]
+    raw = read_raw(BUSY_RAW)
+    meta = raw.header["metadata"]
+    meta["rank_warnings"], meta["rank_warning_codes"] = [str(w) for w in merged], [code_of(w) for w in merged]
+    doc = build(raw)
+    assert {doc["warnings"][i]: c["code"] for i, c in enumerate(doc["metadata"]["warning_codes"])
+            if doc["warnings"][i] in merged} == {merged[0]: "oversubscribed", merged[1]: "skipped"}
+    # An older header's rank warnings (no codes beside them) stay plain, for classify to read.
+    assert with_codes(["x"], None) == ["x"] and code_of(with_codes(["x"], ["skipped"])[0]) == "skipped"
+
+
+def test_an_ert_import_raises_its_warnings_with_codes(tmp_path):
+    """ERT's roofline.json and results: what ert read and how ("imported"), the gcc -O3 kernel ("backend")."""
+    from ert.interop.ert_results import to_ceilings
+
+    config = {"ERT_CC": ["gcc"], "ERT_CFLAGS": ["-O3"]}
+    doc = to_ceilings({"empirical": {"metadata": {"CONFIG": config},
+                                     "gflops": {"data": [["FP64 GFLOPs", 100.0]], "metadata": {}},
+                                     "gbytes": {"data": [["L1", 400.0], ["STREAM HBM", 50.0]], "metadata": {}}}},
+                      path=tmp_path / "roofline.json")
+    assert [c.code for c in coded_warnings(doc)] == ["imported", "imported", "backend"]

@@ -57,10 +57,12 @@ def test_a_disturbance_during_a_run_shows_in_its_sentinels_and_its_points_are_me
     raw = read_raw(run_dir)
     assert {s["level"] for s in raw.sentinels} >= {"L1", "L2"}
     outside = [ratio for rec, ratio in ratios(raw.sentinels) if not shown["start"] - 0.5 < rec["time"] < shown["end"]]
-    if sum(r * (1 + THRESHOLD) >= 1 for r in outside) < len(outside) / 2:
-        # Other work shared the cores most of the run (a loaded test machine): the host's own weather was
-        # disturbed outside the stretch too, so no stretch stands out and no calm comes to measure again in.
-        pytest.skip(f"the host was busy: {len(outside)} readings outside the disturbance, most of them disturbed")
+    calm = sum(r * (1 + THRESHOLD) >= 1 for r in outside)
+    if calm < 0.75 * len(outside):
+        # Other work shared the cores for much of the run (a loaded test machine): the host's own weather was
+        # disturbed outside the stretch too, so no stretch stands out and the calm to measure again in is rare.
+        pytest.skip(f"the host was busy: {len(outside) - calm} of {len(outside)} readings outside the disturbance "
+                    "were disturbed too")
     # The sentinels read low while it ran: each level's rate in the window against its best of the run.
     during = [ratio for rec, ratio in ratios(raw.sentinels) if shown["start"] + 0.1 < rec["time"] < shown["end"]]
     assert during and min(during) < 0.8, during

@@ -9,6 +9,7 @@ from typing import Sequence
 from ert.hardware.hwinfo import CacheInfo, aggregate_capacity_bytes
 from ert.units import human_bytes as fmt_bytes
 from ert.analysis.plateaus import Plateau
+from ert.records.warning_codes import warn
 
 # A break within this factor of a cache's aggregate capacity matches it.
 # Beyond it the hint and the measurement disagree and a warning says so: a VM
@@ -99,10 +100,11 @@ def match_caches(plateaus: list[Plateau], hints: list[CacheHint]) -> list[CacheM
                 basis = f"break at {fmt_bytes(right)} matches {hint.describe()}"
             else:
                 basis = f"break at {fmt_bytes(right)} is {off:.1f}x off {hint.describe()}; named by order"
-                warning = (f"the break at {fmt_bytes(right)} is {off:.1f}x off the L{hint.level} hint "
-                           f"({fmt_bytes(hint.capacity_bytes)} = {hint.describe()}); named L{hint.level} by order")
+                text = (f"the break at {fmt_bytes(right)} is {off:.1f}x off the L{hint.level} hint "
+                        f"({fmt_bytes(hint.capacity_bytes)} = {hint.describe()}); named L{hint.level} by order")
                 if j == largest and right > hint.capacity_bytes:
-                    warning += _past_last_cache(right, hints)
+                    text += _past_last_cache(right, hints)
+                warning = warn("break-off-cache", text)
             matches.append(CacheMatch(j, basis, warning, right))
             previous = j
             # A break at the cache's boundary: what follows lies beyond this cache.
@@ -145,7 +147,7 @@ def match_caches(plateaus: list[Plateau], hints: list[CacheHint]) -> list[CacheM
                 f"there read like L{hints[j].level}, so the plateau from {fmt_bytes(lo)} to {fmt_bytes(hi)} is named "
                 f"L{hints[j].level}, where most of it lies (a busy host, or L{skipped.level} as slow as "
                 f"L{hints[j].level}); measure again for an L{skipped.level} roof")
-        matches.append(CacheMatch(j, basis, warning, None))
+        matches.append(CacheMatch(j, basis, warn("level-missing", warning) if warning else None, None))
         previous = j
     return matches
 

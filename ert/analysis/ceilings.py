@@ -15,7 +15,7 @@ from ert.records.ceilings_io import SCHEMA_VERSION  # one constant for writer an
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.records.rawio import RAW_NAME, RawData, best_launches
 from ert.spec import is_integer, ops_unit, peak_spread, rates
-from ert.records.warning_codes import codes_of, warn
+from ert.records.warning_codes import codes_of, warn, with_codes
 
 # A run in which at least this share of the points stayed noisy was measured on a busy machine.
 BUSY_NOISY_SHARE = 0.5
@@ -179,11 +179,11 @@ def build(raw: RawData) -> dict:
     memory += transfer_entries
     warnings += transfer_warnings
     # Runs made before the backends' warnings went through rank_warnings kept
-    # rank 0's in backend_info.caveats (an OpenCL driver on a CPU, say).
+    # rank 0's in backend_info.caveats (an OpenCL driver on a CPU, say): classified from their text.
     warnings += [str(c) for c in meta.get("backend_info", {}).get("caveats", [])]
     # What every rank reported while setting up: its backend's warnings,
-    # skipped precisions, shared cores or devices.
-    warnings += [str(w) for w in meta.get("rank_warnings", [])]
+    # skipped precisions, shared cores or devices, with the codes they were raised with.
+    warnings += with_codes(meta.get("rank_warnings", []), meta.get("rank_warning_codes"))
 
     weather = weather_block(sentinels, stretches, points, raw.confirms, threshold)
     flagged = flag_disturbed(memory + compute, {r["id"]: r for r in points}, stretches)
@@ -200,7 +200,7 @@ def build(raw: RawData) -> dict:
                         f"e.g. {invalid[0]['id']}: {invalid[0]['check']}"))
     if noisy:
         warnings.append(warn("noisy-points", f"{len(noisy)} of {len(points)} point(s) stayed noisy after re-measuring "
-                        f"(spread above {meta['config']['timing']['noise_threshold']:.0%})"))
+                        f"(spread above {threshold:.0%})"))
     serialized = [r for r in points if r.get("serialized_regions")]
     if serialized:
         warnings.append(warn("oversubscribed",

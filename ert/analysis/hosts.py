@@ -41,10 +41,10 @@ import numpy as np
 from ert.analysis.plateaus import level_over_range
 from ert.analysis.rated import compute_name
 from ert.records.rawio import best_launches
-from ert.spec import is_integer, rates
+from ert.spec import SLOW_HOST_THRESHOLD, curve_name, is_integer, rates
 from ert.records.warning_codes import warn
 
-DEFAULT_SLOW_HOST_THRESHOLD = 0.10
+DEFAULT_SLOW_HOST_THRESHOLD = SLOW_HOST_THRESHOLD
 # A host is named slow on a ceiling only when its shortfall is beyond this many sigmas of the scatter of its
 # value and of a typical host's (on a busy machine, 3-point levels of two healthy hosts differ by 30 % and more).
 NOISE_SIGMAS = 2.0
@@ -56,13 +56,9 @@ def _natural(name: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def _label(precision: str, access: str) -> str:
-    return f"{precision} {'read+write' if access == 'rw' else 'read-only'}"
-
-
 def memory_name(entry: dict) -> str:
     """``DRAM fp64 read+write``: a memory ceiling as the per-host warning names it."""
-    return f"{entry['level']} {_label(entry.get('precision', '?'), entry.get('access', '?'))}"
+    return f"{entry['level']} {curve_name(entry.get('precision', '?'), entry.get('access', '?'))}"
 
 
 def _host_ranks(meta: dict, hosts: list[str]) -> dict[str, list[int]]:

@@ -48,7 +48,7 @@ from typing import Sequence
 
 from ert.hardware.hwinfo import CacheInfo
 from ert.units import human_bytes as fmt_bytes
-from ert.records.warning_codes import warn
+from ert.records.warning_codes import relabel, warn
 from ert.analysis.cache_match import BOUNDARY_FACTOR, MEMORY, CacheHint, CacheMatch, cache_hints, match_caches
 from ert.analysis.level_spans import cover_to_end, merge_plateaus, points_before, split_ramp
 from ert.analysis.plateaus import Curve, Plateau, local_noise
@@ -255,7 +255,7 @@ def name_levels(
         levels.append(level)
         closing = matches[d.positions[-1]].warning
         if closing is not None and d.cache != MEMORY:
-            warnings.append(closing.replace("{memory_name}", memory_name))
+            warnings.append(relabel(closing, closing.replace("{memory_name}", memory_name)))
         warnings.extend(level_warnings)
     warnings = _rises(levels) + warnings
 

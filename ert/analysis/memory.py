@@ -10,17 +10,13 @@ from ert.analysis.plateaus import find_plateaus, level_over_range, scattered_tai
 from ert.analysis.regimes import judge_levels, unassigned_points
 from ert.hardware.hwinfo import CacheInfo
 from ert.records.weather import Stretch, suspect as is_suspect
-from ert.spec import rates
 from ert.records.warning_codes import relabel, warn
+from ert.spec import curve_name, rates
 
 PRECISION_ORDER = {"fp64": 0, "fp32": 1, "fp16": 2, "int32": 3, "int64": 4}
 # A level whose plateau_spread (ert.spec) is above this is not flat:
 # it mixes levels the fit could not separate, or the machine changed under it.
 NOT_FLAT_SPREAD = 0.25
-
-
-def _label(precision: str, access: str) -> str:
-    return f"{precision} {'read+write' if access == 'rw' else 'read-only'}"
 
 
 def _own_levels(curve: list[dict], caches, *, workers: int, memory_name: str, label: str):
@@ -125,11 +121,11 @@ def memory_ceilings(points: list[dict], caches, *, workers: int, memory_name: st
         curve = sorted((r for r in recs if r["spec"]["flops_per_element"] == fewest), key=lambda r: r["wss_bytes"])
         if len(curve) < 3:
             warnings.append(warn("level-missing",
-                    f"{_label(*key)}: only {len(curve)} bandwidth points, too few for plateaus"))
+                    f"{curve_name(*key)}: only {len(curve)} bandwidth points, too few for plateaus"))
             continue
         curves[key] = curve
         fits[key] = _own_levels(curve, _for_access(caches, key[1]), workers=workers, memory_name=memory_name,
-                                label=_label(*key))
+                                label=curve_name(*key))
     if not fits:
         return [], warnings
     ref_key = max(fits, key=lambda k: _distinct_levels(fits[k][0]))  # first of the best, in report order
@@ -138,16 +134,16 @@ def memory_ceilings(points: list[dict], caches, *, workers: int, memory_name: st
     ceilings = []
     for key, (named, own_warnings, tail) in fits.items():
         precision, access = key
-        label = _label(*key)
+        label = curve_name(*key)
         curve = curves[key]
         # Only the reference's levels this access pattern can have (no L1 for
         # a GPU's read+write curve).
         applicable = [lvl for lvl in reference if _applies(lvl.name, _for_access(caches, access), memory_name)]
         if _distinct_levels(named) < _distinct_levels(applicable):
             own = ", ".join(lvl.name for lvl in named) or "none"
-            named = _levels_over_reference(curve, applicable, _label(*ref_key))
+            named = _levels_over_reference(curve, applicable, curve_name(*ref_key))
             warnings.append(warn("levels-borrowed",
-                            f"{label}: its own curve separates fewer levels ({own}) than the {_label(*ref_key)} "
+                            f"{label}: its own curve separates fewer levels ({own}) than the {curve_name(*ref_key)} "
                             f"curve; its levels are measured over that curve's level ranges"))
         else:
             warnings.extend(own_warnings)
@@ -236,8 +232,8 @@ def precision_warnings(ceilings: list[dict], threshold: float) -> list[str]:
             continue
         ratio = fast["gbytes_per_s"] / slow["gbytes_per_s"]
         warnings.append(warn(PRECISIONS_CODE,
-                        f"{level} {_label(fast['precision'], access)} {fast['gbytes_per_s']:.4g} GB/s against "
-                        f"{_label(slow['precision'], access)} {slow['gbytes_per_s']:.4g} GB/s: the same bytes at "
+                        f"{level} {curve_name(fast['precision'], access)} {fast['gbytes_per_s']:.4g} GB/s against "
+                        f"{curve_name(slow['precision'], access)} {slow['gbytes_per_s']:.4g} GB/s: the same bytes at "
                         f"{ratio:.2f}x the rate, beyond the noise threshold ({threshold:.0%}); one of them was "
                         f"measured while other work shared the host (or the {level} bandwidth changed during the "
                         f"run): neither value is the machine's alone; measure again"))
@@ -267,7 +263,7 @@ def inversion_warnings(ceilings: list[dict], threshold: float, memory_name: str)
             if not _apart(lower["gbytes_per_s"], upper["gbytes_per_s"], threshold):
                 continue
             warnings.append(warn(INVERTED_CODE,
-                            f"{_label(precision, access)} {lower['level']} {lower['gbytes_per_s']:.4g} GB/s reads "
+                            f"{curve_name(precision, access)} {lower['level']} {lower['gbytes_per_s']:.4g} GB/s reads "
                             f"faster than its {upper['level']} {upper['gbytes_per_s']:.4g} GB/s, beyond the noise "
                             f"threshold ({threshold:.0%}): no level streams faster than the one above it; one of "
                             f"them was measured while other work shared the host: measure again"))

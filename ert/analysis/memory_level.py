@@ -99,7 +99,8 @@ def fast_mode(lvl: NamedLevel, start: float, taken: set[int], wss: np.ndarray, b
         if not high.size:
             return lvl, None, None
         where = ", ".join(f"{float(bw[i]):.4g} GB/s at {fmt_bytes(float(wss[i]))}" for i in high)
-        return lvl, None, (
+        return lvl, None, warn(
+            "unconfirmed-points",
             f"{label} {lvl.name}: {high.size} clean point(s) read above its roof of {roof:.4g} GB/s ({where}): "
             f"the host's memory bandwidth rose for a moment (a shared host); neither measured again nor met by "
             f"a neighbour within the noise threshold, so not a roof: a kernel can meet it, not count on it")

@@ -20,7 +20,7 @@ they are scaled to the workers a set of records ran on and applied:
 
 from __future__ import annotations
 
-from ert.spec import is_integer, ops_unit
+from ert.spec import access_name, is_integer, ops_unit
 from ert.hardware import no_rated_text
 from ert.records import warning_codes
 
@@ -249,7 +249,7 @@ def attach_rated(memory: list[dict], compute: list[dict], rated: dict | None) ->
                             f"hardware, limits it)"))
     for m in memory:
         r = _memory_rated(rated, m["level"], m.get("access")) if rated else None
-        access = {"rw": "read+write", "ro": "read-only"}.get(m.get("access"), m.get("access") or "")
+        access = access_name(m.get("access") or "")
         name = f"{m.get('precision', '')} {access} {m['level']}".strip()
         base = m["level"].rstrip("abcdefghijklmnopqrstuvwxyz") or m["level"]
         warn = base in _WARNED_LEVELS or bool(r and r.get("scope") == "host")

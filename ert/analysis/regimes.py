@@ -71,16 +71,13 @@ from ert.analysis.memory_level import MIN_REGIME_POINTS, fast_mode, memory_from,
 from ert.analysis.plateaus import Plateau
 from ert.analysis.stepfit import log_noise, median_cost_table, optimal_partition
 from ert.hardware.hwinfo import CacheInfo
-from ert.spec import plateau_spread
+from ert.spec import WINDOW_START_FACTOR, plateau_spread
 from ert.units import human_bytes as fmt_bytes
 from ert.records.warning_codes import warn
 
 # A regime is at least this many neighbouring points (MIN_REGIME_POINTS, ert.analysis.memory_level): with one
 # point in a window lifted by chance (a quiet moment on a shared host), three points agreeing is the least that
 # says the level sustains the rate.
-# The window of L_k starts at this multiple of L_(k-1)'s aggregate capacity:
-# transitions between levels span a factor of about 1.5-2 past a capacity.
-WINDOW_START_FACTOR = 2.0
 # Neighbouring stretches closer than this (log) are one regime; and at least
 # this many sigmas of the window's noise.
 _SAME_REGIME = math.log1p(0.05)

@@ -43,14 +43,14 @@ from itertools import combinations
 from typing import NamedTuple, Sequence
 
 from ert.records.weather import Stretch, suspect as is_suspect
-from ert.spec import rates
-from ert.units import human_bytes
 from ert.records.warning_codes import warn
+from ert.spec import NOISE_THRESHOLD, curve_name, rates
+from ert.units import human_bytes
 
 # The short, stable code of the warning that names points a re-measurement did not reproduce.
 NOT_REPRODUCED = "not-reproduced"
 # The noise threshold of a run that records none (an ERT results run): the default config's.
-DEFAULT_NOISE_THRESHOLD = 0.10
+DEFAULT_NOISE_THRESHOLD = NOISE_THRESHOLD
 
 
 def agree(a: float, b: float, threshold: float) -> bool:
@@ -106,7 +106,7 @@ def pair_rate(measured: Sequence[Measured], threshold: float) -> float | None:
 
 
 def _label(spec: dict) -> str:
-    return f"{spec['precision']} {'read+write' if spec['access'] == 'rw' else 'read-only'}"
+    return curve_name(spec["precision"], spec["access"])
 
 
 def mark_not_reproduced(points: list[dict], confirms: Sequence[dict], *, threshold: float,

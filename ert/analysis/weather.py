@@ -27,6 +27,7 @@ from typing import Sequence
 
 from ert.records.weather import Stretch, disturbed_stretches, level_best, ratios, suspect
 from ert.records.warning_codes import warn
+from ert.spec import curve_name
 
 # A run disturbed for at least this share of its time says so in a warning.
 NOTABLE_SHARE = 0.10
@@ -107,7 +108,7 @@ def flag_disturbed(entries: list[dict], points_by_id: dict[str, dict], stretches
 
 def _name(entry: dict) -> str:
     if "level" in entry:
-        return f"{entry['precision']} {'read+write' if entry['access'] == 'rw' else 'read-only'} {entry['level']}"
+        return f"{curve_name(entry['precision'], entry['access'])} {entry['level']}"
     return f"{entry['precision']} {'FMA' if entry.get('fma') else 'no-FMA'} peak"
 
 

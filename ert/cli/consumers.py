@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ert.errors import ErtError
+from ert.errors import ErtError, fs_text
 from ert.records.files import CEILINGS_NAME
 
 
@@ -187,7 +187,7 @@ def write_report(inputs: list[str], output, labels: list[str] | None = None) -> 
     machines = [_report_machine(text) for text in inputs]
     if labels is not None and len(labels) != len(machines):
         raise ErtError(f"{len(labels)} label(s) for {len(machines)} inputs", key="--labels")
-    page = html_report.render(machines, labels)
+    page = fs_text(html_report.render(machines, labels))
     write_text_atomic(page, output)
     return len(page.encode("utf-8"))
 

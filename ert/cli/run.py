@@ -330,7 +330,11 @@ def _rank_warnings(backend, skipped_warning, *, comm, placement) -> list:
 
     from ert.measure.comm import merge_rank_warnings, shared_device_warnings
 
-    own_warnings = list(placement.warnings if placement else []) + list(backend.warnings)
+    from ert.records.warning_codes import CodedText, warn
+
+    # A backend's own warnings (a write-through L1, a CPU measured through OpenCL) are the "backend" code's.
+    own_warnings = list(placement.warnings if placement else []) + [
+        w if isinstance(w, CodedText) else warn("backend", w) for w in backend.warnings]
     own_warnings += _oversubscribed(backend)
     own_warnings += [skipped_warning] if skipped_warning else []
     # Whether ranks share a device, from the device each rank really holds.

@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ert.config.errors import first_error, quoted
 from ert.errors import ErtError
+from ert.spec import NOISE_THRESHOLD, SLOW_HOST_THRESHOLD
 
 PRECISIONS = ("fp64", "fp32", "fp16", "int32", "int64")
-
 
 # Bounds that keep a config from hanging the planner or validating a run that cannot finish.
 MIN_GROWTH = 1.01  # 1.0000001 would plan about 10^8 working sets
@@ -78,7 +78,7 @@ class Timing(_Strict):
 
     min_seconds: float = Field(0.01, gt=0, le=60, description="the timed region of one repeat lasts at least this")
     repeats: int = Field(5, ge=1, le=1000, description="timed repeats per point; min, median and max are kept")
-    noise_threshold: float = Field(0.10, gt=0, description="(max-min)/min of a point's repeats above which it is noisy")
+    noise_threshold: float = Field(NOISE_THRESHOLD, gt=0, description="(max-min)/min of a point's repeats above which it is noisy")
     max_remeasure: int = Field(2, ge=0, le=20, description="times a noisy point is measured again before it is flagged")
     # Timing budget: a point whose first min_repeats regions already agree
     # within noise_threshold / 2 needs no more; a noisy one gets up to
@@ -267,7 +267,7 @@ class RunConfig(_Strict):
         return {"opencl": self.opencl, "cuda": self.cuda}.get(name or self.backend)
     rated: Optional[RatedOptions] = Field(None, description="rated values given by the user: dram_gbytes_per_s")
     slow_host_threshold: float = Field(
-        0.10, gt=0, lt=1, description="runs on 2+ hosts: a host more than this share below the median of the "
+        SLOW_HOST_THRESHOLD, gt=0, lt=1, description="runs on 2+ hosts: a host more than this share below the median of the "
                                       "hosts on any ceiling is named in a slow-host warning")
 
     @field_validator("flops_per_element")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ert.spec import access_name
 from ert.units import human_bytes
 
 MISSING = "-"
@@ -73,7 +74,7 @@ def unit_of(e: dict) -> str:
 def memory_name(e: dict) -> str:
     if is_transfer_entry(e):
         return f"{e.get('level', MISSING)} {e.get('variant', '')}".strip()
-    access = {"rw": "read+write", "ro": "read-only"}.get(e.get("access", ""), e.get("access", ""))
+    access = access_name(e.get("access", ""))
     return " ".join(str(x) for x in (e.get("precision", ""), access, e.get("level", MISSING)) if x)
 
 

@@ -15,13 +15,12 @@ from typing import Any
 
 from ert.consumers.cells import MISSING, compute_name, format_rate, is_transfer_entry, memory_name, unit_of
 from ert.consumers.compare.ceiling_values import ceiling_values
-from ert.consumers.report_rows import (ACCESS_WORDS, MEMORY_COLUMNS, RATED_TABLE_COLUMNS, Column, Table,
-                                       compute_row, compute_tables, memory_notes, memory_row, rated_row)
+from ert.consumers.report_rows import (MEMORY_COLUMNS, RATED_TABLE_COLUMNS, Column, Table, compute_row,
+                                       compute_tables, memory_notes, memory_row, rated_row)
 from ert.consumers.report_sections import links_table, scaling_table, sustained_table, transfer_row, weather_table
 from ert.hardware import NO_RATED
 from ert.records.warning_codes import GROUPS, Coded, coded_warnings
-
-DEFAULT_THRESHOLD = 0.10  # the config's slow_host_threshold when a file does not record it
+from ert.spec import ACCESS_NAMES, SLOW_HOST_THRESHOLD, access_name
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ class HostGrid:
     names: list[str]                     # "L1 fp64 read+write GB/s", ...
     values: list[list[float | None]]     # [ceiling][host]
     medians: list[float | None]
-    threshold: float = DEFAULT_THRESHOLD  # slow_host_threshold: a ratio below 1 - threshold is marked
+    threshold: float = SLOW_HOST_THRESHOLD  # slow_host_threshold: a ratio below 1 - threshold is marked
 
     def ratio(self, i: int, j: int) -> float | None:
         v, m = self.values[i][j], self.medians[i]
@@ -129,9 +128,10 @@ class HostGrid:
 
 
 def host_threshold(doc: dict) -> float:
+    """The run's slow_host_threshold, the default where its file records none."""
     config = (doc.get("metadata") or {}).get("config") or {}
-    value = config.get("slow_host_threshold", DEFAULT_THRESHOLD)
-    return float(value) if isinstance(value, (int, float)) else DEFAULT_THRESHOLD
+    value = config.get("slow_host_threshold", SLOW_HOST_THRESHOLD)
+    return float(value) if isinstance(value, (int, float)) else SLOW_HOST_THRESHOLD
 
 
 def host_grid(doc: dict) -> HostGrid | None:
@@ -186,7 +186,7 @@ class Report:
             return Table("Memory bandwidth: none measured", (), key="memory")
         table = Table("", MEMORY_COLUMNS, tuple(self.memory), memory_notes(self.memory, curve=True),
                       "memory").shown()
-        title = "Memory bandwidth (rw read+write, ro read-only"
+        title = "Memory bandwidth (" + ", ".join(f"{code} {name}" for code, name in ACCESS_NAMES.items())
         title += "; conf: N times confirmed, re again or nb neighbours)" if "conf" in table.headers else ")"
         return replace(table, title=title)
 
@@ -199,7 +199,7 @@ class Report:
         for curve in dict.fromkeys(r.curve for r in self.memory):
             rows = tuple(r for r in self.memory if r.curve == curve)
             precision, access = curve
-            title = f"Memory bandwidth, {ACCESS_WORDS.get(access, access)}" + (f", {precision}" if precision else "")
+            title = f"Memory bandwidth, {access_name(access)}" + (f", {precision}" if precision else "")
             tables.append(Table(title, tuple(c for c in MEMORY_COLUMNS if c.key not in (
                 "curve", "conf", "rated", "of_rated", "from")), rows, memory_notes(rows), "curve"))
         return tables

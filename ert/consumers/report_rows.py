@@ -14,8 +14,6 @@ from ert.consumers.cells import (MISSING, compute_name, format_bytes, format_cou
                                  format_spread, format_wss_range, is_int_entry, unit_of)
 from ert.hardware import NO_RATED
 
-ACCESS_WORDS = {"rw": "read+write", "ro": "read-only"}
-
 
 @dataclass(frozen=True)
 class Column:

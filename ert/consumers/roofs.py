@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass
 
 from ert.errors import ErtError
+from ert.spec import ACCESS_NAMES
 
 PRECISIONS = ("fp64", "fp32", "fp16", "int32", "int64")
-ACCESS_NAMES = {"rw": "read+write", "ro": "read-only"}
 _CACHE_LEVEL_RE = re.compile(r"^L(\d+)[a-z]?$")
 # What an application profile calls the memory behind the last cache.
 MEMORY_ALIASES = ("DRAM", "HBM", "MEM", "MEMORY", "GDDR")

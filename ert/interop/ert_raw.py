@@ -25,8 +25,10 @@ from pathlib import Path
 from ert.config.schema import from_dict
 from ert.interop.ert_results import _literal, gcc_o3_warning
 from ert.errors import ErtError
-from ert.records.rawcheck import fault
+from ert.records.ceilings_io import out_of_range
+from ert.records.rawcheck import fault, shaped
 from ert.records.rawio import RawData, header_record
+from ert.records.warning_codes import code_of, warn
 from ert.spec import KernelSpec
 
 _NUMBER = {"flops": re.compile(r"FLOPS\.?(\d+)", re.IGNORECASE), "mpi": re.compile(r"MPI\.?(\d+)"),
@@ -102,10 +104,10 @@ def _records(max_file: Path, spec: KernelSpec) -> list[dict]:
             raise ErtError("working set, trials and times must be positive and finite", path=max_file,
                            key=f"line {number}")
         seconds = {"min": usec[0] / 1e6, "median": usec[1] / 1e6, "max": usec[2] / 1e6}
-        out.append({"type": "point", "id": f"{spec.key}-w{wss}", "spec": spec.to_dict(), "wss_bytes": wss,
-                    "elements": wss // spec.itemsize, "trials": trials, "seconds": seconds,
-                    "spread": round((seconds["max"] - seconds["min"]) / seconds["min"], 6), "noisy": False,
-                    "valid": True, "check": "measured by ERT (not checked by ert)", "remeasured": 0})
+        out.append(shaped({"type": "point", "id": f"{spec.key}-w{wss}", "spec": spec.to_dict(), "wss_bytes": wss,
+                           "elements": wss // spec.itemsize, "trials": trials, "seconds": seconds,
+                           "spread": round((seconds["max"] - seconds["min"]) / seconds["min"], 6), "noisy": False,
+                           "valid": True, "check": "measured by ERT (not checked by ert)", "remeasured": 0}))
         bad = fault(out[-1])  # the ranges every raw record is read with (1e-300 us is no time)
         if bad:
             raise ErtError(f"{bad[0]}: {bad[1]}", path=max_file, key=f"line {number}")
@@ -123,7 +125,14 @@ def read_ert_results(path: str | Path) -> RawData:
         n = _numbers(f.parent if f.name == "max" else f)
         layouts.setdefault((n["mpi"] or 1, n["openmp"] or 1), []).append(f)
     (ranks, threads), chosen = max(layouts.items(), key=lambda kv: (kv[0][0] * kv[0][1], kv[0]))
-    meta_ert = _meta_from_sum(chosen[0].with_name("sum")) or _meta_from_sum(chosen[0])
+    meta_file = chosen[0].with_name("sum")
+    meta_ert = _meta_from_sum(meta_file)
+    if not meta_ert:
+        meta_file, meta_ert = chosen[0], _meta_from_sum(chosen[0])
+    bad = out_of_range(meta_ert)  # the consumers' rule: TIMESTAMP_DATA 1e300 is no number ert reads
+    if bad:
+        key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in bad[0]).lstrip(".")
+        raise ErtError(bad[1], path=meta_file, key=key)
     config_ert = meta_ert.get("CONFIG") if isinstance(meta_ert.get("CONFIG"), dict) else {}
     precision = str((config_ert.get("ERT_PRECISION") or ["FP64"])[0]).lower()
     precision = precision if precision in ("fp64", "fp32", "fp16") else "fp64"
@@ -141,8 +150,8 @@ def read_ert_results(path: str | Path) -> RawData:
     config = from_dict({"backend": "numba-cpu", "precisions": [precision], "flops_per_element": flops_list,
                         "fma": "on" if any(f > 1 for f in flops_list) else "both", "access": ["rw"],
                         "threads": threads, "sweep": "dense"}, source=path)
-    warnings = [f"ERT results from {path}: {len(layouts)} layout(s) of ranks x threads; analysed "
-                f"{ranks} rank(s) x {threads} thread(s), the most workers"] if len(layouts) > 1 else []
+    warnings = [warn("imported", f"ERT results from {path}: {len(layouts)} layout(s) of ranks x threads; analysed "
+                                 f"{ranks} rank(s) x {threads} thread(s), the most workers")] if len(layouts) > 1 else []
     o3 = gcc_o3_warning(config_ert)
     if o3:
         warnings.append(o3)
@@ -152,11 +161,14 @@ def read_ert_results(path: str | Path) -> RawData:
                 "cpu_model": "", "caches_reported": [], "libraries": {}, "ranks": ranks,
                 "threads_per_rank": threads, "date": "1970-01-01T00:00:00+00:00",
                 "config": config.to_dict(), "config_sha256": config.sha256(), "backend": "ERT",
-                "device": "", "backend_info": {"backend": "ERT", "caveats": warnings},
+                "device": "", "backend_info": {"backend": "ERT"},
                 "source": {"tool": "ERT", "path": str(path)}}
     stamp = meta_ert.get("TIMESTAMP_DATA")
     if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
         metadata["date"] = iso_date(stamp) or metadata["date"]
         if iso_date(stamp) is None:
-            warnings.append(f"TIMESTAMP_DATA {str(stamp)[:40]} is not a date: the run's date is unknown (1970)")
+            warnings.append(warn("imported", f"TIMESTAMP_DATA {str(stamp)[:40]} is not a date: the run's date is "
+                                             f"unknown (1970)"))
+    if warnings:  # as a run's rank_warnings: each with its code (ert.records.warning_codes.with_codes)
+        metadata.update(rank_warnings=[str(w) for w in warnings], rank_warning_codes=[code_of(w) for w in warnings])
     return RawData(path, header_record({"metadata": metadata, "planned_points": len(points)}), points)

@@ -29,6 +29,7 @@ import re
 
 from ert.errors import ErtError, parse_user_json, read_user_text
 from ert.records.ceilings_io import SCHEMA_VERSION, validate
+from ert.records.warning_codes import warn
 
 _PRECISION_RE = re.compile(r"\b(FP64|FP32|FP16|DP|SP|HP)\b", re.IGNORECASE)
 _PRECISION_NAMES = {"FP64": "fp64", "DP": "fp64", "FP32": "fp32", "SP": "fp32", "FP16": "fp16", "HP": "fp16"}
@@ -125,9 +126,10 @@ def gcc_o3_warning(config: dict) -> str | None:
     base = cc.split("/")[-1].split()[0] if cc.strip() else ""
     if base and base not in _GCC_NAMES and not base.startswith(("g++", "gcc")):
         return None
-    return (f"ERT kernel built with {cc or 'an unnamed compiler'} {' '.join(f for f in cflags if f.startswith('-O'))}: "
-            "GCC 8+ unroll-and-jam at -O3 fuses consecutive trials, so ERT's L1/L2 bandwidths can read up to ~2x "
-            "too high (rebuild with -O2 or -fno-unroll-and-jam to check)")
+    return warn("backend", f"ERT kernel built with {cc or 'an unnamed compiler'} "
+                           f"{' '.join(f for f in cflags if f.startswith('-O'))}: GCC 8+ unroll-and-jam at -O3 fuses "
+                           f"consecutive trials, so ERT's L1/L2 bandwidths can read up to ~2x too high (rebuild with "
+                           f"-O2 or -fno-unroll-and-jam to check)")
 
 
 def to_ceilings(doc: dict, *, path: object = None, text: str | None = None,
@@ -146,14 +148,14 @@ def to_ceilings(doc: dict, *, path: object = None, text: str | None = None,
         merged.update(m)
     config = merged.get("CONFIG") if isinstance(merged.get("CONFIG"), dict) else {}
     default_precision = _ERT_PRECISION.get(str(_scalar(_config_value(config, "ERT_PRECISION")) or "").upper(), "fp64")
-    warnings = [f"read from ERT's roofline.json ({path}): ERT keeps no working sets or spreads; levels keep the "
-                f"file's order"]
+    warnings = [warn("imported", f"read from ERT's roofline.json ({path}): ERT keeps no working sets or spreads; "
+                                 f"levels keep the file's order")]
 
     memory = []
     for name, value, _ in gbytes:
         level = _level_name(name)
         if level != name:
-            warnings.append(f"ERT level {name!r} read as {level}")
+            warnings.append(warn("imported", f"ERT level {name!r} read as {level}"))
         memory.append({"level": level, "gbytes_per_s": value, "spread": 0.0, "wss_bytes": [0, 0], "n_points": 1,
                        "precision": default_precision, "access": "rw", "basis": f"ERT gbytes {name!r}"})
 
@@ -179,8 +181,9 @@ def to_ceilings(doc: dict, *, path: object = None, text: str | None = None,
         if key in best:
             kept, dropped = (best[key], (value, name)) if best[key][0] >= value else ((value, name), best[key])
             best[key] = kept
-            warnings.append(f"ERT compute row {dropped[1]!r} ({dropped[0]:g} GFLOP/s) is below {kept[1]!r} "
-                            f"({kept[0]:g}); the higher is the {precision} {'FMA' if fma else 'no-FMA'} roof")
+            warnings.append(warn("imported", f"ERT compute row {dropped[1]!r} ({dropped[0]:g} GFLOP/s) is below "
+                                             f"{kept[1]!r} ({kept[0]:g}); the higher is the {precision} "
+                                             f"{'FMA' if fma else 'no-FMA'} roof"))
         else:
             best[key] = (value, name)
     # ert's own export puts the int8 tensor roof (integer operations, GIOP/s) in INTEGER_GIOPS as "INT8 Tensor".

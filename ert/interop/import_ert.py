@@ -184,18 +184,45 @@ def _flops_per_element(d: _Directives, notes: list[str]) -> list[int] | None:
     return kept
 
 
+def layouts(d: _Directives) -> list[tuple[int, int]]:
+    """The (ranks, threads) layouts ERT runs for a CPU config: with MPI and OpenMP both on, each ERT_MPI_PROCS x
+    ERT_OPENMP_THREADS whose product is in ERT_PROCS_THREADS (every one where that key is absent); with one of them,
+    each of its counts; with neither, one rank of one thread."""
+    mpi, openmp = d.flag("ERT_MPI"), d.flag("ERT_OPENMP")
+    procs = (d.ints("ERT_MPI_PROCS") or [1]) if mpi else [1]
+    threads = (d.ints("ERT_OPENMP_THREADS") or [1]) if openmp else [1]
+    totals = d.ints("ERT_PROCS_THREADS") if mpi and openmp else None
+    return [(p, t) for p in procs for t in threads if totals is None or p * t in totals]
+
+
 def _threads(d: _Directives, cfg: dict, notes: list[str]) -> int | None:
-    """Sets ``threads`` (and ``thread_counts`` for a sweep) of a CPU run in ``cfg``; the threads, or None."""
+    """Sets ``threads`` (and ``thread_counts`` for a sweep) of a CPU run in ``cfg``; the threads, or None.
+
+    The thread counts are those of the layouts ERT runs (``layouts``), swept in one run of the launcher's ranks
+    (thread scaling): ERT's ``ERT_OPENMP_THREADS 1-256`` beside ``ERT_PROCS_THREADS 256`` and ``ERT_MPI_PROCS
+    1,4,16,64`` runs 4 layouts, never 256 thread counts."""
     if d.gpu or d.ocl:
         return None
     if not d.flag("ERT_OPENMP"):
         cfg["threads"] = 1  # ERT without OpenMP runs one thread per process
         return 1
-    candidates = d.ints("ERT_OPENMP_THREADS") or [1]
-    cfg["threads"] = threads = max(candidates)
-    if len(candidates) > 1:
-        cfg["thread_counts"] = sorted(set(candidates))
-        notes.append(f"{d.where('ERT_OPENMP_THREADS')}: ERT swept {len(cfg['thread_counts'])} thread counts; "
+    ran = layouts(d)
+    counts = sorted({t for _, t in ran})
+    if not counts:
+        counts = d.ints("ERT_OPENMP_THREADS") or [1]
+        notes.append(f"{d.where('ERT_PROCS_THREADS')}: no ERT_MPI_PROCS x ERT_OPENMP_THREADS product is in it, so "
+                     f"ERT runs no layout of this config; thread_counts takes every ERT_OPENMP_THREADS count")
+    cfg["threads"] = threads = max(counts)
+    if len(counts) > 1:
+        cfg["thread_counts"] = counts
+    if ran and d.flag("ERT_MPI"):
+        shown = ", ".join(f"{p}x{t}" for p, t in sorted(ran))
+        notes.append(f"{d.where('ERT_OPENMP_THREADS')}: ERT runs the ranks x threads layouts whose product is in "
+                     f"ERT_PROCS_THREADS ({shown}); thread_counts sweeps their thread counts in one run (thread "
+                     f"scaling), threads is the largest; for one of ERT's layouts P x T run `mpirun -n P ert-run "
+                     f"CONFIG --threads T`")
+    elif len(counts) > 1:
+        notes.append(f"{d.where('ERT_OPENMP_THREADS')}: ERT swept {len(counts)} thread counts; "
                      f"thread_counts measures each of them in one run (thread scaling), threads is the largest")
     return threads
 
@@ -229,7 +256,8 @@ def _layout_notes(d: _Directives) -> list[str]:
         notes.append(f"{d.where('ERT_MPI')}: ranks come from the launcher, not the config: run "
                      f"`mpirun -n N ert-run ...` for each N in ERT_MPI_PROCS {procs}")
     for key in ("ERT_PROCS_THREADS", "ERT_MPI_PROCS"):
-        if key in d.keys and not (key == "ERT_MPI_PROCS" and d.flag("ERT_MPI")):
+        used = d.flag("ERT_MPI") and (key == "ERT_MPI_PROCS" or d.flag("ERT_OPENMP")) and not (d.gpu or d.ocl)
+        if key in d.keys and not used:
             notes.append(f"{d.where(key)}: ert runs one ranks x threads layout per run; no equivalent")
     if "ERT_OPENMP_THREADS" in d.keys and (d.gpu or d.ocl):
         notes.append(f"{d.where('ERT_OPENMP_THREADS')}: a device backend drives each device from one host thread")

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from ert.errors import ErtError
-from ert.records.ceilings_io import MAGNITUDE_RANGE
+from ert.records.ceilings_io import magnitude_fault
 # Seconds per unit of time, as ncu writes them (older releases spell them out).
 _TIME_UNITS = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
                "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -54,9 +54,8 @@ def parse_number(text: str, *, where: str, path, decimal_comma: bool = False) ->
         raise ErtError(f"not a number: {text!r}", path=path, key=where) from None
     if not math.isfinite(number):
         raise ErtError(f"not a finite number: {text!r}", path=path, key=where)
-    if number != 0 and not MAGNITUDE_RANGE[0] <= abs(number) <= MAGNITUDE_RANGE[1]:
-        raise ErtError(f"{number:g} is out of range (ert reads magnitudes from {MAGNITUDE_RANGE[0]:g} to "
-                       f"{MAGNITUDE_RANGE[1]:g})", path=path, key=where)
+    if magnitude_fault(number):
+        raise ErtError(magnitude_fault(number), path=path, key=where)
     return number
 
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
-
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ert.records.weather import disturbed_stretches, suspect
-from ert.spec import rates
+from ert.spec import NOISE_THRESHOLD, rates
 from ert.measure.window_search import WindowSearch
 from ert.measure.plan import Point
 
@@ -85,7 +84,7 @@ class AdaptivePlanner:
 
     def __init__(self, candidates: list[Point], *, growth: float, cache_resident_bytes: int,
                  cache_windows: list[tuple[int, int]] = (), level_windows: list[tuple[float, float]] = (),
-                 granule_bytes=None, noise_threshold: float = 0.10):
+                 granule_bytes=None, noise_threshold: float = NOISE_THRESHOLD):
         self._stride = max(1, round(math.log(COARSE_FACTOR) / math.log(growth)))
         # Inside each cache after the first, the coarse pass samples WINDOW_PER_OCTAVE points per octave
         # (the grid's own spacing where it is coarser): a faster regime deep inside a cache lies between
@@ -125,6 +124,7 @@ class AdaptivePlanner:
         self._search = WindowSearch([[slot.points for slot in grid] for grid in self._curves], level_windows,
                                     granule_bytes=granule_bytes, noise_threshold=noise_threshold)
         self._threshold = noise_threshold
+        self._by_id = {p.id: p for p in candidates}
         self.planned: list[Point] = []
 
     @staticmethod
@@ -156,6 +156,19 @@ class AdaptivePlanner:
             if not batch:  # the plan has settled: each window's fastest point is measured again
                 batch = [p for p in self._search.again(known, chosen, lambda rec: suspect(rec, stretches))
                          if p.id not in chosen]
+        # Every point and re-measurement on disk stays part of the plan: a decision taken on a reading the weather
+        # later measured again, or found disturbed, may go another way when replayed, but what it measured was
+        # planned (the rounds above still decide from their own rounds' records only).
+        for pid, rec in records.items():
+            point = self._by_id.get(pid) or (None if rec.get("type") == "confirm" else self._search.point_of(rec))
+            if point is not None:
+                chosen.setdefault(pid, point)
+        for p in list(chosen.values()):
+            k = 1
+            while not p.again and (again := replace(p, again=k)).id in records:
+                chosen.setdefault(again.id, again)
+                k += 1
+        self.planned = list(chosen.values())
         return []
 
     def _coarse(self) -> list[Point]:

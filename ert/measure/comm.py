@@ -6,6 +6,8 @@ import os
 import sys
 import time
 
+from ert.records.warning_codes import relabel, warn
+
 # Variables that MPI launchers (MPICH/Hydra, Open MPI, PMIx, PALS, srun steps) set on every rank.
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "PALS_SIZE",
               "SLURM_STEP_NUM_TASKS")
@@ -108,7 +110,7 @@ def merge_rank_warnings(per_rank: list[list[str]]) -> list[str]:
             out.append(message)
         else:
             tag = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ",".join(map(str, ranks))
-            out.append(f"[{tag}] {message}")
+            out.append(relabel(message, f"[{tag}] {message}"))
     return out
 
 
@@ -126,7 +128,7 @@ def shared_device_warnings(gathered: list[tuple[str, str | None]], rank: int) ->
     sharing = [r for r, (h, d) in enumerate(gathered) if h == host and d == device]
     if len(sharing) < 2:
         return []
-    return [f"{len(sharing)} ranks on {host} share device {device}: each measures a share of it"]
+    return [warn("oversubscribed", f"{len(sharing)} ranks on {host} share device {device}: each measures a share of it")]
 
 
 def launched_size() -> int:

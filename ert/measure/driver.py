@@ -330,10 +330,11 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
                         between(point.id)
                 todo = plan_next()
                 if not todo and started:  # the last reading; suspect points measured again once calm
-                    before = sum(sky.remeasured.values())
                     between(point.id, end=True)
-                    if sum(sky.remeasured.values()) > before:
-                        todo = plan_next()  # what they read now may ask for points the disturbed readings did not
+                    # What they read now may ask for points the disturbed readings did not, and the last readings
+                    # may have changed which measurements were disturbed: the plan is asked again, so it is
+                    # settled over the records as they stand at the end (a resume replays it so).
+                    todo = plan_next()
     finally:
         if progress:
             progress.finish()
@@ -355,7 +356,7 @@ def _weather(config: RunConfig, backend, comm, frame, points: list[Point], **clo
     """The sweep's weather (``ert.measure.weather``): a sentinel per cache level from the backend's cache hints;
     None when the config turns it off, the sweep has no bandwidth curve to take its kernel from, or no level
     has room for one."""
-    from ert.measure import weather
+    from ert.measure import faults, weather
 
     settings = config.weather
     spec = weather.sentinel_spec(p.spec for p in points)
@@ -375,7 +376,8 @@ def _weather(config: RunConfig, backend, comm, frame, points: list[Point], **clo
     if not sentinels:
         return None
     data = frame.data
-    return weather.Weather(probe=weather.Probe(backend, comm, lambda n: _timed(backend, comm, n)[0]),
+    sensor = faults.unwrapped(backend)  # an injected fault (ERT_INJECT_FAULT) counts the sweep's points alone
+    return weather.Weather(probe=weather.Probe(sensor, comm, lambda n: _timed(sensor, comm, n)[0]),
                            sentinels=sentinels, settings=settings, noise_threshold=config.timing.noise_threshold,
                            ranks=comm.size, threads_per_rank=backend.threads, append=frame.append, share=comm.bcast,
                            previous=getattr(data, "sentinels", []) if data is not None else [], **clocks)

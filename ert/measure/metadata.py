@@ -17,6 +17,7 @@ from importlib import metadata as importlib_metadata
 
 import ert
 from ert.hardware import hwinfo
+from ert.records.warning_codes import code_of
 
 _LIBRARIES = ("numpy", "numba", "llvmlite", "pyyaml", "pydantic", "jsonschema", "mpi4py")
 
@@ -108,7 +109,9 @@ def run_header(cfg, *, backend, comm, placement, rank_warnings: list, planned_po
         meta["mpi_library"] = comm.library()
         meta["placement"] = placements
     if rank_warnings:
-        meta["rank_warnings"] = rank_warnings
+        # Texts, and their codes beside them (raw.jsonl keeps no code inside a string; analysis: with_codes).
+        meta["rank_warnings"] = [str(w) for w in rank_warnings]
+        meta["rank_warning_codes"] = [code_of(w) for w in rank_warnings]
     _rate_links(cfg, backend, meta)
     if "network" in cfg.levels and comm.size > 1:
         meta["network"] = network_metadata(cfg, comm)

@@ -21,6 +21,7 @@ import socket
 from dataclasses import dataclass, field
 
 from ert.hardware.hwinfo import SYSFS_CPU, physical_cores  # noqa: F401  (placement's unit of cores)
+from ert.records.warning_codes import warn
 
 
 
@@ -59,11 +60,12 @@ def split_cores(cores: list[list[int]], *, local_rank: int, local_size: int) -> 
         raise ValueError(f"bad local rank {local_rank} of {local_size}")
     n = len(cores)
     if n == 0:
-        return [], "no cpus in the affinity mask"
+        return [], warn("oversubscribed", "no cpus in the affinity mask")
     if n < local_size:
-        return [cores[local_rank % n]], (f"{local_size} ranks on a node with {n} usable core(s): ranks share "
-                                          f"cores and take turns on them (points are timed over the turns, "
-                                          f"and rated for the cores, not the ranks)")
+        return [cores[local_rank % n]], warn("oversubscribed",
+                                             f"{local_size} ranks on a node with {n} usable core(s): ranks share "
+                                             f"cores and take turns on them (points are timed over the turns, "
+                                             f"and rated for the cores, not the ranks)")
     lo, hi = local_rank * n // local_size, (local_rank + 1) * n // local_size
     return cores[lo:hi], None
 
@@ -79,8 +81,8 @@ def decide(*, host: str, rank: int, local_rank: int, local_size: int, mask: list
         shared = [m for m in peer_masks if set(m) & set(mask)]
         warnings = []
         if len(shared) > 1:
-            warnings.append(f"the launcher's cpu binding overlaps {len(shared) - 1} other rank(s) on {host}: "
-                            f"cpus {sorted(mask)}")
+            warnings.append(warn("oversubscribed", f"the launcher's cpu binding overlaps {len(shared) - 1} other "
+                                                   f"rank(s) on {host}: cpus {sorted(mask)}"))
         return Placement(host, rank, local_rank, local_size, sorted(mask), cores, "launcher", warnings)
     mine, warning = split_cores(cores, local_rank=local_rank, local_size=local_size)
     cpus = sorted(c for core in mine for c in core)
@@ -105,8 +107,9 @@ def place(comm) -> Placement:
     # Every rank runs the same plan, so the same thread count: the fewest cores any rank got.
     placement.threads = max(1, min(comm.allgather(len(placement.cores))))
     if placement.threads < len(placement.cores):
-        placement.warnings.append(f"uses {placement.threads} of its {len(placement.cores)} cores: every rank "
-                                  f"runs the same thread count, and another rank got fewer cores")
+        placement.warnings.append(warn("oversubscribed", f"uses {placement.threads} of its {len(placement.cores)} "
+                                                         f"cores: every rank runs the same thread count, and another "
+                                                         f"rank got fewer cores"))
     return placement
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ert.errors import ErtError
 from ert.backends import MixBackend, TensorBackend
+from ert.records.warning_codes import warn
 
 
 def supported_precisions(cfg, backend):
@@ -20,14 +21,14 @@ def supported_precisions(cfg, backend):
     extra = "; ".join(w for w in (extra, tensor_warning) if w) or None
     dropped = [p for p in cfg.precisions if not backend.supports(KernelSpec(p, 1, False))]
     if not dropped:
-        return cfg, extra
+        return cfg, warn("skipped", extra) if extra else None
     why = "; ".join(backend.unsupported_reason(p) for p in dropped)
     if len(dropped) == len(cfg.precisions):
         raise ErtError(f"{why}, and nothing else was asked for; choose another backend, device or precision",
                        key="precisions")
     note = f"{why}: its {', '.join(dropped)} points are skipped"
     return with_overrides(cfg, precisions=[p for p in cfg.precisions if p not in dropped]), \
-        "; ".join(w for w in (extra, note) if w)
+        warn("skipped", "; ".join(w for w in (extra, note) if w))
 
 
 def _kernels_supported(cfg, backend):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ert.errors import ErtError
+from ert.errors import ErtError, fs_path
 from ert.records.files import CEILINGS_NAME
 from ert.records.rawio import RAW_NAME
 
@@ -34,6 +34,7 @@ def claim_auto(output_dir: str):
     process, so two runs started in the same second (a job array) take ``-2``, ``-3``... in turn."""
     from ert.records import runlock
 
+    output_dir = fs_path(output_dir)  # the config's text, a name the file system of any locale takes
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     path = new_run_dir(output_dir)
     base, n = path, 1

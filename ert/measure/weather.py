@@ -107,10 +107,14 @@ class Probe:
     def __init__(self, backend, comm, timed: Callable[[int], float]):
         self.backend, self.comm, self._timed = backend, comm, timed
 
+    def _prepare(self, s: Sentinel) -> None:
+        # The driver hands the backend unwrapped of fault injection (ert.measure.faults counts the sweep's points).
+        self.backend.prepare(s.spec, elements_per_thread=s.elements_per_thread, launch=s.launch)
+
     def calibrate(self, s: Sentinel) -> int:
         """The level's trial count: grown until the fastest of a few regions lasts ``SENTINEL_REGION_SECONDS``
         (the fastest, so a region that other work stretched cannot fix the count too low for the whole run)."""
-        self.backend.prepare(s.spec, elements_per_thread=s.elements_per_thread, launch=s.launch)
+        self._prepare(s)
         trials = 1
         while True:
             fastest = min(self._timed(trials) for _ in range(SENTINEL_SAMPLES))
@@ -121,7 +125,7 @@ class Probe:
 
     def read(self, s: Sentinel, trials: int) -> tuple[list[float], bool]:
         """(seconds of each timed region, whether every rank's output checked)."""
-        self.backend.prepare(s.spec, elements_per_thread=s.elements_per_thread, launch=s.launch)
+        self._prepare(s)
         self._timed(trials)  # warm-up: the threads awake, the set in its cache
         samples = [self._timed(trials) for _ in range(SENTINEL_SAMPLES)]
         ok = self.backend.check().ok

@@ -53,7 +53,7 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from ert.measure.plan import Point
-from ert.spec import rates
+from ert.spec import WINDOW_START_FACTOR, KernelSpec, rates
 
 # Steps of the search around a window's best point, in octaves of working set: finer while it finds faster points.
 SEARCH_STEPS = (1.0 / 6.0, 1.0 / 12.0)
@@ -63,8 +63,6 @@ SEARCH_STEPS = (1.0 / 6.0, 1.0 / 12.0)
 MAX_AGAIN_PER_WINDOW = 3
 MAX_AGAIN_IN_ALL = 5
 MAX_AGAIN_PER_POINT = 2
-# The windows start at this multiple of the cache before (ert.analysis.regimes.WINDOW_START_FACTOR).
-WINDOW_START_FACTOR = 2.0
 
 
 def level_windows(capacities: Sequence[int]) -> list[tuple[float, float]]:
@@ -122,6 +120,19 @@ class WindowSearch:
         size = max(g, int(round(wss / g)) * g)
         workers = like.wss_bytes // (like.elements_per_thread * like.spec.itemsize)
         return replace(like, wss_bytes=size, elements_per_thread=size // like.spec.itemsize // workers)
+
+    def point_of(self, record: dict) -> Point | None:
+        """The point off the grid a record on disk measured (a search's), rebuilt from its spec, launch and working
+        set; None for any other."""
+        if self._granule is None:
+            return None
+        spec, launch = KernelSpec.from_dict(record["spec"]), record.get("launch") or None
+        for curve in self._curves:
+            like = next((p for p in curve if p.spec == spec and p.launch_dict() == launch), None)
+            if like is not None:
+                point = self._point_at(like, record["wss_bytes"])
+                return point if point.id == record["id"] else None
+        return None
 
     def _measured(self, curve: list[Point], extra: dict[str, Point], known: dict[str, dict]) -> dict[int, tuple]:
         """wss -> (point, rate or None, clean) of the curve's best geometry at each working set (grid or searched)

@@ -104,25 +104,36 @@ def _check_version(doc: Any, path: object) -> None:
 MAGNITUDE_RANGE = (1e-30, 1e30)
 
 
-def _first_non_finite(doc: Any) -> tuple[list, str] | None:
-    """(key path, fault) of the first NaN, infinity or number out of ``MAGNITUDE_RANGE``, or None.
+def magnitude_fault(value: Any) -> str | None:
+    """The fault of a number out of ``MAGNITUDE_RANGE`` (NaN, infinity, 1e300, 1e-300, 10^400), or None for one
+    inside it, for 0 and for what is not a number: the one rule every reader of others' numbers applies."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return "not a finite number (NaN or infinity)"
+    low, high = MAGNITUDE_RANGE
+    if value != 0 and not low <= abs(value) <= high:
+        shown = f"{value:.3g}" if isinstance(value, float) else f"an integer of {len(str(abs(value)))} digits"
+        return f"{shown} is out of range (ert reads magnitudes from {low:g} to {high:g})"
+    return None
+
+
+def out_of_range(doc: Any) -> tuple[list, str] | None:
+    """(key path, fault) of the first number of ``doc`` (nested mappings, lists and tuples) that
+    ``magnitude_fault`` refuses, or None.
 
     JSON has no NaN or Infinity (Python's json writes them anyway unless told
     not to), and a NaN passes every JSON Schema bound check, so look for them here.
     """
-    low, high = MAGNITUDE_RANGE
     stack: list[tuple[list, Any]] = [([], doc)]
     while stack:
         parts, value = stack.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            return parts, "not a finite number (NaN or infinity)"
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0 \
-                and not low <= abs(value) <= high:
-            shown = f"{value:.3g}" if isinstance(value, float) else f"an integer of {len(str(abs(value)))} digits"
-            return parts, f"{shown} is out of range (ert reads magnitudes from {low:g} to {high:g})"
+        fault = magnitude_fault(value)
+        if fault:
+            return parts, fault
         if isinstance(value, dict):
             children = [(parts + [k], v) for k, v in value.items()]
-        elif isinstance(value, list):
+        elif isinstance(value, (list, tuple)):
             children = [(parts + [i], v) for i, v in enumerate(value)]
         else:
             continue
@@ -190,7 +201,7 @@ def _check_ordering(doc: dict, path: object) -> None:
 def validate(doc: dict, *, path: object = None) -> None:
     """Raise ErtError (file path, key path, problem) unless ``doc`` is a valid ceilings document."""
     _check_version(doc, path)
-    bad = _first_non_finite(doc)
+    bad = out_of_range(doc)
     if bad is not None:
         raise ErtError(bad[1], path=path, key=_key_path(bad[0]))
     from jsonschema.exceptions import best_match

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ert.errors import ErtError
+from ert.errors import ErtError, fs_text
 
 CEILINGS_NAME = "ceilings.json"  # the ceilings of a run directory (ert.records.ceilings_io reads and writes it)
 
@@ -36,8 +36,9 @@ def write_json_atomic(obj: Any, path: os.PathLike | str) -> None:
 
 
 def write_text_atomic(text: str, path: os.PathLike | str) -> None:
-    """Write ``text`` (UTF-8) so that ``path`` is never half-written; see write_json_atomic."""
-    write_bytes_atomic(text.encode("utf-8"), path)
+    """Write ``text`` (UTF-8) so that ``path`` is never half-written; see write_json_atomic.  A path inside it that
+    the locale could not decode (résultats under LANG=C) is written as the characters its bytes spell (fs_text)."""
+    write_bytes_atomic(fs_text(text).encode("utf-8"), path)
 
 
 def write_bytes_atomic(data: bytes, path: os.PathLike | str) -> None:

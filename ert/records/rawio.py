@@ -1,9 +1,10 @@
 """raw.jsonl: its records (one builder per kind), the writer, and reading.
 
 One JSON object per line, appended and fsynced as each point finishes.  A new
-record kind gets a builder here (beside ``transfer_record``), its required keys
-in ``_REQUIRED``, a list in ``RawData`` filed by ``RawData.add``, and a section
-in ``ert/schemas/RAW.md``.  The frame every measuring stage writes its records
+record kind gets its table of keys in ``ert.records.rawcheck.RECORDS`` (which
+the builder, the reader and the check all use), a builder here (beside
+``transfer_record``), a list in ``RawData`` filed by ``RawData.add``, and a
+section in ``ert/schemas/RAW.md``.  The frame every measuring stage writes its records
 in (``RawLog``, ``StageFrame``) is ``ert.records.rawlog``.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ert.errors import ErtError
-from ert.records.rawcheck import fault
+from ert.records.rawcheck import MISSING, fault, shaped
 from ert.spec import KernelSpec, rates, timing_spread
 
 RAW_NAME = "raw.jsonl"
@@ -30,7 +31,7 @@ RAW_VERSION = "1.1"  # 1.1: "sentinel" records (the host's weather); a 1.0 file 
 def header_record(header: dict) -> dict:
     """The first record of a new raw file: ``header`` ({"metadata", "planned_points", ...}) with its type and
     version (assembled in ``ert.measure.metadata.run_header``)."""
-    return {"type": "header", "raw_version": RAW_VERSION, **header}
+    return shaped({"type": "header", "raw_version": RAW_VERSION, **header})
 
 
 def point_record(*, point_id: str, spec: dict, wss_bytes: int, elements_per_thread: int, launch: dict | None,
@@ -74,14 +75,14 @@ def point_record(*, point_id: str, spec: dict, wss_bytes: int, elements_per_thre
         record["limiting_host"] = max(by_host, key=lambda h: statistics.median(by_host[h]))
     if device:
         record["device"] = device  # rank 0's, as rank 0 writes
-    return record
+    return shaped(record)
 
 
 def sustain_record(*, target: str, point_id: str, spec: dict, wss_bytes: int, elements_per_thread: int,
                    ranks: int, threads_per_rank: int, trials_per_region: int, region_seconds: list[float],
                    region_start_seconds: list[float], hold_seconds: float, valid: bool, check: str) -> dict:
     """One peak point held for seconds (sustained mode): every region's seconds and when it started."""
-    return {
+    return shaped({
         "type": "sustain",
         "target": target,
         "point_id": point_id,
@@ -97,13 +98,13 @@ def sustain_record(*, target: str, point_id: str, spec: dict, wss_bytes: int, el
         "valid": valid,
         "check": check,
         "time": time.time(),
-    }
+    })
 
 
 def end_record(*, wall_seconds: float, stage: str | None = None, **fields) -> dict:
     """A stage's end: its wall seconds (summed into the run's); the sweep's has no ``stage`` and says
     ``interrupted`` and ``measured`` (and an adaptive plan's size), the transfer stage's says ``time``."""
-    return {"type": "end", **({"stage": stage} if stage else {}), "wall_seconds": wall_seconds, **fields}
+    return shaped({"type": "end", **({"stage": stage} if stage else {}), "wall_seconds": wall_seconds, **fields})
 
 
 def transfer_id(level: str, variant: str, nbytes: int, pair=None, pairs=None) -> str:
@@ -147,7 +148,7 @@ def transfer_record(*, level: str, kind: str, variant: str, method: str, nbytes:
         record["pairs"] = [[int(a), int(b)] for a, b in pairs]
     record.update(extra)
     record["time"] = time.time()
-    return record
+    return shaped(record)
 
 
 def confirm_id(point_id: str, again: int = 1) -> str:
@@ -159,8 +160,8 @@ def confirm_record(*, measured: dict, point_id: str, again: int = 1) -> dict:
     """One raw.jsonl "confirm" record: the sweep point ``point_id`` measured again at the same working set, with a
     fresh calibration, after other points (ert.measure.window_search); ``measured`` is the point record that the
     re-measurement made, whose keys it keeps. RAW.md describes every key."""
-    return {**measured, "type": "confirm", "id": confirm_id(point_id, again), "point_id": point_id,
-            "again": int(again)}
+    return shaped({**measured, "type": "confirm", "id": confirm_id(point_id, again), "point_id": point_id,
+                   "again": int(again)})
 
 
 def sentinel_record(*, index: int, level: str, spec: dict, wss_bytes: int, elements_per_thread: int, ranks: int,
@@ -169,7 +170,7 @@ def sentinel_record(*, index: int, level: str, spec: dict, wss_bytes: int, eleme
     """One raw.jsonl "sentinel" record: a reading of the short fixed kernel of one cache level between the sweep's
     points (ert.measure.weather); ``samples`` are its timed regions' seconds (the slowest rank's), ``after_point``
     the id of the point measured just before (None: before the first). RAW.md describes every key."""
-    return {
+    return shaped({
         "type": "sentinel",
         "id": f"sentinel-{int(index)}",
         "level": level,
@@ -185,7 +186,7 @@ def sentinel_record(*, index: int, level: str, spec: dict, wss_bytes: int, eleme
         "valid": bool(valid),
         "time": time.time() if now is None else now,
         "after_point": after_point,
-    }
+    })
 
 
 def best_launches(points: list[dict]) -> list[dict]:
@@ -298,17 +299,6 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
         yield number, raw.decode("utf-8", errors="replace"), is_last
 
 
-# Keys a record of each kind must have to be read (a hand-edited or foreign file fails on its line).
-_REQUIRED = {
-    "point": ("id", "spec", "wss_bytes", "elements", "trials", "seconds", "valid"),
-    "sustain": ("target", "point_id", "spec", "elements", "trials_per_region", "region_seconds", "hold_seconds",
-                "valid"),
-    "transfer": ("id", "level", "bytes", "moved_bytes", "repeats", "seconds", "valid"),
-    "confirm": ("id", "point_id", "spec", "wss_bytes", "elements", "trials", "seconds", "valid"),
-    "sentinel": ("id", "level", "spec", "wss_bytes", "elements", "trials", "seconds", "valid", "time"),
-}
-
-
 @dataclass
 class RawData:
     """What a raw file holds: its header, the latest record of each point, and the end records."""
@@ -392,10 +382,15 @@ def read_raw(path: str | Path) -> RawData:
             raise ErtError(f"corrupt line: {exc.msg}", path=path, key=f"line {number}") from None
         if not isinstance(rec, dict) or "type" not in rec:
             raise ErtError("not a raw record (a JSON object with a 'type')", path=path, key=f"line {number}")
-        for key in _REQUIRED.get(rec["type"], ()):
-            if key not in rec:
-                raise ErtError(f"{rec['type']} record lacks '{key}'", path=path, key=f"line {number}")
+        if rec["type"] == "header" and str(rec.get("raw_version", "")).split(".")[0] != RAW_VERSION.split(".")[0]:
+            # Another major version's header may hold other keys: its version is the one thing to say.
+            raise ErtError(f"unsupported raw_version {rec.get('raw_version')!r} (this ert reads {RAW_VERSION})",
+                           path=path, key=f"line {number}")
+        # Every key by the table of its kind (ert.records.rawcheck.RECORDS): a hand-edited or foreign file fails
+        # on its line and key.
         bad = fault(rec)
+        if bad and bad[1] == MISSING and bad[0].isidentifier():  # a key of the record itself
+            raise ErtError(f"{rec['type']} record lacks '{bad[0]}'", path=path, key=f"line {number}")
         if bad:
             raise ErtError(f"{rec['type']} record: {bad[1]}", path=path, key=f"line {number}: {bad[0]}")
         if rec["type"] == "header":
@@ -405,8 +400,4 @@ def read_raw(path: str | Path) -> RawData:
             raw.add(rec)
     if raw is None:
         raise ErtError("no header record: not an ert raw file", path=path)
-    header = raw.header
-    if str(header.get("raw_version", "")).split(".")[0] != RAW_VERSION.split(".")[0]:
-        raise ErtError(f"unsupported raw_version {header.get('raw_version')!r} (this ert reads {RAW_VERSION})",
-                       path=path, key="line 1")
     return raw

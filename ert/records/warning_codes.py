@@ -2,13 +2,14 @@
 
 A warning stays a plain string everywhere it travels (lists, prefixes, the
 ``warnings`` list of ceilings.json); ``warn(code, text)`` makes one that
-carries its code.  The writer puts ``{code, group}`` of every warning, in
-the same order, into ``metadata.warning_codes`` (schema 1.10); readers call
-``coded_warnings(doc)``.  A warning that reaches the writer without a code
-(a backend's or a rank's, from an older ert, or from a raise site not yet
-tagged) and every warning of a file from before 1.10 gets one from
-``classify``, which reads the text: a fallback only, so new warnings should
-be raised with ``warn``.
+carries its code, and every warning ert raises is raised so (a backend's own
+warnings as ``backend`` where the CLI gathers them).  Across raw.jsonl the
+header keeps the ranks' warnings' codes beside them (``rank_warnings``,
+``rank_warning_codes``; ``with_codes`` reads them back).  The writer puts
+``{code, group}`` of every warning, in the same order, into
+``metadata.warning_codes`` (schema 1.10); readers call
+``coded_warnings(doc)``.  Only the warnings of files from older erts reach
+``classify``, which reads the text: a fallback for them alone.
 
 To add a code: one line in CODES (code -> group), raise the warning with
 ``warn("the-code", text)``, and, for files written before it existed, a
@@ -68,6 +69,8 @@ CODES = {
     "regimes": "bookkeeping",       # several regimes inside one cache
     "memory-transition": "bookkeeping",  # the last cache's transition, left out of the memory level
     "lone-size": "bookkeeping",     # a transfer level whose largest size has no neighbour
+    "unconfirmed-points": "bookkeeping",  # memory points above the roof that nothing confirmed: not a roof
+    "imported": "bookkeeping",      # numbers read from another tool's files (ERT's): what they lack, how they were read
     "skipped": "bookkeeping",       # precisions or kernels the backend cannot run, skipped
 }
 
@@ -147,6 +150,7 @@ _FALLBACK = (
     ("plateaus map to", "split-level"),
     ("regimes inside the cache", "regimes"),
     ("stands alone", "lone-size"),
+    ("read above its roof", "unconfirmed-points"),
     ("noisy", "noisy-points"),
     ("skipped", "skipped"),
     ("opencl", "backend"),
@@ -187,23 +191,32 @@ def coded_warnings(doc: dict, *, warnings: list | None = None, codes: list | Non
     classified from the text.  ``warnings`` and ``codes`` default to the
     document's top level; pass a ``scaling.by_threads`` entry's to read those.
     """
-    texts = [str(w) for w in (doc.get("warnings", []) if warnings is None else warnings)]
+    given = list(doc.get("warnings", []) if warnings is None else warnings)
     if codes is None:
         codes = (doc.get("metadata") or {}).get("warning_codes")
-    if not (isinstance(codes, list) and len(codes) == len(texts)):
-        codes = [None] * len(texts)
+    if not (isinstance(codes, list) and len(codes) == len(given)):
+        codes = [None] * len(given)
     out = []
-    for text, entry in zip(texts, codes):
+    for warning, entry in zip(given, codes):
         if isinstance(entry, dict) and isinstance(entry.get("code"), str) and entry["code"]:
             code = entry["code"]
             # A group this ert does not know (a newer file's) is read as the code's, or the machine's.
             group = entry.get("group") if entry.get("group") in GROUPS else CODES.get(code, "machine")
         else:
-            code = classify(text)
+            code = code_of(warning) if isinstance(warning, str) else classify(str(warning))
             group = CODES[code]
-        out.append(Coded(text, code, group))
+        out.append(Coded(str(warning), code, group))
     return out
 
 
+def with_codes(texts: list, codes: list | None) -> list[str]:
+    """Warnings kept as texts beside their codes (raw.jsonl's ``rank_warnings`` and ``rank_warning_codes``) as
+    coded warnings again; a text without a code this ert knows (an older file's) stays plain, for ``classify``."""
+    if not (isinstance(codes, list) and len(codes) == len(texts)):
+        codes = [None] * len(texts)
+    return [warn(code, str(text)) if isinstance(code, str) and code in CODES else str(text)
+            for text, code in zip(texts, codes)]
+
+
 __all__ = ["CODES", "GROUPS", "Coded", "CodedText", "classify", "code_of", "codes_of", "coded_warnings", "relabel",
-           "warn"]
+           "warn", "with_codes"]

@@ -29,11 +29,15 @@ import os
 import re
 import sys
 
-import reframe as rfm
-import reframe.utility.sanity as sn
-from reframe.core.builtins import run_after, run_before, sanity_function, variable
+if __name__ == "__main__":  # ReFrame loads this file; run as a script, it says how (without ReFrame installed too)
+    print(__doc__.strip())
+    sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
 
-from ert.consumers.compare.acceptance import missing, perf_values, references
+import reframe as rfm  # noqa: E402
+import reframe.utility.sanity as sn  # noqa: E402
+from reframe.core.builtins import run_after, run_before, sanity_function, variable  # noqa: E402
+
+from ert.consumers.compare.acceptance import missing, perf_values, references  # noqa: E402
 
 RUN = "run"  # ert-run's output directory, inside the test's stage directory
 

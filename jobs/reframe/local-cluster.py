@@ -11,6 +11,11 @@ options for the site's MPI).  See jobs/README.md.
 """
 
 import os
+import sys
+
+if __name__ == "__main__":  # ReFrame loads this file; run as a script, it says how (without ReFrame installed too)
+    print(__doc__.strip())
+    sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
 
 
 def _cpus_per_host() -> int:

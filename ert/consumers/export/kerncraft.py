@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ert.consumers import roofs as roofs_mod
 from ert.consumers.export.export_tools import clock_ghz, is_cpu_run, rated_info, run_cores
 from ert.errors import ErtError
+from ert.spec import access_name
 
 # ert's microarchitecture names -> OSACA's (kerncraft's in-core model); others: INFORMATION_REQUIRED.
 _OSACA = {"zen 2": "ZEN2", "zen 3": "ZEN3", "zen 4": "ZEN4", "zen2": "ZEN2", "zen3": "ZEN3", "zen4": "ZEN4",
@@ -139,7 +140,7 @@ def _machine(doc: dict) -> _Machine:
         for n, by_level in series[acc]:
             missing = [lv for lv in levels if _find(by_level, lv) is None]
             if missing:
-                raise ErtError(f"the {roofs_mod.ACCESS_NAMES[acc]} fp64 ceilings at {n} core(s) have no "
+                raise ErtError(f"the {access_name(acc)} fp64 ceilings at {n} core(s) have no "
                                f"{', '.join(missing)} level: kerncraft needs every cache level and memory",
                                key="ceilings.memory")
     flops = _flops_per_cycle(doc, clock=clock, cores=cores, notes=notes)

@@ -14,7 +14,7 @@ from ert.consumers.html.charts import NO_FMA_DASH, PRECISION_COLORS
 from ert.consumers.cells import format_rate
 from ert.consumers.html.svg_chart import Chart, bytes_tick
 from ert.records.rawio import best_launches
-from ert.spec import ops_unit, rates
+from ert.spec import access_name, ops_unit, rates
 from ert.units import human_bytes
 
 WINDOW_FILLS = ("#fde0dd", "#fee8c8", "#fff7bc", "#e5f5e0", "#deebf7")  # L1.. L4, memory
@@ -172,7 +172,7 @@ def _bandwidth_chart(recs: list[dict], doc: dict, access: str, roles, *, chart_i
                                           valid=r.get("valid", True), square=False,
                                           small=bool(r.get("_slower_launch"))),
                                   tags=_point_tags(r, f"pt-{p}"), tip=tip, cls="point", data={"id": r["id"]}))
-    name = roofs_mod.ACCESS_NAMES.get(access, access)
+    name = access_name(access)
     caption = (f"Every {name} point (FLOPs/element = 1): filled clean, hollow noisy, red x invalid. Shaded: each "
                f"level's window ({shaded}); thick bars: the level's plateau (its roof), dashed bars: regimes "
                f"inside a cache; dotted: cache sizes x threads. Hover a point for its id, rate, spread and trials.")

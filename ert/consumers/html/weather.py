@@ -11,6 +11,7 @@ calm).  Reads ceilings.json's ``weather`` (schema 1.11) and the raw records.
 from __future__ import annotations
 
 from ert.consumers.html.svg_chart import attr, text
+from ert.spec import NOISE_THRESHOLD
 
 LEVEL_COLORS = {"L1": "#1b9e77", "L2": "#d95f02", "L3": "#7570b3"}
 STRETCH_FILL = "#fbd3d3"
@@ -98,7 +99,7 @@ def weather_timeline(doc: dict, raw=None, *, chart_id: str = "weather") -> str:
     if not isinstance(weather, dict) or not isinstance(weather.get("series"), dict):
         return ""
     seconds = _number(weather.get("seconds")) or 0.0
-    threshold = _number(weather.get("noise_threshold")) or 0.10
+    threshold = _number(weather.get("noise_threshold")) or NOISE_THRESHOLD
     start = _number(weather.get("start_time")) or 0.0
     series = {level: [(float(t), float(r)) for t, r in values]
               for level, values in weather["series"].items() if isinstance(values, list) and values}

@@ -8,6 +8,7 @@ import math
 from ert.consumers import roofs as roofs_mod
 from ert.consumers.plots.plot import PRECISION_COLORS, _fmt_rate, _pyplot, check_output, save_figure
 from ert.errors import ErtError
+from ert.spec import access_name
 
 
 def _cache_hints(meta: dict) -> list[tuple[str, int]]:
@@ -51,7 +52,7 @@ def plot_sweep(raw, doc: dict, out_path) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("working set [bytes, all threads]")
         ax.set_ylabel("bandwidth [GB/s]")
-        ax.set_title(f"bandwidth, {roofs_mod.ACCESS_NAMES[access]} (FLOPs/element = 1)", fontsize=10)
+        ax.set_title(f"bandwidth, {access_name(access)} (FLOPs/element = 1)", fontsize=10)
         curves = {}
         for r in points:
             if r["spec"]["access"] == access and r["spec"]["flops_per_element"] == 1:

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from ert.errors import ErtError, parse_user_json, read_user_text
-from ert.records.ceilings_io import MAGNITUDE_RANGE
+from ert.records.ceilings_io import magnitude_fault
 from ert.interop.kernel_data import PRECISION_LETTERS, KernelData
 
 
@@ -82,10 +82,9 @@ def _positive(value, key: str, path, *, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value < 0 or (value == 0 and not allow_zero):
         raise ErtError(f"expected a positive number, got {value!r}", path=path, key=key)
-    if value != 0 and not MAGNITUDE_RANGE[0] <= value <= MAGNITUDE_RANGE[1]:
+    if magnitude_fault(value):
         # Ratios of such numbers (intensity, % of a roof) overflow to infinity or 0 in the plots.
-        raise ErtError(f"{value:g} is out of range (ert reads magnitudes from {MAGNITUDE_RANGE[0]:g} to "
-                       f"{MAGNITUDE_RANGE[1]:g})", path=path, key=key)
+        raise ErtError(magnitude_fault(value), path=path, key=key)
     return float(value)
 
 
