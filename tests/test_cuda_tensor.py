@@ -426,28 +426,45 @@ def test_every_variant_holds_its_mmas(ptx, arch):
             assert body.count("wgmma.commit_group.sync.aligned") == 1 and "fence.proxy.async" in body
 
 
+# Built with every iteration set and ptxas -v: test_no_spills reads the registers and spills of the same cubins.
+SPILL_ARCHS = ("sm_90", "sm_90a")
+
+
 @pytest.fixture(scope="module")
-def sass():
-    """{arch: {(shape, iters, sets): SASS text}} of every variant the code offers there, from nvcc cubins."""
-    if NVCC is None or CUOBJDUMP is None or NVDISASM_DIR is None:
-        pytest.skip("needs nvcc, cuobjdump and nvdisasm")
-    archs = SASS_ARCHS + ("sm_90a",)
-    env = {**os.environ, "PATH": NVDISASM_DIR + os.pathsep + os.environ.get("PATH", "")}
-    with tempfile.TemporaryDirectory() as tmp:
+def cubins(tmp_path_factory) -> dict[str, tuple[Path, str, list]]:
+    """{arch: (cubin, ptxas's stderr, its variants)}: every arch's variants in one cubin, the archs in parallel; at
+    64 iterations per trial, but every iteration set on SPILL_ARCHS."""
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    tmp = tmp_path_factory.mktemp("cubins")
+    variants = {arch: _variants(arch) if arch in SPILL_ARCHS else _variants(arch, ((64, 8),))
+                for arch in SASS_ARCHS + ("sm_90a",)}
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         jobs = {}
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            for arch in archs:
-                source = Path(tmp) / f"{arch}.cu"
-                source.write_text(_batch(_variants(arch, ((64, 8),))))
-                jobs[arch] = pool.submit(_nvcc, ("-cubin", f"-arch={arch}"), source, Path(tmp) / f"{arch}.cubin")
-            results = {arch: job.result() for arch, job in jobs.items()}
+        for arch, batch in variants.items():
+            source = tmp / f"{arch}.cu"
+            source.write_text(_batch(batch))
+            verbose = ("-Xptxas", "-v") if arch in SPILL_ARCHS else ()
+            jobs[arch] = pool.submit(_nvcc, ("-cubin", f"-arch={arch}", *verbose), source, tmp / f"{arch}.cubin")
         out = {}
-        for arch in archs:
-            rc, _, err = results[arch]
+        for arch, job in jobs.items():
+            rc, _, err = job.result()
             assert rc == 0, f"{arch}: {err[-2000:]}"
-            listings = sass_by_function(CUOBJDUMP, Path(tmp) / f"{arch}.cubin", env)
-            out[arch] = {variant: listings[f"{tc.kernel_name(variant[0])}_v{i}"]
-                         for i, variant in enumerate(_variants(arch, ((64, 8),)))}
+            out[arch] = (tmp / f"{arch}.cubin", err, variants[arch])
+    return out
+
+
+@pytest.fixture(scope="module")
+def sass(cubins):
+    """{arch: {(shape, iters, sets): SASS text}} of every variant the code offers there (at 64 iterations)."""
+    if CUOBJDUMP is None or NVDISASM_DIR is None:
+        pytest.skip("needs cuobjdump and nvdisasm")
+    env = {**os.environ, "PATH": NVDISASM_DIR + os.pathsep + os.environ.get("PATH", "")}
+    out = {}
+    for arch, (cubin, _, built) in cubins.items():
+        listings = sass_by_function(CUOBJDUMP, cubin, env)
+        out[arch] = {variant: listings[f"{tc.kernel_name(variant[0])}_v{built.index(variant)}"]
+                     for variant in _variants(arch, ((64, 8),))}
     return out
 
 
@@ -514,17 +531,12 @@ def test_sass_verdict_reads_a_cubin_one_byte_short(tmp_path):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
-def test_no_spills(tmp_path, arch):
+@pytest.mark.parametrize("arch", SPILL_ARCHS)
+def test_no_spills(cubins, arch):
     """mma.sync: no spills; wgmma: no spills and few enough registers for 2 warpgroups per SM (at most 3 fit)."""
-    variants = _variants(arch)
-    source = tmp_path / "all.cu"
-    source.write_text(_batch(variants))
-    proc = subprocess.run([NVCC, "-cubin", "-std=c++17", f"-arch={arch}", "-Xptxas", "-v", str(source),
-                           "-o", str(tmp_path / "all.cubin")], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    _, stderr, variants = cubins[arch]
     seen, registers, name = {}, {}, None
-    for line in proc.stderr.splitlines():
+    for line in stderr.splitlines():
         if m := re.search(r"Compiling entry function '(\w+)'", line):
             name = m.group(1)
         elif (m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)) and name:
