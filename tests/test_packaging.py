@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.slow  # every test here runs ert-run, pip or a tool as a process
 
@@ -53,10 +54,13 @@ def test_installed_wheel_runs_from_packaged_files(wheel, tmp_path):
                           cwd=tmp_path)  # not the checkout: `-c` puts the cwd first on sys.path
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith(str(target))
-    # The packaged tiny config runs end to end from the installed copy.
-    tiny = target / "ert" / "configs" / "tiny.yaml"
+    # The packaged tiny config runs end to end from the installed copy (its fp64 read+write FMA curve: every kernel
+    # compiles afresh from the installed files, and the full tiny.yaml is the other tests' run).
+    tiny = yaml.safe_load((target / "ert" / "configs" / "tiny.yaml").read_text())
+    config = tmp_path / "tiny-fp64.yaml"
+    config.write_text(yaml.safe_dump(dict(tiny, precisions=["fp64"], access=["rw"], fma="on")))
     run = subprocess.run([sys.executable, "-S", "-c", "import sys, ert.cli; sys.exit(ert.cli.run_main())",
-                          str(tiny), "--out", str(tmp_path / "run"), "-q"],
+                          str(config), "--out", str(tmp_path / "run"), "-q"],
                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "run" / "ceilings.json").is_file()
