@@ -299,13 +299,17 @@ def test_kill_9_then_ctrl_c_leave_runs_that_resume_completes(tmp_path):
     assert [e["interrupted"] for e in ends] == [True, False]
 
 
-def test_resume_of_a_complete_run_measures_nothing(tiny_copy):
+def test_resume_of_a_complete_run_measures_nothing_and_rebuilds_a_deleted_config_yaml(tiny_copy):
     before = (tiny_copy / "raw.jsonl").read_text()
-    resume(tiny_copy)  # asserts a clean exit
+    original = load(tiny_copy / "config.yaml")
+    (tiny_copy / "config.yaml").unlink()
+    proc = resume(tiny_copy)  # asserts a clean exit
     after = (tiny_copy / "raw.jsonl").read_text()
     assert after.startswith(before)
     added = [json.loads(line) for line in after[len(before):].splitlines()]
     assert all(r["type"] != "point" for r in added)
+    assert f"ert-run: {tiny_copy / 'config.yaml'} was missing: rebuilt from raw.jsonl's header" in proc.stderr
+    assert load(tiny_copy / "config.yaml") == original
 
 
 def test_resume_refuses_other_threads(tiny_copy):
@@ -376,14 +380,6 @@ def test_resume_with_an_edited_config_yaml_exits_2_naming_the_key(tiny_copy):
                                   f"run's header (raw.jsonl): resuming would mix two sweeps; restore it, delete it "
                                   f"(rebuilt from the header), or start a new run"]
     assert (tiny_copy / "raw.jsonl").read_text() == before
-
-
-def test_resume_rebuilds_a_deleted_config_yaml_from_the_header(tiny_copy):
-    original = load(tiny_copy / "config.yaml")
-    (tiny_copy / "config.yaml").unlink()
-    proc = resume(tiny_copy)
-    assert f"ert-run: {tiny_copy / 'config.yaml'} was missing: rebuilt from raw.jsonl's header" in proc.stderr
-    assert load(tiny_copy / "config.yaml") == original
 
 
 @pytest.mark.parametrize("how", ["--resume", "--restart"])
