@@ -186,7 +186,7 @@ def recorded_copy(recorded_run, tmp_path) -> Path:
 # tests, not files: a test says `@pytest.mark.slow`, a file whose every test does says `pytestmark =
 # pytest.mark.slow`, and the tests marked `nvcc`, `gpu`, `mpi`, `cluster` or `arm` are slow by what those markers
 # mean (below). `pytest -m "not slow"` is the fast tier: at most 90 s on 2 cores, and every module of ert/ touched
-# (a fast test reads recorded_run, not tiny_run); the default suite (CI) runs everything in at most 8 minutes.
+# (a fast test reads recorded_run, not tiny_run); the default suite (CI) runs everything (about 10 minutes).
 SLOW_MARKERS = ("nvcc", "gpu", "mpi", "cluster", "arm")
 
 
