@@ -86,6 +86,13 @@ def attach_sustained(memory: list[dict], compute: list[dict], sustained: list[di
         entries = compute if is_compute else memory
         match = [e for e in entries if rec["point_id"] == e.get("evidence", {}).get("point_id")
                  or rec["point_id"] in e.get("evidence", {}).get("point_ids", [])]
+        if not match and not is_compute:
+            # The held point may not be among its level's evidence (the roof rests on its confirmed points): the
+            # hold repeats the same kernel inside the level's working sets, so it sits beside that level.
+            spec = rec.get("spec", {})
+            match = [e for e in entries if e.get("precision") == spec.get("precision")
+                     and e.get("access") == spec.get("access") and len(e.get("wss_bytes") or []) == 2
+                     and e["wss_bytes"][0] <= rec["wss_bytes"] <= e["wss_bytes"][1]]
         if not match:
             continue
         entry = match[0]
