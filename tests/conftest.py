@@ -148,8 +148,12 @@ def tiny_run(tmp_path_factory) -> Path:
 @pytest.fixture
 def tiny_copy(tiny_run, tmp_path) -> Path:
     """A private copy of the tiny run a test may change."""
+    return _private_copy(tiny_run, tmp_path)
+
+
+def _private_copy(run_dir: Path, tmp_path: Path) -> Path:
     dest = tmp_path / "run-copy"
-    shutil.copytree(tiny_run, dest)
+    shutil.copytree(run_dir, dest)
     return dest
 
 
@@ -175,9 +179,7 @@ def recorded_run(tmp_path_factory) -> Path:
 @pytest.fixture
 def recorded_copy(recorded_run, tmp_path) -> Path:
     """A private copy of the recorded run a test may change."""
-    dest = tmp_path / "run-copy"
-    shutil.copytree(recorded_run, dest)
-    return dest
+    return _private_copy(recorded_run, tmp_path)
 
 
 # ----------------------------------------------------------------------------- the `slow` marker

@@ -16,6 +16,7 @@ import pytest
 
 from ert.backends.numba_codegen import Geometry, chain_candidates, vector_isa
 from ert.hardware import cpu
+from test_numba_kernels import asm_blocks, asm_loops
 
 pytestmark = pytest.mark.slow
 
@@ -83,22 +84,6 @@ _BRANCHES = ("b", "cbz", "cbnz", "tbz", "tbnz")
 _MEMORY = re.compile(r"\[(x\d+|sp)\b")  # an address operand, not a lane index (v26.d[0])
 
 
-def a64_blocks(asm_text: str) -> list[tuple[str, list[str]]]:
-    """Basic blocks of a GNU-syntax AArch64 listing: (label, instructions)."""
-    blocks, label, body = [], "", []
-    for line in asm_text.splitlines():
-        line = line.split("//")[0].strip()
-        if not line:
-            continue
-        if line.endswith(":"):
-            blocks.append((label, body))
-            label, body = line[:-1], []
-        elif not line.startswith("."):
-            body.append(line)
-    blocks.append((label, body))
-    return blocks
-
-
 def _is_branch_to(ins: str, label: str) -> bool:
     op = ins.split()[0]
     return (op in _BRANCHES or op.startswith("b.")) and ins.replace(",", " ").split()[-1] == label
@@ -106,20 +91,8 @@ def _is_branch_to(ins: str, label: str) -> bool:
 
 def a64_hot_loop(asm_text: str, mnemonic: str, *, from_memory: bool = False) -> list[str]:
     """The loop (a label, its fall-through blocks, up to a branch back to it) densest in ``mnemonic``."""
-    blocks = a64_blocks(asm_text)
-    loops = []
-    for i, (label, _) in enumerate(blocks):
-        if not label:
-            continue
-        body = []
-        for _, more in blocks[i:i + 4]:
-            back = [k for k, ins in enumerate(more) if _is_branch_to(ins, label)]
-            if back:
-                loops.append(body + more[:back[0] + 1])
-                break
-            body += more
-            if more and more[-1].split()[0] == "b":  # no fall-through into the next block
-                break
+    loops = asm_loops(asm_blocks(asm_text, comment="//", local_labels_only=False), branches_to=_is_branch_to,
+                      jump="b")
     hits = lambda b: sum(i.split()[0] == mnemonic and (not from_memory or _MEMORY.search(i) is not None) for i in b)
     loops = [b for b in loops if hits(b)]
     assert loops, f"no loop with {mnemonic} found"

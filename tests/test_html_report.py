@@ -112,7 +112,8 @@ def _roof_count(doc: dict) -> int:
 
 def _need(path: Path) -> None:
     if not path.exists():
-        pytest.skip(f"{path} is absent (ERT's roofline.json samples live in ../shared/interop)")
+        pytest.skip(f"{path} is absent: ERT's own roofline.json is a third party's file, not shipped in tests/data "
+                    "(a fresh clone has no ../shared/interop)")
 
 
 def test_bare_run_report(browser, tiny_run, tmp_path):

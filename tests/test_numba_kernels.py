@@ -321,14 +321,15 @@ def intel_asm(targets):
     return targets["sapphirerapids"]
 
 
-def _blocks(asm_text: str) -> list[tuple[str, list[str]]]:
-    """Basic blocks of an AT&T listing: (label, instructions)."""
+def asm_blocks(asm_text: str, *, comment: str = "#", local_labels_only: bool = True) -> list[tuple[str, list[str]]]:
+    """Basic blocks of an assembly listing: (label, instructions). AT&T listings (x86) start a block only at a
+    local ``.L`` label (a function's own label is skipped); AArch64 listings (``comment="//"``) at every label."""
     blocks, label, body = [], "", []
     for line in asm_text.splitlines():
-        line = line.split("#")[0].strip()
+        line = line.split(comment)[0].strip()
         if not line:
             continue
-        if line.endswith(":") and not line.startswith("."):
+        if line.endswith(":") and local_labels_only and not line.startswith("."):
             continue
         if line.endswith(":"):
             blocks.append((label, body))
@@ -345,20 +346,9 @@ def hot_loop(asm_text: str, mnemonic: str, *, from_memory: bool = False) -> list
     LLVM may unroll a loop and put a label between the copies (the target of
     an exit test), so a loop can span a few fall-through blocks.
     """
-    blocks = _blocks(asm_text)
-    loops = []
-    for i, (label, _) in enumerate(blocks):
-        if not label:
-            continue
-        body = []
-        for _, more in blocks[i:i + 4]:
-            back = [k for k, ins in enumerate(more) if ins.split()[0].startswith("j") and ins.split()[-1] == label]
-            if back:
-                loops.append(body + more[:back[0] + 1])
-                break
-            body += more
-            if more and more[-1].split()[0] == "jmp":  # no fall-through into the next block
-                break
+    loops = asm_loops(asm_blocks(asm_text),
+                      branches_to=lambda ins, label: ins.split()[0].startswith("j") and ins.split()[-1] == label,
+                      jump="jmp")
     # ``from_memory``: only instructions that read memory count (the streaming loop of a
     # bandwidth kernel, not a specialisation LLVM made for a block of one sub-block).
     hits = lambda b: sum(i.startswith(mnemonic) and (not from_memory or "(%" in i) for i in b)
@@ -366,6 +356,25 @@ def hot_loop(asm_text: str, mnemonic: str, *, from_memory: bool = False) -> list
     assert loops, f"no loop with {mnemonic} found"
     # The innermost hot loop is the densest in the mnemonic (an enclosing loop adds other work).
     return max(loops, key=lambda b: (hits(b) / len(b), len(b)))
+
+
+def asm_loops(blocks: list[tuple[str, list[str]]], *, branches_to, jump: str) -> list[list[str]]:
+    """Every loop of ``blocks``: a label, its fall-through blocks (at most 4), up to a branch back to it
+    (``branches_to(instruction, label)``); ``jump`` is the ISA's unconditional jump (no fall-through past it)."""
+    loops = []
+    for i, (label, _) in enumerate(blocks):
+        if not label:
+            continue
+        body = []
+        for _, more in blocks[i:i + 4]:
+            back = [k for k, ins in enumerate(more) if branches_to(ins, label)]
+            if back:
+                loops.append(body + more[:back[0] + 1])
+                break
+            body += more
+            if more and more[-1].split()[0] == jump:
+                break
+    return loops
 
 
 def loop_facts(body: list[str], mnemonic: str) -> dict:

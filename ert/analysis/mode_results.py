@@ -84,12 +84,12 @@ def attach_sustained(memory: list[dict], compute: list[dict], sustained: list[di
             continue
         is_compute = rec["target"] == "compute"
         entries = compute if is_compute else memory
-        match = [e for e in entries if rec["point_id"] == e.get("evidence", {}).get("point_id")
-                 or rec["point_id"] in e.get("evidence", {}).get("point_ids", [])]
-        if not match and not is_compute:
-            # The held point may not be among its level's evidence (the roof rests on its confirmed points): the
-            # hold repeats the same kernel inside the level's working sets, so it sits beside that level.
-            spec = rec.get("spec", {})
+        if is_compute:
+            match = [e for e in entries if rec["point_id"] == e.get("evidence", {}).get("point_id")]
+        else:
+            # A memory hold repeats its kernel at a working set of one level: it sits beside the level whose
+            # working sets hold it (the held point need not be among the level's confirmed evidence).
+            spec = rec["spec"]
             match = [e for e in entries if e.get("precision") == spec.get("precision")
                      and e.get("access") == spec.get("access") and len(e.get("wss_bytes") or []) == 2
                      and e["wss_bytes"][0] <= rec["wss_bytes"] <= e["wss_bytes"][1]]
