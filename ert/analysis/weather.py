@@ -25,7 +25,7 @@ import math
 import statistics
 from typing import Sequence
 
-from ert.records.weather import Stretch, disturbed_stretches, level_best, ratios, suspect
+from ert.records.weather import Stretch, disturbed_stretches, joined, level_best, ratios, suspect
 from ert.records.warning_codes import warn
 from ert.spec import curve_name
 
@@ -72,17 +72,18 @@ def weather_block(sentinels: Sequence[dict], stretches: Sequence[Stretch], point
               for level, values in series.items()}
     again = [p for p in points if p.get("remeasured_for") == "disturbed"]
     left = [p for p in points if suspect(p, stretches)]
+    time_line = joined(stretches)
     return {
         "noise_threshold": threshold,
         "start_time": _round(start, 3),
         "seconds": _round(end - start, 2),
-        "disturbed_seconds": _round(sum(s.seconds(start, end) for s in stretches), 2),
+        "disturbed_seconds": _round(sum(s.seconds(start, end) for s in time_line), 2),
         "levels": levels,
         "series": series,
         "stretches": [{"start_s": _round(max(s.start, start) - start, 2), "end_s": _round(min(s.end, end) - start, 2),
                        "open": [math.isinf(s.start), math.isinf(s.end)], "levels": list(s.levels),
                        "lowest": _round(s.low), "lowest_level": s.low_level, "sentinels": len(s.sentinels)}
-                      for s in stretches],
+                      for s in time_line],
         "points": {"measured_again": len(again), "suspect": len(left)},
     }
 

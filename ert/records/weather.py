@@ -4,18 +4,27 @@ A sentinel is a short fixed kernel for one cache level, measured between the
 sweep's points ("sentinel" records in raw.jsonl, ``ert/schemas/RAW.md``).  Its
 rate is that of its fastest timed region (``sentinel_rate``).  The rule:
 
-* a level's **best** is the highest rate of its valid sentinels in the run;
+* a level's **best** is the highest rate of its valid sentinels in the run (a
+  sentinel cannot read faster than the hardware: a calm reading is never
+  outvoted by a disturbance that lasts, however often it reproduces itself);
 * a sentinel is **disturbed** when its level's best is above its rate by more
   than the noise threshold (``best > rate x (1 + threshold)``: the two would
   not reproduce each other, ``ert.analysis.roof_confirm.agree``);
 * a **disturbed stretch** of one level runs from the calm sentinel of that
   level before its disturbed ones to the calm one after them (from the run's
-  start where none came before, to its end where none came after); the
-  stretches of every level are joined where they overlap;
-* a measurement whose ``time`` falls inside a stretch is **suspect**.
+  start where none came before, to its end where none came after);
+* a stretch **concerns** the working sets above the sentinel of the level
+  before its own (all of them for the smallest level): a co-tenant that takes
+  the core's time slows every level, one that only shares the L2 or the last
+  cache slows the working sets that live there and beyond, never the L1's;
+* a measurement whose ``time`` falls inside a stretch that concerns its
+  working set is **suspect**.
 
-Pure functions of the records: the planner (while the run goes on) and the
-analysis (after it) get the same answer from the same file.
+``disturbed_stretches`` gives each level's stretches (what suspicion uses);
+``joined`` joins those of every level where they overlap (what the run
+reports as its disturbed time).  Pure functions of the records: the planner
+(while the run goes on) and the analysis (after it) get the same answer from
+the same file.
 """
 
 from __future__ import annotations
@@ -37,10 +46,16 @@ class Stretch:
     low: float                 # the lowest rate of a sentinel in it, as a share of its level's best (0.84)
     low_level: str             # that sentinel's level
     sentinels: tuple[str, ...]  # the ids of its disturbed sentinels
+    above_bytes: float = 0.0   # it concerns the working sets above this many bytes (the level before's sentinel)
 
     def holds(self, t: float) -> bool:
         """Whether a measurement written at ``t`` was measured inside the stretch."""
         return self.start < t < self.end
+
+    def concerns(self, record: dict) -> bool:
+        """Whether the stretch can slow ``record``'s working set (every record without a ``wss_bytes``)."""
+        wss = record.get("wss_bytes")
+        return not isinstance(wss, (int, float)) or wss > self.above_bytes
 
     def seconds(self, run_start: float, run_end: float) -> float:
         """The stretch's length within the run's span."""
@@ -87,7 +102,7 @@ def is_disturbed(ratio: float, threshold: float) -> bool:
     return ratio * (1.0 + threshold) < 1.0
 
 
-def _level_stretches(series: list[tuple[dict, float]], threshold: float) -> list[Stretch]:
+def _level_stretches(series: list[tuple[dict, float]], threshold: float, above_bytes: float) -> list[Stretch]:
     """One level's stretches from its sentinels (time order)."""
     out: list[Stretch] = []
     run: list[tuple[dict, float]] = []
@@ -100,39 +115,53 @@ def _level_stretches(series: list[tuple[dict, float]], threshold: float) -> list
             low_rec, low = min(run, key=lambda pair: pair[1])
             out.append(Stretch(start=calm_before, end=math.inf if rec is None else float(rec["time"]),
                                levels=(low_rec["level"],), low=low, low_level=low_rec["level"],
-                               sentinels=tuple(r["id"] for r, _ in run)))
+                               sentinels=tuple(r["id"] for r, _ in run), above_bytes=above_bytes))
             run = []
         if rec is not None:
             calm_before = float(rec["time"])
     return out
 
 
+def _sentinel_bytes(series: list[tuple[dict, float]]) -> float:
+    sizes = [r.get("wss_bytes") for r, _ in series]
+    return float(max((b for b in sizes if isinstance(b, (int, float))), default=0))
+
+
 def disturbed_stretches(sentinels: Sequence[dict], threshold: float) -> list[Stretch]:
-    """The run's disturbed stretches (see the module), in time order."""
+    """Each level's disturbed stretches (see the module), in time order; each concerns the working sets above
+    the sentinel of the level before its own."""
     by_level: dict[str, list[tuple[dict, float]]] = {}
     for rec, ratio in ratios(sentinels):
         by_level.setdefault(rec["level"], []).append((rec, ratio))
-    pieces = sorted((s for series in by_level.values() for s in _level_stretches(series, threshold)),
-                    key=lambda s: (s.start, s.end))
-    joined: list[Stretch] = []
-    for s in pieces:
-        last = joined[-1] if joined else None
+    sizes = sorted((_sentinel_bytes(series), level) for level, series in by_level.items())
+    below = {level: (sizes[k - 1][0] if k else 0.0) for k, (_, level) in enumerate(sizes)}
+    return sorted((s for level, series in by_level.items()
+                   for s in _level_stretches(series, threshold, below[level])), key=lambda s: (s.start, s.end))
+
+
+def joined(stretches: Sequence[Stretch]) -> list[Stretch]:
+    """The stretches of every level joined where they overlap: the run's disturbed time, in time order."""
+    out: list[Stretch] = []
+    for s in sorted(stretches, key=lambda s: (s.start, s.end)):
+        last = out[-1] if out else None
         if last is None or s.start >= last.end:
-            joined.append(s)
+            out.append(s)
             continue
         low, low_level = min((last.low, last.low_level), (s.low, s.low_level))
-        joined[-1] = Stretch(start=last.start, end=max(last.end, s.end),
-                             levels=tuple(sorted(set(last.levels) | set(s.levels))), low=low, low_level=low_level,
-                             sentinels=last.sentinels + s.sentinels)
-    return joined
+        out[-1] = Stretch(start=last.start, end=max(last.end, s.end),
+                          levels=tuple(sorted(set(last.levels) | set(s.levels))), low=low, low_level=low_level,
+                          sentinels=last.sentinels + s.sentinels, above_bytes=min(last.above_bytes, s.above_bytes))
+    return out
 
 
-def stretch_at(t: float, stretches: Sequence[Stretch]) -> Stretch | None:
-    """The stretch a measurement written at ``t`` was measured in, or None when it was measured calm."""
-    return next((s for s in stretches if s.holds(t)), None)
+def stretch_at(t: float, stretches: Sequence[Stretch], record: dict | None = None) -> Stretch | None:
+    """The stretch a measurement written at ``t`` was measured in (one that concerns ``record``'s working set,
+    where given), or None when it was measured calm."""
+    return next((s for s in stretches if s.holds(t) and (record is None or s.concerns(record))), None)
 
 
 def suspect(record: dict, stretches: Sequence[Stretch]) -> bool:
-    """Whether a point (or any record with a ``time``) was measured inside a disturbed stretch."""
+    """Whether a point (or any record with a ``time``) was measured inside a disturbed stretch that concerns its
+    working set."""
     t = record.get("time")
-    return isinstance(t, (int, float)) and stretch_at(float(t), stretches) is not None
+    return isinstance(t, (int, float)) and stretch_at(float(t), stretches, record) is not None
