@@ -34,7 +34,7 @@ VENV = Path(sys.executable).parent.parent
 # the middle (after 4), short enough to resume (growth 4 made 36: a 45 s resume).
 NETWORK_ONLY = {"backend": "numba-cpu", "levels": ["network"],
                 "transfer": {"min_bytes": 8, "max_bytes": 16 << 20, "network_max_bytes": 16 << 20, "growth": 16.0,
-                             "min_seconds": 0.05, "samples": 5}}
+                             "min_seconds": 0.02, "samples": 3}}
 
 
 def _why_not() -> str | None:

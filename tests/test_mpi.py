@@ -139,7 +139,9 @@ def _rank_pid(tag: str, rank: int) -> int | None:
 
 
 def test_killing_one_rank_ends_the_job_within_seconds_and_the_run_resumes(tmp_path):
-    cfg = write_config(tmp_path / "slow.yaml", threads=1)
+    # SLOW_SMALL at every other working set (5 of 9): 3 points before the kill, the rest resumed.
+    cfg = write_config(tmp_path / "slow.yaml", threads=1,
+                       working_set={"min_bytes": 16384, "max_bytes": 4194304, "growth": 4.0})
     run_dir = tmp_path / "run"
     tag = uuid.uuid4().hex
     job = subprocess.Popen([command("mpiexec"), "-n", "2", ert_run(), cfg, "--out", run_dir, "-q"],

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -516,6 +517,35 @@ def test_prepared_buffer_is_64_byte_aligned(backend, spec, granules):
     assert view.ctypes.data % 64 == 0
     # Every thread's block starts on a 64-byte boundary too.
     assert all((view.ctypes.data + t * n * spec.itemsize) % 64 == 0 for t in range(THREADS))
+
+
+def test_the_vector_probe_compiles_once_per_machine_and_kernel_source(backend, tmp_path, monkeypatch):
+    """The probe's answer is kept beside Numba's cache (here NUMBA_CACHE_DIR): a second backend reads it instead
+    of compiling; another kernel source (a new modification time) or a spoilt file makes it compile again."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    compiled = []
+    real = NumbaCpuBackend._compile_vector_probe
+
+    def counting(self):
+        compiled.append(1)
+        return real(self)
+
+    monkeypatch.setattr(NumbaCpuBackend, "_compile_vector_probe", counting)
+    first = backend.vector_bits_compiled()
+    assert len(compiled) == 1 and first in (128, 256, 512)
+    kept = json.loads((tmp_path / "ert-vector-probe.json").read_text())
+    assert list(kept.values()) == [first]
+    assert backend.vector_bits_compiled() == first and len(compiled) == 1   # read, not compiled
+    (tmp_path / "ert-vector-probe.json").write_text("{not json")
+    assert backend.vector_bits_compiled() == first and len(compiled) == 2
+    source = Path(kernels.__file__)
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1000))
+    try:
+        assert backend.vector_bits_compiled() == first and len(compiled) == 3
+        assert len(json.loads((tmp_path / "ert-vector-probe.json").read_text())) == 2
+    finally:
+        os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
 def test_describe(backend):

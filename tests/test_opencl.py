@@ -46,11 +46,12 @@ def cl_backend():
 @pytest.fixture(scope="module")
 def opencl_run(tmp_path_factory) -> Path:
     """One real `ert-run --backend opencl` of configs/tiny.yaml (with the numba-cpu reference), fp16 asked for
-    beside its precisions (a device without fp16 skips it with one warning); its stderr in RUN/../stderr.txt."""
+    beside its precisions (a device without fp16 skips it with one warning); its stderr in RUN/../stderr.txt.
+    Its memory levels only: the host<->device links (21 of its 28 s on PoCL) are tests/test_opencl_links.py's."""
     base = tmp_path_factory.mktemp("ocl")
     config = base / "tiny-fp16.yaml"
     tiny = yaml.safe_load(TINY.read_text())
-    config.write_text(yaml.safe_dump(dict(tiny, precisions=[*tiny["precisions"], "fp16"])))
+    config.write_text(yaml.safe_dump(dict(tiny, precisions=[*tiny["precisions"], "fp16"], levels=["memory"])))
     run_dir = base / "run"
     proc = run_cmd("ert-run", "--backend", "opencl", config, "--out", run_dir, "-q", timeout=300)
     (base / "stderr.txt").write_text(proc.stderr)
