@@ -167,6 +167,8 @@ def test_a_run_compiles_the_widest_vectors_the_cpu_offers(tmp_path, tiny_run):
     for run in (tmp_path / "run", tiny_run):
         info = json.loads((run / "ceilings.json").read_text())["metadata"]["backend_info"]
         assert info["backend"] == "numba-cpu"
+        # A run of one thread count measures its own clock alone (a scaling run's: tests/test_scaling.py).
+        assert list(info["rated"]["clock_ghz_by_threads"]) == [str(info["threads"])]
         assert info["numba_effective"]["vector_bits"] == WIDEST, (run, info["numba_effective"])
 
 

@@ -52,6 +52,9 @@ def test_ceilings_per_thread_count_validate_and_the_top_level_is_the_largest(sca
     counts = doc["scaling"]["by_threads"]
     assert [c["threads_per_rank"] for c in counts] == [1, 2]
     assert doc["metadata"]["threads_per_rank"] == 2
+    # The clock of each thread count it sweeps is measured (one core alone may boost higher).
+    clocks = doc["metadata"]["backend_info"]["rated"]["clock_ghz_by_threads"]
+    assert set(clocks) == {"1", "2"} and all(v > 0 for v in clocks.values())
     top = counts[-1]["ceilings"]
     # The top level's own annotations: sustained beside burst, and "disturbed" (the weather is the run's own count's).
     strip = lambda entries: [{k: v for k, v in e.items() if k not in ("sustained", "disturbed")} for e in entries]

@@ -92,6 +92,9 @@ class NumbaCpuBackend:
         self.vector_bytes, self.vector_registers = self.geometry.vector_bytes, self.geometry.vector_registers
         self.chains, self.ro_accumulators = self.geometry.chains, self.geometry.ro_accumulators
         self.add_unroll = Geometry.ADD_UNROLL
+        # The smaller thread counts whose clock the rated values need (a thread-scaling run's); ert-run sets them
+        # from its config, and a run of one thread count measures its own clock alone.
+        self.clock_thread_counts: tuple[int, ...] = (1,)
         self._kernels: dict = {}
         from ert.hardware import arm
 
@@ -193,8 +196,9 @@ class NumbaCpuBackend:
         # One core alone may boost higher than all of them together: a 1-thread
         # sweep (--threads 1,N) is rated at the clock one busy core reaches.
         by_threads = {str(self.threads): clock["vector_ghz"]}
-        if self.threads > 1 and clock["vector_ghz"]:
-            by_threads["1"] = self.measure_clock(latency, threads=1)["vector_ghz"]
+        for count in sorted({c for c in self.clock_thread_counts if 0 < c < self.threads}):
+            if clock["vector_ghz"]:
+                by_threads[str(count)] = self.measure_clock(latency, threads=count)["vector_ghz"]
         rated.update(cores_per_rank=cores, per_core=True, clock=clock, clock_ghz_by_threads=by_threads)
         return rated
 

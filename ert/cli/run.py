@@ -283,6 +283,9 @@ def _make_backend(cfg, threads: int, comm):
 
     backend = REGISTRY.create(cfg.backend, threads=threads, options=cfg.backend_options(),
                               local_rank=comm.local_rank, local_size=comm.local_size)
+    if hasattr(backend, "clock_thread_counts"):
+        # The clock of each smaller thread count a scaling run sweeps (0.3 s each on 2 cores), none otherwise.
+        backend.clock_thread_counts = tuple(c for c in (cfg.thread_counts or ()) if c < threads)
     if isinstance(backend, CpuReferenceBackend):
         # A device on the host's cores is set beside numba-cpu's peak: measured by the measuring side.
         backend.use_cpu_reference(cpu_reference)
