@@ -26,8 +26,9 @@ def validate(doc: dict) -> None:
         jsonschema.validate(value, {**sub, "$defs": schema["$defs"]})
 
 
-def _run(points: list[dict], sentinels: list[dict], confirms=()) -> dict:
+def _run(points: list[dict], sentinels: list[dict], confirms=(), rated: dict | None = None) -> dict:
     header = {"metadata": {"threads_per_rank": 2, "ranks": 1, "config": {"timing": {"noise_threshold": 0.10}},
+                           **({"backend_info": {"rated": rated}} if rated else {}),
                            "caches_reported": [dict(level=c.level, kind=c.kind, size_bytes=c.size_bytes,
                                                     shared_cpu_count=c.shared_cpu_count) for c in ZEN4_CACHES]}}
     return build(RawData(path=None, header=header, points=points, ends=[], confirms=list(confirms),
@@ -119,3 +120,29 @@ def test_one_lone_low_reading_is_a_stretch_but_no_warning():
     assert stretch["sentinels"] == 1 and doc["weather"]["disturbed_seconds"] >= 0.10 * doc["weather"]["seconds"]
     assert not any(c.get("disturbed") for c in doc["ceilings"]["memory"])
     assert not any(w.startswith("the host was disturbed") for w in doc["warnings"])
+
+
+def _rated(l1_gbytes_per_s: float) -> dict:
+    """A device-style rated block (not per core): the L1 read+write and read-only rates, one fp64 FMA peak."""
+    return {"memory": [{"level": "L1", "access": access, "gbytes_per_s": l1_gbytes_per_s, "derivation": "given"}
+                       for access in ("rw", "ro")],
+            "compute": [{"precision": "fp64", "fma": True, "gflops_per_s": 100.0, "derivation": "given"}]}
+
+
+def test_a_run_disturbed_throughout_is_caught_against_the_rated_l1_rate():
+    # Every L1 sentinel reads 400 GB/s: no reading is low against the run's best, so no stretch. Against a rated
+    # L1 read+write rate of 1000 GB/s (0.40) the whole run was disturbed: every memory level is flagged, one
+    # warning says so; at 600 GB/s (0.67, above the 0.6 a calm kernel clears) nothing is said.
+    points = _timed_sweep()
+    doc = _run(points, _sentinels(len(points)), rated=_rated(1000.0))
+    assert doc["weather"]["stretches"] == []
+    memory = doc["ceilings"]["memory"]
+    assert memory and all(c.get("disturbed") is True for c in memory)
+    (warning,) = [w for w in doc["warnings"] if w.startswith("the host was disturbed")]
+    assert doc["warnings"][0] == warning and "disturbed throughout" in warning
+    assert "0.40 of the rated L1 read+write rate (1000 GB/s)" in warning
+    assert f"{len(memory)} ceilings flagged" in warning
+    assert doc["metadata"]["warning_codes"][0] == {"code": "host-disturbed", "group": "act"}
+    calm = _run(points, _sentinels(len(points)), rated=_rated(600.0))
+    assert not any(c.get("disturbed") for c in calm["ceilings"]["memory"])
+    assert not any(w.startswith("the host was disturbed") for w in calm["warnings"])

@@ -10,7 +10,8 @@ from ert.analysis.roof_confirm import DEFAULT_NOISE_THRESHOLD, mark_not_reproduc
 from ert.analysis.memory import PRECISION_ORDER, caches_by_access, memory_ceilings
 from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.transfers import transfer_ceilings
-from ert.analysis.weather import flag_disturbed, stretches_of, weather_block, weather_warning
+from ert.analysis.weather import (disturbed_throughout, flag_disturbed, flag_throughout, stretches_of,
+                                  throughout_warning, weather_block, weather_warning)
 from ert.records.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.records.rawio import RAW_NAME, RawData, best_launches
@@ -186,8 +187,12 @@ def build(raw: RawData) -> dict:
     warnings += with_codes(meta.get("rank_warnings", []), meta.get("rank_warning_codes"))
 
     weather = weather_block(sentinels, stretches, points, raw.confirms, threshold)
-    flagged = flag_disturbed(memory + compute, {r["id"]: r for r in points}, stretches)
-    disturbed = weather_warning(weather, stretches, flagged)
+    whole = disturbed_throughout(weather, scaled_rated(meta, threads_per_rank=own))
+    if whole:
+        disturbed = throughout_warning(*whole, flag_throughout(memory + compute))
+    else:
+        flagged = flag_disturbed(memory + compute, {r["id"]: r for r in points}, stretches)
+        disturbed = weather_warning(weather, stretches, flagged)
     if disturbed:
         warnings.insert(0, disturbed)
 

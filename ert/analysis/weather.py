@@ -35,6 +35,11 @@ NOTABLE_SHARE = 0.10
 # in a row inside its few milliseconds, while a disturbance that lasts slows every level's sentinel, reading after
 # reading.
 MIN_SENTINELS = 2
+# A run whose L1 sentinel never read above this share of the rated L1 read+write rate was disturbed throughout:
+# the sentinel is the sweep's own 1-FLOP read+write kernel at half the L1, which reads 0.99-1.00 of that rate on a
+# calm Zen 4 (docs/measurements/), while a whole run shared with a co-tenant read every level at 0.35-0.45 (issue
+# 39).  Set well below the calm share, for cores whose L1 this kernel cannot saturate as Zen 4's.
+THROUGHOUT_SHARE = 0.6
 # The stretches a warning names at most (the rest are counted).
 NAMED_STRETCHES = 3
 WARNING_CODE = "host-disturbed"
@@ -105,6 +110,44 @@ def flag_disturbed(entries: list[dict], points_by_id: dict[str, dict], stretches
         entry["disturbed"] = True
         flagged.append(entry)
     return flagged
+
+
+def disturbed_throughout(block: dict | None, rated: dict | None) -> tuple[float, float] | None:
+    """(the L1 sentinel's best as a share of the rated L1 read+write rate, that rate) when the share is below
+    ``THROUGHOUT_SHARE``: no calm reading in the whole run to hold the others against, so the relative rule
+    (``ert.records.weather``) cannot see it; None otherwise, or where the run has no such rate.
+
+    ``rated``: the run's rated ceilings at its own thread count (``ert.analysis.rated.scaled_rated``)."""
+    best = ((block or {}).get("levels") or {}).get("L1", {}).get("best_gbytes_per_s")
+    entry = ((rated or {}).get("memory") or {}).get(("L1", "rw")) or {}
+    value = entry.get("gbytes_per_s")
+    # Oversubscribed threads take turns on the cores: a low sentinel is that, said in its own warning.
+    if not best or not isinstance(value, (int, float)) or value <= 0 or entry.get("oversubscribed"):
+        return None
+    return (best / value, value) if best < THROUGHOUT_SHARE * value else None
+
+
+def flag_throughout(entries: list[dict]) -> list[dict]:
+    """Set ``disturbed: true`` on every memory level a host disturbed throughout measured (its links and network
+    levels are not the cores'), and on every compute peak below ``THROUGHOUT_SHARE`` of its rated value; the
+    entries flagged."""
+    def slowed(entry: dict) -> bool:
+        if "level" in entry:
+            return entry.get("kind") is None
+        return ((entry.get("rated") or {}).get("ratio") or 1.0) < THROUGHOUT_SHARE
+
+    flagged = [entry for entry in entries if slowed(entry)]
+    for entry in flagged:
+        entry["disturbed"] = True
+    return flagged
+
+
+def throughout_warning(share: float, rated: float, flagged: Sequence[dict]) -> str:
+    """The one "act on it" warning of a run disturbed from its start to its end."""
+    return warn(WARNING_CODE, f"the host was disturbed throughout: the L1 sentinel never read above {share:.2f} of "
+                              f"the rated L1 read+write rate ({rated:.4g} GB/s) in the whole run, so no calm "
+                              f"reading shows how far; {len(flagged)} ceilings flagged as measured only while "
+                              f"disturbed: measure again when the host is calm")
 
 
 def _name(entry: dict) -> str:
