@@ -8,14 +8,15 @@ points ("sentinel" records); the disturbed stretches are the shared rule's
   confirms no rate and no rate is confirmed by it (``ert.analysis.roof_confirm``);
   the planner measures suspect points again once the host is calm (a
   ``point`` record with ``remeasured_for: "disturbed"``, the one read);
-* a ceiling that rests only on suspect points (no confirmed rate, and every
-  point of its evidence suspect) carries ``"disturbed": true``;
+* a ceiling that rests mostly on suspect points (no confirmed rate, and more
+  than half of the points of its roof's regime suspect) carries
+  ``"disturbed": true``;
 * ``weather`` in ceilings.json: each level's sentinel series (seconds into
   the run, share of its best) and summary, the stretches, how long the host
   was disturbed, and the points measured again or left suspect;
 * a run disturbed for ``NOTABLE_SHARE`` of its time or more (on
   ``MIN_SENTINELS`` disturbed readings or more), or with a ceiling measured
-  only while disturbed, gets one "act on it" warning (``host-disturbed``)
+  while disturbed, gets one "act on it" warning (``host-disturbed``)
   that names the stretches.
 """
 
@@ -94,18 +95,21 @@ def weather_block(sentinels: Sequence[dict], stretches: Sequence[Stretch], point
 
 
 def flag_disturbed(entries: list[dict], points_by_id: dict[str, dict], stretches: Sequence[Stretch]) -> list[dict]:
-    """Set ``disturbed: true`` on each ceiling that rests only on suspect points; the entries flagged.
+    """Set ``disturbed: true`` on each ceiling that rests mostly on suspect points; the entries flagged.
 
     A memory level rests on its ``evidence.point_ids`` unless the run confirmed its rate (a confirmed rate is
-    reproduced by calm measurements); a compute peak on its ``evidence.point_id``."""
+    reproduced by calm measurements), and of those on the points of its roof's regime where it has regimes (the
+    fastest sustained one: a calm point elsewhere in the level does not make a roof read while disturbed any
+    truer); a compute peak on its ``evidence.point_id``.  Flagged when more than half of those are suspect."""
     if not stretches:
         return []
     flagged = []
     for entry in entries:
         evidence = entry.get("evidence") or {}
         ids = evidence.get("point_ids") or ([evidence["point_id"]] if evidence.get("point_id") else [])
-        recs = [points_by_id[i] for i in ids if i in points_by_id]
-        if not recs or entry.get("confirmed") or not all(suspect(r, stretches) for r in recs):
+        recs = _roof_points([points_by_id[i] for i in ids if i in points_by_id], entry.get("regimes"))
+        # Most of them suspect: a calm point or two beside a roof read while disturbed do not make it the machine's.
+        if not recs or entry.get("confirmed") or 2 * sum(suspect(r, stretches) for r in recs) <= len(recs):
             continue
         entry["disturbed"] = True
         flagged.append(entry)
@@ -146,8 +150,16 @@ def throughout_warning(share: float, rated: float, flagged: Sequence[dict]) -> s
     """The one "act on it" warning of a run disturbed from its start to its end."""
     return warn(WARNING_CODE, f"the host was disturbed throughout: the L1 sentinel never read above {share:.2f} of "
                               f"the rated L1 read+write rate ({rated:.4g} GB/s) in the whole run, so no calm "
-                              f"reading shows how far; {len(flagged)} ceilings flagged as measured only while "
+                              f"reading shows how far; {len(flagged)} ceilings flagged as measured while "
                               f"disturbed: measure again when the host is calm")
+
+
+def _roof_points(recs: list[dict], regimes) -> list[dict]:
+    """The points of ``recs`` inside the working sets of the fastest regime (all of them without regimes)."""
+    if not regimes:
+        return recs
+    lo, hi = max(regimes, key=lambda r: r["gbytes_per_s"])["wss_bytes"]
+    return [r for r in recs if lo <= r.get("wss_bytes", -1) <= hi] or recs
 
 
 def _name(entry: dict) -> str:
@@ -178,6 +190,6 @@ def weather_warning(block: dict | None, stretches: Sequence[Stretch], flagged: S
     if block["points"]["suspect"]:
         text += f", {block['points']['suspect']} left suspect"
     if flagged:
-        text += f"; {', '.join(_name(e) for e in flagged)} {'was' if len(flagged) == 1 else 'were'} measured only " \
+        text += f"; {', '.join(_name(e) for e in flagged)} {'was' if len(flagged) == 1 else 'were'} measured " \
                 f"while disturbed"
     return warn(WARNING_CODE, text)

@@ -113,7 +113,7 @@ class MemoryRow:
     confirmation_note: str | None   # the roof confirmed, how often, and the slower stretches
     regimes_note: str | None        # an unconfirmed level's regimes (rule 6)
     cells: dict = field(default_factory=dict)
-    disturbed: bool = False         # measured only while the host was disturbed (schema 1.11): "L3*"
+    disturbed: bool = False         # measured while the host was disturbed (schema 1.11): "L3*"
 
     @property
     def curve(self) -> tuple[str, str]:
@@ -129,8 +129,8 @@ def memory_notes(rows, *, curve: bool = False) -> tuple[str, ...]:
     return tuple(f"{r.cells['curve']} {note}" if curve else note for r, note in notes) + flagged
 
 
-# The note under a memory table with a level measured only while the host was disturbed (its level cell: "L3*").
-DISTURBED_NOTE = "* measured only while the host was disturbed: not the machine's ceiling (the host's weather)"
+# The note under a memory table with a level measured while the host was disturbed (its level cell: "L3*").
+DISTURBED_NOTE = "* measured while the host was disturbed: not the machine's ceiling (the host's weather)"
 
 
 def memory_row(e: dict, numbered: set[str]) -> MemoryRow:

@@ -166,7 +166,7 @@ def _seconds(value: Any) -> str:
 
 
 def flagged_names(ceilings: dict) -> list[str]:
-    """The ceilings measured only while the host was disturbed (``disturbed: true``)."""
+    """The ceilings measured while the host was disturbed (``disturbed: true``)."""
     return ([memory_name(e) for e in ceilings.get("memory", []) if isinstance(e, dict) and e.get("disturbed") is True]
             + [f"{compute_name(e)} peak" for e in ceilings.get("compute", [])
                if isinstance(e, dict) and e.get("disturbed") is True])
@@ -174,7 +174,7 @@ def flagged_names(ceilings: dict) -> list[str]:
 
 def weather_table(doc: dict) -> Table | None:
     """The host's weather: one row per sentinel level; under it how long the host was disturbed, each stretch, and
-    the ceilings measured only while disturbed. None for a run without sentinels."""
+    the ceilings measured while disturbed. None for a run without sentinels."""
     weather = doc.get("weather")
     if not isinstance(weather, dict):
         return None
@@ -197,7 +197,7 @@ def weather_table(doc: dict) -> Table | None:
                      f"{s.get('lowest_level', MISSING)} down to {_share(s.get('lowest'))} of its best")
     flagged = flagged_names(doc.get("ceilings", {}))
     if flagged:
-        notes.append("measured only while disturbed (flagged): " + ", ".join(flagged))
+        notes.append("measured while disturbed (flagged): " + ", ".join(flagged))
     threshold = weather.get("noise_threshold")
     title = "Host weather (sentinels between the points" + (
         f"; disturbed: below the level's best by more than {threshold:.0%})"
