@@ -58,8 +58,23 @@ def pyopencl_importable() -> bool:
     return True
 
 
+_CACHE_BASE = None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
+    """Each test's own ert cache (ERT_CACHE_DIR: the sentinels' history of earlier runs, ert.measure.history), so
+    that no run of one test is held against another's, nor against the user's own runs."""
+    global _CACHE_BASE
+    if _CACHE_BASE is None:
+        import tempfile
+
+        _CACHE_BASE = tempfile.mkdtemp(prefix="ert-test-cache-")
+    os.environ["ERT_CACHE_DIR"] = os.path.join(_CACHE_BASE, re.sub(r"[^\w.-]+", "_", item.nodeid)[-150:])
+    _skip_without_opencl(item)
+
+
+def _skip_without_opencl(item):
     """``@pytest.mark.opencl_device``: skip, with the probe's reason, where no OpenCL device builds kernels
     (PoCL 3.0 on AMD Zen 5: its LLVM does not know the CPU).  Before any fixture of the test runs."""
     if item.get_closest_marker("opencl_device") is not None:
@@ -196,3 +211,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _CACHE_BASE is not None:
+        shutil.rmtree(_CACHE_BASE, ignore_errors=True)

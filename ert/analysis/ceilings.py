@@ -10,8 +10,8 @@ from ert.analysis.roof_confirm import DEFAULT_NOISE_THRESHOLD, mark_not_reproduc
 from ert.analysis.memory import PRECISION_ORDER, caches_by_access, memory_ceilings
 from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.transfers import transfer_ceilings
-from ert.analysis.weather import (disturbed_throughout, flag_disturbed, flag_throughout, stretches_of,
-                                  throughout_warning, weather_block, weather_warning)
+from ert.analysis.weather import (below_earlier, disturbed_throughout, flag_below_earlier, flag_disturbed,
+                                  flag_throughout, stretches_of, throughout_warning, weather_block, weather_warning)
 from ert.records.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
 from ert.records.rawio import RAW_NAME, RawData, best_launches
@@ -192,7 +192,9 @@ def build(raw: RawData) -> dict:
         disturbed = throughout_warning(*whole, flag_throughout(memory + compute))
     else:
         flagged = flag_disturbed(memory + compute, {r["id"]: r for r in points}, stretches)
-        disturbed = weather_warning(weather, stretches, flagged)
+        low = below_earlier(weather, threshold)
+        flagged += [e for e in flag_below_earlier(memory, low) if e not in flagged]
+        disturbed = weather_warning(weather, stretches, flagged, low)
     if disturbed:
         warnings.insert(0, disturbed)
 

@@ -26,7 +26,7 @@ import math
 import statistics
 from typing import Sequence
 
-from ert.records.weather import Stretch, disturbed_stretches, joined, level_best, ratios, suspect
+from ert.records.weather import Stretch, disturbed_stretches, is_disturbed, joined, level_best, ratios, suspect
 from ert.records.warning_codes import warn
 from ert.spec import curve_name
 
@@ -76,6 +76,11 @@ def weather_block(sentinels: Sequence[dict], stretches: Sequence[Stretch], point
                       "median": _round(statistics.median(v for _, v in values)),
                       "lowest": _round(min(v for _, v in values))}
               for level, values in series.items()}
+    for rec in sentinels:  # each level's best in earlier runs on this machine, where the run had it
+        earlier = rec.get("earlier_best_gbytes_per_s")
+        if isinstance(earlier, (int, float)) and earlier > 0 and rec.get("level") in levels:
+            entry = levels[rec["level"]]
+            entry["earlier_best_gbytes_per_s"] = max(entry.get("earlier_best_gbytes_per_s", 0.0), float(earlier))
     again = [p for p in points if p.get("remeasured_for") == "disturbed"]
     left = [p for p in points if suspect(p, stretches)]
     time_line = joined(stretches)
@@ -131,6 +136,34 @@ def disturbed_throughout(block: dict | None, rated: dict | None) -> tuple[float,
     return (best / value, value) if best < THROUGHOUT_SHARE * value else None
 
 
+def below_earlier(block: dict | None, threshold: float) -> dict[str, tuple[float, float]]:
+    """level -> (its best in this run as a share of its best in earlier runs on this machine, that best), for the
+    levels whose whole run read below it by more than the noise threshold: disturbed from start to end, as far
+    as the earlier runs show (``ert.measure.history``)."""
+    out = {}
+    for level, entry in ((block or {}).get("levels") or {}).items():
+        earlier, best = entry.get("earlier_best_gbytes_per_s"), entry.get("best_gbytes_per_s")
+        if earlier and best and is_disturbed(best / earlier, threshold):
+            out[level] = (best / earlier, earlier)
+    return out
+
+
+def flag_below_earlier(entries: list[dict], low: dict[str, tuple[float, float]]) -> list[dict]:
+    """Set ``disturbed: true`` on the memory levels whose sentinel read below its earlier runs' best all run (every
+    memory level where the L1's did: a co-tenant taking the core's time slows them all); the entries flagged."""
+    flagged = [e for e in entries if "level" in e and e.get("kind") is None and ("L1" in low or e["level"] in low)]
+    for entry in flagged:
+        entry["disturbed"] = True
+    return flagged
+
+
+def earlier_text(low: dict[str, tuple[float, float]]) -> str:
+    """``the L2 sentinel never read above 0.88 of its best in earlier runs here (451 GB/s)``, for each level."""
+    parts = [f"the {level} sentinel never read above {share:.2f} of its best in earlier runs here ({best:.4g} GB/s)"
+             for level, (share, best) in sorted(low.items())]
+    return "; ".join(parts)
+
+
 def flag_throughout(entries: list[dict]) -> list[dict]:
     """Set ``disturbed: true`` on every memory level a host disturbed throughout measured (its links and network
     levels are not the cores'), and on every compute peak below ``THROUGHOUT_SHARE`` of its rated value; the
@@ -172,23 +205,30 @@ def _seconds(x: float) -> str:
     return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
 
 
-def weather_warning(block: dict | None, stretches: Sequence[Stretch], flagged: Sequence[dict]) -> str | None:
-    """The one "act on it" warning of a disturbed run, or None when the host was calm enough."""
-    if block is None or not stretches:
+def weather_warning(block: dict | None, stretches: Sequence[Stretch], flagged: Sequence[dict],
+                    low: dict[str, tuple[float, float]] | None = None) -> str | None:
+    """The one "act on it" warning of a disturbed run, or None when the host was calm enough.  ``low``: the levels
+    whose whole run read below their earlier runs' best (``below_earlier``)."""
+    if block is None or not (stretches or low):
         return None
     total, disturbed = block["seconds"], block["disturbed_seconds"]
     readings = sum(len(s.sentinels) for s in stretches)
-    if not flagged and not (total > 0 and disturbed >= NOTABLE_SHARE * total and readings >= MIN_SENTINELS):
+    if not (flagged or low) and not (total > 0 and disturbed >= NOTABLE_SHARE * total and readings >= MIN_SENTINELS):
         return None
-    low = min(stretches, key=lambda s: s.low)
-    named = ", ".join(f"{s['start_s']:.1f}-{s['end_s']:.1f} s" for s in block["stretches"][:NAMED_STRETCHES])
-    more = len(block["stretches"]) - NAMED_STRETCHES
-    text = (f"the host was disturbed for {_seconds(disturbed)} of {_seconds(total)} s ({named}"
-            + (f" and {more} more" if more > 0 else "")
-            + f"; {low.low_level} sentinel down to {low.low:.2f} of its best): "
-            f"{block['points']['measured_again']} points measured again")
-    if block["points"]["suspect"]:
-        text += f", {block['points']['suspect']} left suspect"
+    parts = []
+    if stretches:
+        lowest = min(stretches, key=lambda s: s.low)
+        named = ", ".join(f"{s['start_s']:.1f}-{s['end_s']:.1f} s" for s in block["stretches"][:NAMED_STRETCHES])
+        more = len(block["stretches"]) - NAMED_STRETCHES
+        parts.append(f"the host was disturbed for {_seconds(disturbed)} of {_seconds(total)} s ({named}"
+                     + (f" and {more} more" if more > 0 else "")
+                     + f"; {lowest.low_level} sentinel down to {lowest.low:.2f} of its best): "
+                     f"{block['points']['measured_again']} points measured again"
+                     + (f", {block['points']['suspect']} left suspect" if block["points"]["suspect"] else ""))
+    if low:
+        parts.append(("and" if parts else "the host was disturbed") + f" throughout, as earlier runs here show: "
+                     + earlier_text(low))
+    text = "; ".join(parts)
     if flagged:
         text += f"; {', '.join(_name(e) for e in flagged)} {'was' if len(flagged) == 1 else 'were'} measured " \
                 f"while disturbed"

@@ -254,6 +254,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
         end = {"interrupted": interrupted, "measured": measured, "threads_per_rank": threads}
         if started:
             end["weather"] = sky.summary()
+            if not interrupted and comm.rank == 0:
+                sky.history.remember(sky.records)  # this run's bests, for the next run here to be held against
         if planner is not None:
             # An adaptive plan's size is known only once it is done.
             # Points only: re-measurements ("confirm" records) are counted apart.
@@ -356,7 +358,7 @@ def _weather(config: RunConfig, backend, comm, frame, points: list[Point], **clo
     """The sweep's weather (``ert.measure.weather``): a sentinel per cache level from the backend's cache hints;
     None when the config turns it off, the sweep has no bandwidth curve to take its kernel from, or no level
     has room for one."""
-    from ert.measure import faults, weather
+    from ert.measure import faults, history, weather
 
     settings = config.weather
     spec = weather.sentinel_spec(p.spec for p in points)
@@ -377,10 +379,17 @@ def _weather(config: RunConfig, backend, comm, frame, points: list[Point], **clo
         return None
     data = frame.data
     sensor = faults.unwrapped(backend)  # an injected fault (ERT_INJECT_FAULT) counts the sweep's points alone
-    return weather.Weather(probe=weather.Probe(sensor, comm, lambda n: _timed(sensor, comm, n)[0]),
-                           sentinels=sentinels, settings=settings, noise_threshold=config.timing.noise_threshold,
-                           ranks=comm.size, threads_per_rank=backend.threads, append=frame.append, share=comm.bcast,
-                           previous=getattr(data, "sentinels", []) if data is not None else [], **clocks)
+    device = str(backend.describe().get("device", ""))
+    store = history.History({s.level: history.level_key(backend=config.backend, device=device, ranks=comm.size,
+                                                        threads=backend.threads, level=s.level, wss_bytes=s.wss_bytes,
+                                                        spec=s.spec.key) for s in sentinels})
+    sky = weather.Weather(probe=weather.Probe(sensor, comm, lambda n: _timed(sensor, comm, n)[0]),
+                          sentinels=sentinels, settings=settings, noise_threshold=config.timing.noise_threshold,
+                          ranks=comm.size, threads_per_rank=backend.threads, append=frame.append, share=comm.bcast,
+                          previous=getattr(data, "sentinels", []) if data is not None else [],
+                          earlier=comm.bcast(store.earlier()), **clocks)
+    sky.history = store
+    return sky
 
 
 def _measure_point(point: Point, *, backend, comm, config: RunConfig, last_trials: dict, progress,

@@ -139,17 +139,20 @@ class Weather:
     record (rank 0), ``share(value)`` hands rank 0's value to every rank
     (``comm.bcast``), ``clock`` is monotonic seconds and ``wall`` unix time
     (what records carry).  ``previous`` are the sentinel records a resumed
-    run already holds (their ids are not reused).
+    run already holds (their ids are not reused); ``earlier`` each level's best
+    in earlier runs on this machine, written into its records.
     """
 
     def __init__(self, *, probe, sentinels: Sequence[Sentinel], settings: Settings, noise_threshold: float,
                  ranks: int, threads_per_rank: int, append: Callable[[dict], None], share=None,
-                 previous: Sequence[dict] = (), clock=time.monotonic, wall=time.time, sleep=time.sleep):
+                 previous: Sequence[dict] = (), clock=time.monotonic, wall=time.time, sleep=time.sleep,
+                 earlier: dict[str, float] | None = None):
         self.probe, self.sentinels, self.settings = probe, list(sentinels), settings
         self.threshold = noise_threshold
         self.ranks, self.threads = ranks, threads_per_rank
         self._append, self._share = append, share or (lambda v: v)
         self.records: list[dict] = list(previous)
+        self.earlier = dict(earlier or {})  # level -> its best in earlier runs here (ert.measure.history)
         numbers = [r["id"].rsplit("-", 1)[-1] for r in previous]
         self._next = 1 + max((int(n) for n in numbers if n.isdigit()), default=-1)
         self._clock, self._wall, self._sleep = clock, wall, sleep
@@ -190,7 +193,8 @@ class Weather:
             record = sentinel_record(index=self._next, level=s.level, spec=s.spec.to_dict(),
                                      wss_bytes=s.wss_bytes, elements_per_thread=s.elements_per_thread,
                                      ranks=self.ranks, threads_per_rank=self.threads, trials=self._trials[s.level],
-                                     samples=samples, valid=valid, after_point=after_point, now=self._wall())
+                                     samples=samples, valid=valid, after_point=after_point, now=self._wall(),
+                                     earlier_best=self.earlier.get(s.level))
             self._next += 1
             if 0 < min(samples) < SENTINEL_REGION_SECONDS / 2:
                 # Calibrated while other work stretched every region: longer regions from the next reading on

@@ -142,3 +142,22 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+
+
+def read_cache(path: Path) -> dict:
+    """A small JSON object ert keeps between runs (a probe's answer, the sentinels' history); {} where the file is
+    missing, unreadable or not an object: a cache is never an input."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def write_cache(path: Path, value: dict) -> None:
+    """Write a cache whole (``write_json_atomic``); a cache that cannot be written is left as it was."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(value, path)
+    except (OSError, ErtError):
+        pass

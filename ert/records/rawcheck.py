@@ -311,6 +311,7 @@ RECORDS: dict[str, dict[str, Key]] = {
         "level": req(TEXT),
         "time": req(NON_NEGATIVE),
         "after_point": opt(nullable(TEXT)),
+        "earlier_best_gbytes_per_s": opt(NON_NEGATIVE),
     },
 }
 # A re-measurement ("confirm") is a point record measured again, naming the point it repeats.

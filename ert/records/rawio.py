@@ -166,10 +166,12 @@ def confirm_record(*, measured: dict, point_id: str, again: int = 1) -> dict:
 
 def sentinel_record(*, index: int, level: str, spec: dict, wss_bytes: int, elements_per_thread: int, ranks: int,
                     threads_per_rank: int, trials: int, samples: list[float], valid: bool, after_point: str | None,
-                    now: float | None = None) -> dict:
+                    now: float | None = None, earlier_best: float | None = None) -> dict:
     """One raw.jsonl "sentinel" record: a reading of the short fixed kernel of one cache level between the sweep's
     points (ert.measure.weather); ``samples`` are its timed regions' seconds (the slowest rank's), ``after_point``
-    the id of the point measured just before (None: before the first). RAW.md describes every key."""
+    the id of the point measured just before (None: before the first), ``earlier_best`` the level's best rate in
+    earlier runs on this machine (``ert.measure.history``; None: none kept). RAW.md describes every key."""
+    extra = {} if earlier_best is None else {"earlier_best_gbytes_per_s": round(float(earlier_best), 4)}
     return shaped({
         "type": "sentinel",
         "id": f"sentinel-{int(index)}",
@@ -186,6 +188,7 @@ def sentinel_record(*, index: int, level: str, spec: dict, wss_bytes: int, eleme
         "valid": bool(valid),
         "time": time.time() if now is None else now,
         "after_point": after_point,
+        **extra,
     })
 
 
