@@ -192,11 +192,13 @@ def _report(runs: list[dict]) -> int:
             cache = key[0] != "DRAM"
             if not flagged and ratio < 0.95:
                 failures.append(f"run {k}: {' '.join(key)} at {ratio:.2f} of the median, not flagged")
-            elif cache and abs(ratio - 1) > 0.05 and not (flagged and r["named"]):
-                failures.append(f"run {k}: {' '.join(key)} at {ratio:.2f} of the median, its run names no stretch "
-                                "over it or does not flag it")
+            # Named: a stretch over the injected disturbance, or the run's own host-disturbed warning (the host's
+            # own weather: a stretch, or disturbed throughout as earlier runs here show).
+            elif cache and abs(ratio - 1) > 0.05 and not (flagged and (r["named"] or r["warned"])):
+                failures.append(f"run {k}: {' '.join(key)} at {ratio:.2f} of the median, its run names no "
+                                "disturbance or does not flag it")
         print(f"{' '.join(key):<30} {median:7.1f}   " + "  ".join(cells))
-    print("(* flagged: measured only while the host was disturbed)")
+    print("(* flagged: measured while the host was disturbed)")
     for k, r in enumerate(runs, 1):
         if r["disturbance"] and not (r["named"] and r["warned"]):
             failures.append(f"run {k} was disturbed and "
