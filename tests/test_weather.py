@@ -141,7 +141,7 @@ def test_a_host_that_stays_disturbed_leaves_its_suspect_points_within_the_budget
     assert not host.remeasured              # never calm again: nothing measured again
     assert not weather.calm()
     # It waited for the host to recover, but no longer than the re-measuring budget allows.
-    assert 0 < weather.remeasure_seconds <= 0.15 * host.now + 0.5 + 0.1
+    assert 0 < weather.remeasure_seconds <= Settings().remeasure_budget * host.now + 0.5 + 0.1
 
 
 def test_a_resumed_run_continues_the_sentinel_count():
@@ -254,7 +254,7 @@ def test_a_re_measurement_waits_for_a_calm_host_within_the_budget():
     weather.start()
     host.now = 1.2
     weather.read("p")                 # disturbed now
-    host.now = 10.0                   # ... after 10 s of sweep: 1.5 s of re-measuring budget
+    host.now = 10.0                   # ... after 10 s of sweep: 2.5 s of re-measuring budget
     host.slow = (1.0, 11.0)           # still disturbed until 11 s
     weather.wait_calm("p~again1")
     assert weather.calm() and 11.0 <= host.now <= 11.6   # it waited for the calm reading, no longer
@@ -262,4 +262,4 @@ def test_a_re_measurement_waits_for_a_calm_host_within_the_budget():
     weather.read("q")
     start = host.now
     weather.wait_calm("q~again1")     # never calm again: it gives up when the budget is spent
-    assert not weather.calm() and weather.remeasure_seconds <= 0.15 * host.now + 0.6 and host.now > start
+    assert not weather.calm() and weather.remeasure_seconds <= Settings().remeasure_budget * host.now + 0.6 and host.now > start

@@ -217,7 +217,7 @@ class WeatherOptions(_Strict):
     every_seconds: float = Field(0.75, gt=0, le=3600, description="a reading at most this often (sweep seconds)")
     budget: float = Field(0.10, gt=0, le=0.5, description="share of the sweep's time the readings may take")
     remeasure_budget: float = Field(
-        0.15, ge=0, le=0.5, description="share of the sweep's time measuring suspect points again may take")
+        0.25, ge=0, le=0.5, description="share of the sweep's time measuring suspect points again may take")
 
 
 class RunConfig(_Strict):
