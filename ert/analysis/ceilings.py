@@ -193,7 +193,7 @@ def build(raw: RawData) -> dict:
     else:
         flagged = flag_disturbed(memory + compute, {r["id"]: r for r in points}, stretches)
         low = below_earlier(weather, threshold)
-        flagged += [e for e in flag_below_earlier(memory, low) if e not in flagged]
+        flagged += [e for e in flag_below_earlier(memory, low) if all(e is not f for f in flagged)]
         disturbed = weather_warning(weather, stretches, flagged, low)
     if disturbed:
         warnings.insert(0, disturbed)
