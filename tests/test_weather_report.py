@@ -49,3 +49,11 @@ def test_ert_report_draws_the_weather_as_a_timeline_under_the_sweep():
     tables = _tables(doc, Report(doc))  # the page's tables: the flagged level marked, the weather's table
     assert re.search(r"<td>L1\*</td>", tables) and "measured while the host was disturbed" in tables
     assert "<h4>Host weather (sentinels between the points" in tables
+
+
+def test_a_flagged_compute_peak_is_named_once_as_a_peak():
+    from ert.consumers.report_sections import flagged_names
+
+    ceilings = {"memory": [], "compute": [{"precision": "fp64", "fma": True, "gflops_per_s": 40.0, "disturbed": True},
+                                          {"precision": "fp32", "fma": False, "gflops_per_s": 200.0}]}
+    assert flagged_names(ceilings) == ["fp64 FMA peak"]

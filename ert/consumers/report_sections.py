@@ -168,7 +168,7 @@ def _seconds(value: Any) -> str:
 def flagged_names(ceilings: dict) -> list[str]:
     """The ceilings measured while the host was disturbed (``disturbed: true``)."""
     return ([memory_name(e) for e in ceilings.get("memory", []) if isinstance(e, dict) and e.get("disturbed") is True]
-            + [f"{compute_name(e)} peak" for e in ceilings.get("compute", [])
+            + [compute_name(e) for e in ceilings.get("compute", [])
                if isinstance(e, dict) and e.get("disturbed") is True])
 
 
