@@ -64,8 +64,11 @@ def test_clear_curve_names_its_own_levels():
     assert not any("measured over" in w for w in warnings)
 
 
-def test_curve_with_similar_levels_is_measured_over_the_clearer_curves_ranges():
-    """Zen 4: read+write runs at nearly one speed in L1, L2 and L3; read-only separates them."""
+def test_curve_with_similar_levels_is_cut_at_the_cache_capacities():
+    """Zen 4: read+write runs at nearly one speed in L1, L2 and L3; read-only separates them.
+
+    The read+write fit makes one plateau across the caches; cut at the L1s' 64 KiB and the L2s' 2 MiB it gives
+    each cache its own level, none of which holds the working sets of the cache before it."""
     rw_levels = [(465.0, 64 << 10), (430.0, 2 << 20), (380.0, 48 << 20), (55.0, None)]
     points = sweep(RW, rw_levels, seed=1, noise=0.04) + sweep(RO, RO_LEVELS, seed=2)
     ceilings, warnings = memory_ceilings(points, ZEN4_CACHES, workers=2)
@@ -74,10 +77,10 @@ def test_curve_with_similar_levels_is_measured_over_the_clearer_curves_ranges():
     assert [c["level"] for c in rw] == [c["level"] for c in ro] == ["L1", "L2", "L3", "DRAM"]
     for c, (value, _) in zip(rw, rw_levels):
         assert 0.97 * value <= c["gbytes_per_s"] <= 1.12 * value, c  # a roof, with 4 % noise
-    for c_rw, c_ro in zip(rw, ro):
-        assert c_rw["wss_bytes"][0] >= c_ro["wss_bytes"][0] and c_rw["wss_bytes"][1] <= c_ro["wss_bytes"][1]
-        assert "read-only" in c_rw["basis"]
-    assert any("fp64 read+write: its own curve separates fewer levels" in w for w in warnings)
+    assert rw[0]["wss_bytes"][1] <= 64 << 10 < rw[1]["wss_bytes"][0]
+    assert rw[1]["wss_bytes"][1] <= 2 << 20 < rw[2]["wss_bytes"][0]
+    assert any(w.code == "level-cut" and w.startswith("fp64 read+write: one plateau of the fit") for w in warnings)
+    assert not any(w.code == "level-cut" for w in warnings if w.startswith("fp64 read-only"))
 
 
 def test_invalid_points_are_never_used():
@@ -149,7 +152,8 @@ def test_best_launch_per_working_set_is_used_and_others_kept_as_evidence():
     assert len(kept) == len(curve)
     assert all(r["launch"]["global"] == 2048 for r in kept)
     assert sum(not r["valid"] for r in best) == 1  # invalid records stay, to be counted and reported
-    levels, _ = memory_ceilings(best, ZEN4_CACHES, workers=1)
+    # One cache, as the curve has (ZEN4_CACHES' L2 and L3 would cut its memory plateau at their capacities).
+    levels, _ = memory_ceilings(best, [CacheInfo(1, "Data", 64 << 10, 1)], workers=1)
     assert [lvl["gbytes_per_s"] for lvl in levels] == [pytest.approx(400.0, rel=0.05), pytest.approx(50.0, rel=0.05)]
 
 

@@ -258,7 +258,8 @@ def test_pure_staircase_without_artefacts_has_no_notes():
 def test_a_sweep_whose_l1_points_read_like_l2_names_no_l1():
     # Seen on the Zen 4 guest (2 ranks, configs/tiny.yaml, read-only): the points inside L1's 64 KiB read
     # at L2's rate for one run, so the curve held one plateau from 32 KiB to the sweep's end at 1 MiB.
-    # Named by order it became "L1" with L2's roof; it is L2, and no L1 roof is claimed.
+    # Named by order it became "L1" with L2's roof; it is L2 (from past the L1s' capacity), and no L1 roof is
+    # claimed.
     caches = [CacheInfo(1, "Data", 32 * KiB, 1), CacheInfo(2, "Unified", 1 * MiB, 1),
               CacheInfo(3, "Unified", 32 * MiB, 2)]
     wss = np.array([16, 32, 64, 128, 256, 512, 1024]) * KiB
@@ -266,7 +267,11 @@ def test_a_sweep_whose_l1_points_read_like_l2_names_no_l1():
     names, values, _, warnings = levels_of(wss, gbps, caches, 2)
     assert names == ["L2"]
     assert values[0] == pytest.approx(236.0, rel=0.02)
-    assert any("no plateau of L1's own" in w for w in warnings)
+    # The plateau ran across the L1s' 64 KiB: cut there, its L1 piece reads no faster than L2 and is no L1 roof.
+    assert any(w.code == "level-cut" and "left out, as they read no faster" in w and "232 GB/s at 16 KiB - 64 KiB" in w
+               for w in warnings)
+    assert any("no separate plateau for L1" in w for w in warnings)
+    assert any("3 below L2, in a cache with no level of its own (16 KiB - 64 KiB)" in w for w in warnings)
     # The same sweep with L1's own points at L1's rate keeps both levels.
     gbps[:3] = [421.0, 425.0, 430.0]
     names, values, _, warnings = levels_of(wss, gbps, caches, 2)

@@ -119,10 +119,10 @@ def test_warnings_are_one_line_each_under_counted_groups(docs):
         group = next(g for g, title in GROUPS.items() if heading.strip().startswith(title))
         count = sum(1 for w in coded if w.group == group)
         assert heading.strip().startswith(f"{GROUPS[group]} ({count}")
-        if count > GROUP_LINES:
-            assert f"{GROUP_LINES} shown, {count - GROUP_LINES} more with --verbose" in heading
+        if count > GROUP_LINES[group]:
+            assert f"{GROUP_LINES[group]} shown, {count - GROUP_LINES[group]} more with --verbose" in heading
     bullets = [line for line in section if line.startswith("  - ")]
-    assert len(bullets) == sum(min(GROUP_LINES, sum(1 for w in coded if w.group == g)) for g in GROUPS)
+    assert len(bullets) == sum(min(GROUP_LINES[g], sum(1 for w in coded if w.group == g)) for g in GROUPS)
     assert all(len(line) <= WIDTH for line in bullets)
     # What to act on comes first, and the busy machine is in it.
     assert headings[0].strip().startswith("act on it") and "busy machine" in section[2]

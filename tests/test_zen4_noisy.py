@@ -5,7 +5,9 @@ A 2-vCPU guest on an AMD EPYC Zen 4 (L1d 32 KiB and L2 1 MiB per core, one
 read+write "DRAM" at 306 GB/s, borrowed over a range that began inside the
 L3; fp64 read+write L1 444 below its L2 449, its own confirmed rate 359), a
 run disturbed throughout (every memory level about 10 % low), and two quiet
-runs.  The README beside them has the numbers as ert wrote them then.
+runs, and a bare run of a busier hour whose read+write curves the fit did not split between L1 and L2
+(l1-unseparated: its fp64 read+write "L2" ran from 16 KiB, and the fp64 read-only curve, borrowing that
+range, held L1 points at 1.8 x its L2 roof).  The README beside them has the numbers as ert wrote them then.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ import pytest
 from ert.analysis.ceilings import build
 from ert.records.rawio import read_raw
 from ert.records.warning_codes import coded_warnings
+from ert.spec import rates
 
 DATA = Path(__file__).parent / "data" / "zen4-noisy"
 MIB = 1 << 20
 L3 = 32 * MIB  # one L3 shared by both threads: its aggregate capacity for the run
 THRESHOLD = 0.10  # the runs' noise threshold (the default config's)
-RUNS = ["newcomer-first-run", "disturbed-run", "quiet-a", "quiet-b"]
+RUNS = ["newcomer-first-run", "disturbed-run", "quiet-a", "quiet-b", "l1-unseparated"]
+# Aggregate capacity of the cache before each cache level, for the run's two threads (L1d 32 KiB and L2 1 MiB
+# per core): no level holds the working sets of the cache before it.
+BEFORE = {"L2": 64 << 10, "L3": 2 * MIB}
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +111,27 @@ def test_the_quiet_runs_have_no_level_that_cannot_be(docs, run):
     # Every cache roof as the quiet runs read it then, within 3 % (README: 461 / 434-447 / 368 read+write).
     assert roofs[("fp64", "rw", "L2")] == pytest.approx(441, rel=0.03)
     assert roofs[("fp64", "ro", "L3")] == pytest.approx(194, rel=0.03)
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_no_level_holds_the_working_sets_of_the_cache_before_it(docs, run):
+    doc, points = docs[run]
+    for c in _memory(doc):
+        if c["level"] in BEFORE:
+            assert c["wss_bytes"][0] > BEFORE[c["level"]], c
+            assert all(points[i]["wss_bytes"] > BEFORE[c["level"]] for i in c["evidence"]["point_ids"]), c
+
+
+def test_a_plateau_across_l1_and_l2_is_cut_at_the_l1_capacity(docs):
+    doc, points = docs["l1-unseparated"]
+    roofs = {(c["precision"], c["access"], c["level"]): c for c in _memory(doc)}
+    # The fit gave fp64 read+write one plateau from 16 KiB to 1.36 MiB (438 GB/s); cut at the L1s' 64 KiB it is
+    # an L1 (463 GB/s) and an L2 from 96 KiB, and a warning says so.
+    assert {"L1", "L2", "L3", "DRAM"} <= {level for (p, a, level) in roofs if (p, a) == ("fp64", "rw")}
+    assert _warned(doc, "level-cut", "fp64 read+write", "capacity of L1 (64 KiB)")
+    # fp64 read-only has its own L1 (about 420 GB/s) and an L2 near 231 GB/s that holds no L1 point: no point of
+    # a cache level it holds reads above 1.1 x its roof (it held L1 points at 1.8 x before).
+    assert roofs[("fp64", "ro", "L1")]["gbytes_per_s"] > 1.5 * roofs[("fp64", "ro", "L2")]["gbytes_per_s"]
+    for c in _memory(doc):
+        if c["level"] in BEFORE and c["precision"] == "fp64" and c["access"] == "ro":
+            assert max(rates(points[i]).gbytes_per_s for i in c["evidence"]["point_ids"]) < 1.1 * c["gbytes_per_s"], c

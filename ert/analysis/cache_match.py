@@ -90,9 +90,11 @@ def match_caches(plateaus: list[Plateau], hints: list[CacheHint]) -> list[CacheM
             basis = f"follows the break at {fmt_bytes(left)} past the largest cache ({hints[largest].describe()})"
             matches.append(CacheMatch(MEMORY, basis, None, right))
             continue
+        # The smallest cache the whole plateau fits in: a plateau never belongs to a cache after it.
+        fits = next((i for i, h in enumerate(hints) if plateau.wss_bytes[1] <= h.capacity_bytes), largest)
         if right is not None:
             nearest = min(range(len(hints)), key=lambda j: abs(math.log(right / hints[j].capacity_bytes)))
-            j = max(nearest, previous, floor)
+            j = max(min(max(nearest, floor), fits), previous)
             hint = hints[j]
             off = _ratio(right, hint.capacity_bytes)
             warning = None
@@ -119,7 +121,7 @@ def match_caches(plateaus: list[Plateau], hints: list[CacheHint]) -> list[CacheM
             matches.append(CacheMatch(MEMORY, f"lies mostly beyond the largest cache ({hints[largest].describe()})",
                                   None, None))
             continue
-        j = min(max(previous + 1, floor), len(hints) - 1)
+        j = max(min(max(previous + 1, floor), len(hints) - 1, fits), previous)
         # Named by where it lies, never below the order: a plateau that starts inside a cache but lies mostly
         # past it is the next cache's, whose rate it has (the first cache's own points read slow, as on a busy
         # host, so that no plateau of its own formed).  Its (log) middle picks the cache.
@@ -127,8 +129,8 @@ def match_caches(plateaus: list[Plateau], hints: list[CacheHint]) -> list[CacheM
         inside = [i for i in range(len(hints)) if hints[i].capacity_bytes >= middle]
         by_extent = min(inside, key=lambda i: hints[i].capacity_bytes) if inside else largest
         skipped = None
-        if by_extent > j and lo < hints[j].capacity_bytes:
-            skipped = hints[j]
+        if by_extent > j:  # a plateau wholly past cache j is never that cache's (the naming reports j unseen)
+            skipped = hints[j] if lo < hints[j].capacity_bytes else None
             j = by_extent
         if hi <= cap_max:
             basis = f"sweep ended at {fmt_bytes(hi)}, within {hints[j].describe()}"

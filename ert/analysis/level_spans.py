@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -121,3 +122,50 @@ def split_ramp(curve: Curve, plateau: Plateau, *, min_points: int = 3) -> tuple[
         return plateau, None
     rest, ramp = idx[n_ramp:], idx[:n_ramp]
     return (curve.level(rest, min_points=1, value=np.median), curve.level(ramp, min_points=1, value=np.median))
+
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A plateau cut at cache capacities (``split_at_capacities``): the whole, the pieces kept, the slow ones left out."""
+
+    whole: Plateau
+    kept: tuple[Plateau, ...]
+    slow: tuple[Plateau, ...]  # pieces inside a capacity that read no faster than the piece after them
+    short: int  # points in pieces too short for a level
+
+
+def split_at_capacities(plateaus: Sequence[Plateau], capacities: Sequence[float], curve: Curve, *,
+                        min_points: int = 3) -> tuple[list[Plateau], list[Cut]]:
+    """Plateaus cut where they cross a cache's aggregate capacity: (the plateaus, what was cut).
+
+    A working set that fits in a cache is that cache's, whatever the level after it streams at: a plateau that
+    runs across a capacity (a read+write curve whose L1 and L2 rates the fit could not tell apart on a shared
+    host, or a busy stretch that blurred L2 into L3) holds two levels' working sets.  Each piece keeps the
+    points on its side (working sets up to the capacity, then above it) and is valued as the fit values a
+    plateau (the median of its clean points).  Left out: a piece of fewer than ``min_points`` points (a
+    transition), and a piece inside a capacity that reads no faster than the piece after it (no cache streams
+    slower than the one after it: its points read like the next level's, a busy host or a kernel that does not
+    reach the cache's rate at those sizes, and are no roof for it).  A plateau with no piece that long is kept
+    whole.
+    """
+    cuts = sorted(float(c) for c in capacities)
+    out: list[Plateau] = []
+    done: list[Cut] = []
+    for p in plateaus:
+        inside = [c for c in cuts if p.wss_bytes[0] <= c < p.wss_bytes[1]]
+        if not inside:
+            out.append(p)
+            continue
+        idx = np.array(p.indices, dtype=int)
+        edges = [-np.inf, *inside, np.inf]
+        parts = [idx[(curve.wss[idx] > lo) & (curve.wss[idx] <= hi)] for lo, hi in zip(edges, edges[1:])]
+        pieces = [curve.level(part, min_points=1, value=np.median) for part in parts if part.size >= min_points]
+        if not pieces:
+            out.append(p)
+            continue
+        slow = [a for a, b in zip(pieces, pieces[1:]) if a.gbytes_per_s <= b.gbytes_per_s]
+        kept = [piece for piece in pieces if piece not in slow]
+        out.extend(kept)
+        done.append(Cut(p, tuple(kept), tuple(slow), p.n_points - sum(piece.n_points for piece in pieces)))
+    return out, done

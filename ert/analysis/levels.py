@@ -3,6 +3,13 @@
 The plateau fit finds every flat stretch of a curve; not every one is a
 memory level.  The rules, applied in this order (docs/method.md states them too):
 
+0. Cut (ert.analysis.level_spans.split_at_capacities): a plateau that runs
+   across the aggregate capacity of a cache other than the last is cut there
+   (pieces of fewer than 3 points are left out as transition): a working set
+   that fits in a cache is that cache's, so no level holds the working sets
+   of the cache before it, however alike their rates.  A piece inside a
+   capacity that reads no faster than the piece after it is left out too: no
+   roof for its cache (its points read like the next level's).
 1. Match (ert.analysis.cache_match): each plateau is matched to the cache whose aggregate capacity lies
    nearest (in log) to the break after it, never to a cache below one matched
    before.  A break within 1.5x of a cache's capacity is that cache's
@@ -50,7 +57,7 @@ from ert.hardware.hwinfo import CacheInfo
 from ert.units import human_bytes as fmt_bytes
 from ert.records.warning_codes import relabel, warn
 from ert.analysis.cache_match import BOUNDARY_FACTOR, MEMORY, CacheHint, CacheMatch, cache_hints, match_caches
-from ert.analysis.level_spans import cover_to_end, merge_plateaus, points_before, split_ramp
+from ert.analysis.level_spans import Cut, cover_to_end, merge_plateaus, points_before, split_at_capacities, split_ramp
 from ert.analysis.plateaus import Curve, Plateau, local_noise
 
 # Rule 2: an extra level the hints do not list needs a plateau at least this
@@ -212,6 +219,12 @@ def name_levels(
         levels, positional = _positional(plateaus, memory_name)
         return levels, positional + _rises(levels)
 
+    cut_warnings: list[str] = []
+    if wss_bytes is not None and gbytes_per_s is not None and len(hints) > 1:
+        # Rule 0: a level never holds the working sets of the cache before it.
+        plateaus, cut = split_at_capacities(plateaus, [h.capacity_bytes for h in hints[:-1]],
+                                            Curve.of(wss_bytes, gbytes_per_s, noisy))
+        cut_warnings = [_cut_warning(c, hints[:-1]) for c in cut]
     matches = match_caches(plateaus, hints)
     groups: list[list[int]] = []  # runs of neighbouring plateaus matched to one cache
     for k, m in enumerate(matches):
@@ -257,7 +270,7 @@ def name_levels(
         if closing is not None and d.cache != MEMORY:
             warnings.append(relabel(closing, closing.replace("{memory_name}", memory_name)))
         warnings.extend(level_warnings)
-    warnings = _rises(levels) + warnings
+    warnings = _rises(levels) + cut_warnings + warnings
 
     # Cache levels between named ones that no level ends at.
     named = sorted({d.cache for d in drafts if d.cache != MEMORY})
@@ -278,6 +291,21 @@ def name_levels(
                             f"{len(doubles)} plateaus map to {raw}: named {', '.join(n for n, _ in doubles)} "
                             f"(a level the cache hints do not list; {evidence})"))
     return levels, warnings
+
+
+def _cut_warning(cut: Cut, hints: list[CacheHint]) -> str:
+    whole = cut.whole
+    crossed = " and ".join(f"L{h.level} ({fmt_bytes(h.capacity_bytes)})" for h in hints
+                           if whole.wss_bytes[0] <= h.capacity_bytes < whole.wss_bytes[1])
+    text = (f"one plateau of the fit ({_describe(whole)}) runs across the capacity of {crossed}, and a working set "
+            f"that fits in a cache is that cache's: cut there into {', '.join(_describe(p) for p in cut.kept)}")
+    if cut.slow:
+        text += (f"; left out, as they read no faster than the working sets past them (no roof for their cache: a "
+                 f"busy host, or a kernel that does not reach the cache's rate there; measure again): "
+                 f"{', '.join(_describe(p) for p in cut.slow)}")
+    if cut.short:
+        text += f"; {cut.short} point(s) too few for a level of their own left out as transition"
+    return warn("level-cut", text)
 
 
 def _build_level(d: _Draft, name: str, plateaus: list[Plateau], matches: list[CacheMatch], hints: list[CacheHint], *,

@@ -289,8 +289,10 @@ def unassigned_points(named: list[NamedLevel], wss_bytes: Sequence[int], gbytes_
         i = int(i)
         if i in held or not (np.isfinite(bw[i]) and bw[i] > 0):
             continue
-        if i in ramp or (spans and wss[i] < spans[0][0][0]):
+        if i in ramp or (spans and wss[i] < spans[0][0][0] and spans[0][1] == "L1"):
             why = f"overhead ramp below {spans[0][1]}" if spans else "ramp"
+        elif spans and wss[i] < spans[0][0][0]:
+            why = f"below {spans[0][1]}, in a cache with no level of its own"
         else:
             before = [name for (lo, hi), name in spans if hi < wss[i]]
             after = [name for (lo, hi), name in spans if lo > wss[i]]

@@ -66,6 +66,7 @@ CODES = {
     "levels-borrowed": "bookkeeping",   # a curve measured over another curve's level ranges
     "merged-plateaus": "bookkeeping",   # several plateaus with no cache boundary, one level
     "split-level": "bookkeeping",   # two plateaus map to one cache: L2 and L2b
+    "level-cut": "bookkeeping",     # a plateau across a cache's capacity, cut there into two levels
     "regimes": "bookkeeping",       # several regimes inside one cache
     "memory-transition": "bookkeeping",  # the last cache's transition, left out of the memory level
     "lone-size": "bookkeeping",     # a transfer level whose largest size has no neighbour

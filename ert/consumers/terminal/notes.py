@@ -10,7 +10,7 @@ from ert.consumers.report_model import derivations as model_derivations
 from ert.records.warning_codes import CODES
 
 # A group of warnings shows this many lines on the screen; the rest are counted.
-GROUP_LINES = 5
+GROUP_LINES = {"act": 5, "machine": 5, "bookkeeping": 3}  # lines a group shows by default; the rest are counted
 # A clause shared by several derivations is a footnote of its own from this length on (shorter ones repeat).
 SHARED_CLAUSE_CHARS = 40
 
@@ -135,7 +135,8 @@ def warnings_section(report: Report, notes: Notes, *, verbose: bool, width: int)
 
     Codes and groups come from the file (the report model's ``warnings``).  The default is a
     screen: one clipped line each, derivations as their footnote numbers, at
-    most GROUP_LINES a group; ``verbose`` prints every warning whole.
+    most GROUP_LINES[group] a group (bookkeeping, read when a number looks odd, fewest); ``verbose`` prints
+    every warning whole.
     """
     if not report.warning_count:
         return []
@@ -143,8 +144,9 @@ def warnings_section(report: Report, notes: Notes, *, verbose: bool, width: int)
              + ("" if verbose else ", one line each (ert show --verbose RUN: in full)")]
     for group in report.warnings:
         mine, heading = list(group.warnings), group.heading
-        more = 0 if verbose else max(0, len(mine) - GROUP_LINES)
-        lines.append(f" {heading} ({len(mine)}" + (f"; {GROUP_LINES} shown, {more} more with --verbose)" if more
+        shown = GROUP_LINES.get(group.group, 5)
+        more = 0 if verbose else max(0, len(mine) - shown)
+        lines.append(f" {heading} ({len(mine)}" + (f"; {shown} shown, {more} more with --verbose)" if more
                                                     else ")"))
         if verbose:
             for w in mine:
@@ -155,7 +157,7 @@ def warnings_section(report: Report, notes: Notes, *, verbose: bool, width: int)
             continue
         # One line each: whitespace (a multi-line warning's too) made single spaces, derivations their numbers.
         lines += [clip(f"  - {' '.join(notes.shorten(w.text).split())}", width)
-                  for w in _by_kind(mine)[:GROUP_LINES]]
+                  for w in _by_kind(mine)[:shown]]
     return lines
 
 
