@@ -3,10 +3,10 @@ below its earlier runs' best all run is named and its ceilings flagged."""
 
 from __future__ import annotations
 
-from test_analysis_weather import _run, _sentinels, _timed_sweep
+from test_analysis_weather import _run, _sentinels, _timed_sweep, validate
 from test_weather_rule import sentinel
 
-from ert.measure.history import History, level_key
+from ert.measure.history import History, level_key, memory_key
 
 
 def _key(level: str) -> str:
@@ -65,3 +65,49 @@ def test_the_earlier_best_goes_into_every_sentinel_record_of_its_level():
     l1 = [r for r in host.written if r["level"] == "L1"]
     assert len(l1) == 2 and all(r["earlier_best_gbytes_per_s"] == 512.5 for r in l1)
     assert all("earlier_best_gbytes_per_s" not in r for r in host.written if r["level"] == "L2")
+
+
+def _memory_key(curve: str) -> str:
+    return memory_key(backend="numba-cpu", device="AMD EPYC (2 threads)", ranks=1, threads=2, curve=curve)
+
+
+def test_a_curves_memory_roof_keeps_its_best_over_runs(tmp_path):
+    path = tmp_path / "cache" / "sentinels.json"
+    keys = {"fp64-rw": _memory_key("fp64-rw"), "fp32-rw": _memory_key("fp32-rw")}
+    assert History({}, path, memory_keys=keys).earlier_memory() == {}
+    History({}, path, memory_keys=keys).remember_memory({"fp64-rw": 61.6, "fp32-rw": 0.0, "fp64-ro": 40.0})
+    assert History({}, path, memory_keys=keys).earlier_memory() == {"fp64-rw": 61.6}  # no zero, no unkeyed curve
+    History({}, path, memory_keys=keys).remember_memory({"fp64-rw": 28.7})  # a slower run keeps the best
+    assert History({}, path, memory_keys=keys).earlier_memory() == {"fp64-rw": 61.6}
+    # The sentinels' history and the memory's share the file and never mix.
+    assert History({"L1": _key("L1")}, path).earlier() == {}
+    assert History({}, path, memory_keys={"fp64-rw": _memory_key("fp64-rw") + "-other"}).earlier_memory() == {}
+
+
+def _with_memory_history(points, sentinels, best: float) -> dict:
+    raw = _run(points, sentinels)  # the same run, then with an end record that carries the earlier best
+    from ert.analysis.ceilings import build
+    from ert.records.rawio import RawData
+
+    header = {"metadata": {"threads_per_rank": 2, "ranks": 1, "config": {"timing": {"noise_threshold": 0.10}},
+                           "caches_reported": raw["metadata"]["caches_reported"]}}
+    ends = [{"interrupted": False, "measured": len(points), "weather": {"memory_earlier": {"fp64-ro": best}}}]
+    return build(RawData(path=None, header=header, points=points, ends=ends, confirms=[], sentinels=sentinels))
+
+
+def test_a_memory_roof_below_its_earlier_best_is_flagged_and_named():
+    points = _timed_sweep()
+    calm = _run(points, _sentinels(len(points)))
+    (dram,) = [c for c in calm["ceilings"]["memory"] if c["level"] == "DRAM"]
+    assert "disturbed" not in dram and not any(w.startswith("the host") for w in calm["warnings"])
+    doc = _with_memory_history(points, _sentinels(len(points)), best=2 * dram["gbytes_per_s"])
+    validate(doc)
+    assert doc["weather"]["memory"] == {"fp64-ro": {"earlier_best_gbytes_per_s": round(2 * dram["gbytes_per_s"], 4)}}
+    flagged = [c for c in doc["ceilings"]["memory"] if c.get("disturbed")]
+    assert [c["level"] for c in flagged] == ["DRAM"]  # the caches' sentinels read calm: only the memory is named
+    (warning,) = [w for w in doc["warnings"] if w.code == "host-disturbed"]
+    assert f"the fp64 read-only DRAM roof is 0.50 of its best in earlier runs here ({2 * dram['gbytes_per_s']:.4g} " \
+           f"GB/s)" in warning and "fp64 read-only DRAM was measured while disturbed" in warning
+    within = _with_memory_history(points, _sentinels(len(points)), best=1.05 * dram["gbytes_per_s"])  # noise
+    assert not any(c.get("disturbed") for c in within["ceilings"]["memory"])
+    assert not any(w.code == "host-disturbed" for w in within["warnings"])

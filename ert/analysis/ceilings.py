@@ -11,6 +11,7 @@ from ert.analysis.memory import PRECISION_ORDER, caches_by_access, memory_ceilin
 from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.transfers import transfer_ceilings
 from ert.analysis.weather import (below_earlier, disturbed_throughout, flag_below_earlier, flag_disturbed,
+                                  memory_below_earlier, memory_earlier,
                                   flag_throughout, stretches_of, throughout_warning, weather_block, weather_warning)
 from ert.records.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
@@ -186,7 +187,7 @@ def build(raw: RawData) -> dict:
     # skipped precisions, shared cores or devices, with the codes they were raised with.
     warnings += with_codes(meta.get("rank_warnings", []), meta.get("rank_warning_codes"))
 
-    weather = weather_block(sentinels, stretches, points, raw.confirms, threshold)
+    weather = weather_block(sentinels, stretches, points, raw.confirms, threshold, memory_earlier(raw.ends))
     whole = disturbed_throughout(weather, scaled_rated(meta, threads_per_rank=own))
     if whole:
         disturbed = throughout_warning(*whole, flag_throughout(memory + compute))
@@ -194,7 +195,11 @@ def build(raw: RawData) -> dict:
         flagged = flag_disturbed(memory + compute, {r["id"]: r for r in points}, stretches)
         low = below_earlier(weather, threshold)
         flagged += [e for e in flag_below_earlier(memory, low) if all(e is not f for f in flagged)]
-        disturbed = weather_warning(weather, stretches, flagged, low)
+        low_memory = memory_below_earlier(weather, memory, threshold)
+        for entry, _, _ in low_memory:
+            entry["disturbed"] = True
+        flagged += [e for e, _, _ in low_memory if all(e is not f for f in flagged)]
+        disturbed = weather_warning(weather, stretches, flagged, low, low_memory)
     if disturbed:
         warnings.insert(0, disturbed)
 

@@ -14,6 +14,9 @@ points ("sentinel" records); the disturbed stretches are the shared rule's
 * ``weather`` in ceilings.json: each level's sentinel series (seconds into
   the run, share of its best) and summary, the stretches, how long the host
   was disturbed, and the points measured again or left suspect;
+* the memory has no sentinel: a memory roof below its curve's best in
+  earlier runs here by more than the noise threshold (``ert.measure.history``;
+  the run's end record carries that best) is flagged too, and named;
 * a run disturbed for ``NOTABLE_SHARE`` of its time or more (on
   ``MIN_SENTINELS`` disturbed readings or more), or with a ceiling measured
   while disturbed, gets one "act on it" warning (``host-disturbed``)
@@ -62,8 +65,10 @@ def _round(x: float, digits: int = 3) -> float:
 
 
 def weather_block(sentinels: Sequence[dict], stretches: Sequence[Stretch], points: Sequence[dict],
-                  confirms: Sequence[dict], threshold: float) -> dict | None:
-    """ceilings.json's ``weather`` (schema 1.11), None for a run without sentinels (docs/ceiling-json.md)."""
+                  confirms: Sequence[dict], threshold: float, memory_earlier: dict[str, float] | None = None,
+                  ) -> dict | None:
+    """ceilings.json's ``weather`` (schema 1.11; ``memory`` since 1.13: each curve's best memory roof in earlier
+    runs here, ``memory_earlier``), None for a run without sentinels (docs/ceiling-json.md)."""
     span = run_span(sentinels, points, confirms)
     if not sentinels or span is None:
         return None
@@ -84,7 +89,7 @@ def weather_block(sentinels: Sequence[dict], stretches: Sequence[Stretch], point
     again = [p for p in points if p.get("remeasured_for") == "disturbed"]
     left = [p for p in points if suspect(p, stretches)]
     time_line = joined(stretches)
-    return {
+    block = {
         "noise_threshold": threshold,
         "start_time": _round(start, 3),
         "seconds": _round(end - start, 2),
@@ -97,6 +102,52 @@ def weather_block(sentinels: Sequence[dict], stretches: Sequence[Stretch], point
                       for s in time_line],
         "points": {"measured_again": len(again), "suspect": len(left)},
     }
+    if memory_earlier:
+        block["memory"] = {curve: {"earlier_best_gbytes_per_s": _round(v, 4)} for curve, v in memory_earlier.items()}
+    return block
+
+
+def _is_memory(entry: dict) -> bool:
+    """A memory level's entry (DRAM, HBM): not a cache (L2, L2b), a link or the network."""
+    level = str(entry.get("level", ""))
+    return "level" in entry and entry.get("kind") is None and not (level[:1] == "L" and level[1:2].isdigit())
+
+
+def memory_roofs(doc: dict) -> dict[str, float]:
+    """curve ("fp64-rw") -> its memory roof among ``doc``'s top-level ceilings (what ``ert.measure.history``
+    keeps for the next run)."""
+    return {f"{e['precision']}-{e['access']}": float(e["gbytes_per_s"])
+            for e in (doc.get("ceilings") or {}).get("memory", []) if _is_memory(e) and e.get("gbytes_per_s")}
+
+
+def memory_earlier(ends: Sequence[dict]) -> dict[str, float]:
+    """Each curve's best memory roof in earlier runs here, from the run's end records (the best of them)."""
+    out: dict[str, float] = {}
+    for end in ends:
+        for curve, value in (((end.get("weather") or {}).get("memory_earlier")) or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                out[str(curve)] = max(out.get(str(curve), 0.0), float(value))
+    return out
+
+
+def memory_below_earlier(block: dict | None, entries: list[dict], threshold: float) -> list[tuple[dict, float, float]]:
+    """(entry, its roof as a share of its curve's best in earlier runs, that best) for each memory roof below that
+    best by more than the noise threshold: the host's memory traffic (other tenants' streams), which no sentinel
+    reads."""
+    earlier = (block or {}).get("memory") or {}
+    out = []
+    for entry in entries:
+        best = (earlier.get(f"{entry.get('precision')}-{entry.get('access')}") or {}).get("earlier_best_gbytes_per_s")
+        if _is_memory(entry) and best and entry.get("gbytes_per_s") and \
+                is_disturbed(entry["gbytes_per_s"] / best, threshold):
+            out.append((entry, entry["gbytes_per_s"] / best, best))
+    return out
+
+
+def memory_text(low: Sequence[tuple[dict, float, float]]) -> str:
+    """``the fp64 read+write DRAM roof is 0.55 of its best in earlier runs here (96.7 GB/s)``, for each."""
+    return "; ".join(f"the {_name(e)} roof is {share:.2f} of its best in earlier runs here ({best:.4g} GB/s)"
+                     for e, share, best in low)
 
 
 def flag_disturbed(entries: list[dict], points_by_id: dict[str, dict], stretches: Sequence[Stretch]) -> list[dict]:
@@ -206,14 +257,16 @@ def _seconds(x: float) -> str:
 
 
 def weather_warning(block: dict | None, stretches: Sequence[Stretch], flagged: Sequence[dict],
-                    low: dict[str, tuple[float, float]] | None = None) -> str | None:
+                    low: dict[str, tuple[float, float]] | None = None,
+                    low_memory: Sequence[tuple[dict, float, float]] = ()) -> str | None:
     """The one "act on it" warning of a disturbed run, or None when the host was calm enough.  ``low``: the levels
-    whose whole run read below their earlier runs' best (``below_earlier``)."""
-    if block is None or not (stretches or low):
+    whose whole run read below their earlier runs' best (``below_earlier``); ``low_memory``: the memory roofs
+    below theirs (``memory_below_earlier``)."""
+    if block is None or not (stretches or low or low_memory):
         return None
     total, disturbed = block["seconds"], block["disturbed_seconds"]
     readings = sum(len(s.sentinels) for s in stretches)
-    if not (flagged or low) and not (total > 0 and disturbed >= NOTABLE_SHARE * total and readings >= MIN_SENTINELS):
+    if not (flagged or low or low_memory) and not (total > 0 and disturbed >= NOTABLE_SHARE * total and readings >= MIN_SENTINELS):
         return None
     parts = []
     if stretches:
@@ -228,6 +281,9 @@ def weather_warning(block: dict | None, stretches: Sequence[Stretch], flagged: S
     if low:
         parts.append(("and" if parts else "the host was disturbed") + f" throughout, as earlier runs here show: "
                      + earlier_text(low))
+    if low_memory:
+        parts.append(("and" if parts else "the host's memory was busy") + " (other tenants' streams, which no "
+                     "sentinel reads): " + memory_text(low_memory))
     text = "; ".join(parts)
     if flagged:
         text += f"; {', '.join(_name(e) for e in flagged)} {'was' if len(flagged) == 1 else 'were'} measured " \

@@ -413,6 +413,7 @@ def _measure(cfg, points, log, backend, *, comm, quiet: bool):
 def _analyze_and_report(run_dir: Path, result, *, comm, verbose: bool = False) -> int:
     """Rank 0: ceilings.json from raw.jsonl, the report on stdout; 130 (and a resume hint) if interrupted."""
     from ert.analysis.ceilings import build
+    from ert.analysis.weather import memory_roofs
     from ert.records.ceilings_io import write_ceilings
     from ert.consumers.terminal.report import format_ceilings
     from ert.records.files import CEILINGS_NAME
@@ -420,6 +421,8 @@ def _analyze_and_report(run_dir: Path, result, *, comm, verbose: bool = False) -
 
     doc = build(read_raw(run_dir))
     write_ceilings(doc, run_dir / CEILINGS_NAME)
+    if not result.interrupted and getattr(result, "history", None) is not None:
+        result.history.remember_memory(memory_roofs(doc))  # for the next run here to be held against
     print(format_ceilings(doc, verbose=verbose))
     print(f"\nceilings: {run_dir / CEILINGS_NAME}")
     if result.interrupted:

@@ -160,6 +160,7 @@ class SweepResult:
     measured_now: int
     interrupted: bool
     wall_seconds: float
+    history: object = None  # the run's ert.measure.history.History (rank 0): the analysed memory roofs go there
 
 
 def _interleave_batch(batch: list[Point]) -> list[Point]:
@@ -254,6 +255,8 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
         end = {"interrupted": interrupted, "measured": measured, "threads_per_rank": threads}
         if started:
             end["weather"] = sky.summary()
+            if sky.memory_earlier:  # each curve's best memory roof in earlier runs here
+                end["weather"]["memory_earlier"] = sky.memory_earlier
             if not interrupted and comm.rank == 0:
                 sky.history.remember(sky.records)  # this run's bests, for the next run here to be held against
         if planner is not None:
@@ -341,7 +344,7 @@ def run_sweep(*, config: RunConfig, points: list[Point], log: RawLog, backend, c
         if progress:
             progress.finish()
     return SweepResult(planned=total, measured_now=measured, interrupted=frame.interrupted,
-                       wall_seconds=frame.wall_seconds)
+                       wall_seconds=frame.wall_seconds, history=sky.history if sky and comm.rank == 0 else None)
 
 
 def _planner(config: RunConfig, points: list[Point], *, backend, workers: int) -> AdaptivePlanner:
@@ -380,15 +383,21 @@ def _weather(config: RunConfig, backend, comm, frame, points: list[Point], **clo
     data = frame.data
     sensor = faults.unwrapped(backend)  # an injected fault (ERT_INJECT_FAULT) counts the sweep's points alone
     device = str(backend.describe().get("device", ""))
+    # Each bandwidth curve's memory roof too, where the run's top-level ceilings are this sweep's (no thread scaling).
+    curves = sorted({f"{p.spec.precision}-{p.spec.access}" for p in points if p.spec.pipe == "vector"}
+                    if not config.thread_counts else ())
     store = history.History({s.level: history.level_key(backend=config.backend, device=device, ranks=comm.size,
                                                         threads=backend.threads, level=s.level, wss_bytes=s.wss_bytes,
-                                                        spec=s.spec.key) for s in sentinels})
+                                                        spec=s.spec.key) for s in sentinels},
+                            memory_keys={c: history.memory_key(backend=config.backend, device=device, ranks=comm.size,
+                                                               threads=backend.threads, curve=c) for c in curves})
     sky = weather.Weather(probe=weather.Probe(sensor, comm, lambda n: _timed(sensor, comm, n)[0]),
                           sentinels=sentinels, settings=settings, noise_threshold=config.timing.noise_threshold,
                           ranks=comm.size, threads_per_rank=backend.threads, append=frame.append, share=comm.bcast,
                           previous=getattr(data, "sentinels", []) if data is not None else [],
                           earlier=comm.bcast(store.earlier()), **clocks)
     sky.history = store
+    sky.memory_earlier = comm.bcast(store.earlier_memory())
     return sky
 
 

@@ -60,7 +60,8 @@ def run_all(*, config, log: RawLog, backend, make_backend, comm, progress=None,
                 own.close()
         total = SweepResult(planned=total.planned + result.planned,
                             measured_now=total.measured_now + result.measured_now,
-                            interrupted=result.interrupted, wall_seconds=total.wall_seconds + result.wall_seconds)
+                            interrupted=result.interrupted, wall_seconds=total.wall_seconds + result.wall_seconds,
+                            history=result.history if k == 0 else total.history)
         if result.interrupted:
             break
     return total

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from ert.errors import ErtError, parse_user_json, read_user_text
 from ert.records.files import write_json_atomic
 
-SCHEMA_VERSION = "1.12"  # the one definition; ert.analysis.ceilings writes this version
+SCHEMA_VERSION = "1.13"  # the one definition; ert.analysis.ceilings writes this version
 
 # This reader understands every minor version of this major (see schemas/HISTORY.md).
 SUPPORTED_MAJOR = "1"
