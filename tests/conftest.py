@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import background
+
 # Numba is configured exactly as ert-run configures it, before anything imports
 # it, so in-process kernels compile for (and load from the cache of) the same
 # CPU features as the commands the tests run.
@@ -203,14 +205,23 @@ def recorded_copy(recorded_run, tmp_path) -> Path:
 # tests, not files: a test says `@pytest.mark.slow`, a file whose every test does says `pytestmark =
 # pytest.mark.slow`, and the tests marked `nvcc`, `gpu`, `mpi`, `cluster` or `arm` are slow by what those markers
 # mean (below). `pytest -m "not slow"` is the fast tier: at most 90 s on 2 cores, and every module of ert/ touched
-# (a fast test reads recorded_run, not tiny_run); the default suite (CI) runs everything (about 10 minutes).
+# (a fast test reads recorded_run, not tiny_run); the default suite (CI) runs everything (about 7 minutes).
 SLOW_MARKERS = ("nvcc", "gpu", "mpi", "cluster", "arm")
+# Modules whose tests hold measured rates against each other (a host named slow, or not; a disturbance seen against
+# a calm run): they run last, when the background setups (tests/background.py) are done.
+QUIET_MODULES = ("test_cluster", "test_reframe", "test_weather_run")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
+    background.run_last(items, QUIET_MODULES)  # the modules that use a background setup run late, the quiet last
+
+
+# ----------------------------------------------------------------------------- background setups (tests/background.py)
+def pytest_collection_finish(session):
+    background.start(session.items)  # the jobs the selected tests need (-m and -k applied)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,6 +1,7 @@
 """ert on aarch64 for real, under the arm64 rig (jobs/arm64-rig.sh: an arm64 Debian root run by qemu-user): one
 small sweep (tests/data/arm/rig.yaml) shared by the module, its result read back, the consumers run on it inside
-the root, and the fp64 FMA kernel's code as Numba compiles it on aarch64.
+the root, and the fp64 FMA kernel's code as Numba compiles it on aarch64.  The processes inside the root run in
+the background from the session's start (tests/background.py); the tests read what they left.
 
 Marked ``arm``: skipped with the reason where the rig cannot run (not root, no binfmt_misc) or is not built
 (`sudo bash jobs/arm64-rig.sh up`, about 12 minutes once; .ci/run builds it before the tests).  Under qemu every
@@ -17,6 +18,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import background
 import pytest
 
 from test_arm_codegen import a64_hot_loop, a64_loop_facts
@@ -32,33 +34,71 @@ def rig(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProces
     return subprocess.run(["bash", str(RIG), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def workdir():
-    """A folder under /tmp, which the rig mounts at the same path (pytest's own may be elsewhere)."""
-    path = Path(tempfile.mkdtemp(prefix="ert-arm-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+CONSUMERS = textwrap.dedent("""
+    set -e
+    ert show {out} > show.txt
+    ert report -o report.html {out}
+    ert export --format csv -o roofs.csv {out}
+    ert export --format ert -o roofline.json {out}
+    ert export --format kerncraft -o machine.yml {out} 2> kerncraft.err && exit 9 || test $? -eq 2
+""")
 
 
-@pytest.fixture(scope="module")
-def rig_ready(workdir):
+@background.job("arm.rig", fixture="rig_ready")
+def _rig_session() -> dict:
+    """Everything the module runs inside the root, in order: {"skip": why} where the rig cannot run, else
+    {"workdir", "run", "consumers", "asm"} (the processes, each judged by its own test)."""
     if os.geteuid() != 0:
-        pytest.skip("the arm64 rig needs root (debootstrap, chroot, mounts): run the arm tests as root")
+        return {"skip": "the arm64 rig needs root (debootstrap, chroot, mounts): run the arm tests as root"}
+    # A folder under /tmp, which the rig mounts at the same path (pytest's own may be elsewhere).
+    workdir = Path(tempfile.mkdtemp(prefix="ert-arm-", dir="/tmp"))
     status = rig("status", cwd=workdir)
     if "root: built" not in status.stdout or "venv: /opt" not in status.stdout:
-        pytest.skip("the arm64 rig is not built: run `sudo bash jobs/arm64-rig.sh up` once (about 12 minutes; "
-                    ".ci/run does)")
+        return {"workdir": workdir, "skip": "the arm64 rig is not built: run `sudo bash jobs/arm64-rig.sh up` once "
+                                            "(about 12 minutes; .ci/run does)"}
     up = rig("up", cwd=workdir, timeout=900)  # quick when built; re-points the root's ert at this checkout
     if up.returncode != 0:
-        pytest.skip(f"the arm64 rig cannot run here: {(up.stderr.strip().splitlines() or ['?'])[-1]}")
+        return {"workdir": workdir,
+                "skip": f"the arm64 rig cannot run here: {(up.stderr.strip().splitlines() or ['?'])[-1]}"}
+    out = workdir / "run"
+    steps = {"workdir": workdir, "run": rig("run", "ert-run", str(CONFIG), "--out", str(out), "-q", cwd=workdir,
+                                            timeout=900)}
+    if steps["run"].returncode == 0:
+        steps["consumers"] = rig("run", "bash", "-c", CONSUMERS.format(out=out), cwd=workdir, timeout=600)
+    (workdir / "asm.py").write_text(ASM_SCRIPT)
+    cache = workdir / "numba-cache"  # empty: a kernel loaded from a cache has no assembly to show
+    steps["asm"] = rig("run", "env", f"NUMBA_CACHE_DIR={cache}", "python", "asm.py", cwd=workdir, timeout=600)
+    return steps
+
+
+@pytest.fixture(scope="module")
+def session():
+    """The module's processes inside the root, run in the background (tests/background.py) from the session's
+    start: one sweep, the consumers on its result, the FMA kernel's assembly."""
+    steps = background.result("arm.rig")
+    yield steps
+    if "workdir" in steps:
+        shutil.rmtree(steps["workdir"], ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def rig_ready(session):
+    if "skip" in session:
+        pytest.skip(session["skip"])
+    return session
+
+
+@pytest.fixture(scope="module")
+def workdir(rig_ready) -> Path:
+    return rig_ready["workdir"]
 
 
 @pytest.fixture(scope="module")
 def arm_run(rig_ready, workdir):
     """The one sweep on aarch64: (ert-run's stderr, ceilings.json, run directory)."""
-    out = workdir / "run"
-    proc = rig("run", "ert-run", str(CONFIG), "--out", str(out), "-q", cwd=workdir, timeout=900)
+    proc = rig_ready["run"]
     assert proc.returncode == 0, proc.stderr[-3000:]
+    out = workdir / "run"
     return proc.stderr, json.loads((out / "ceilings.json").read_text()), out
 
 
@@ -96,17 +136,8 @@ def test_an_emulated_cpu_is_warned_about_and_gets_no_rated_value(arm_run):
         assert "the CPU is emulated" in beside["derivation"]
 
 
-def test_show_report_and_export_work_on_the_result_inside_the_root(arm_run, workdir):
-    _, _, out = arm_run
-    script = textwrap.dedent(f"""
-        set -e
-        ert show {out} > show.txt
-        ert report -o report.html {out}
-        ert export --format csv -o roofs.csv {out}
-        ert export --format ert -o roofline.json {out}
-        ert export --format kerncraft -o machine.yml {out} 2> kerncraft.err && exit 9 || test $? -eq 2
-    """)
-    proc = rig("run", "bash", "-c", script, cwd=workdir, timeout=600)
+def test_show_report_and_export_work_on_the_result_inside_the_root(arm_run, rig_ready, workdir):
+    proc = rig_ready["consumers"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     show = (workdir / "show.txt").read_text()
     assert "emulated aarch64 CPU" in show and "0 invalid" in show and "no rated value: the CPU is emulated" in show
@@ -135,12 +166,10 @@ ASM_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_fp64_fma_kernel_compiled_on_aarch64_is_vector_fmla_chains(rig_ready, workdir):
+def test_fp64_fma_kernel_compiled_on_aarch64_is_vector_fmla_chains(rig_ready):
     """Numba on (emulated) aarch64 compiles the FMA kernel itself: its inner loop is that many 2 x fp64 fmla
     chains in registers, as the cross-compiled code read on x86 (tests/test_arm_codegen.py)."""
-    (workdir / "asm.py").write_text(ASM_SCRIPT)
-    cache = workdir / "numba-cache"  # empty: a kernel loaded from a cache has no assembly to show
-    proc = rig("run", "env", f"NUMBA_CACHE_DIR={cache}", "python", "asm.py", cwd=workdir, timeout=600)
+    proc = rig_ready["asm"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     listings = json.loads(proc.stdout.strip().splitlines()[-1])
     assert listings.pop("chains") == [8, 16]

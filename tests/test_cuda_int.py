@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import background
 import pytest
 from conftest import sass_by_function
 
@@ -67,11 +68,11 @@ def _nvcc(args, source: Path, out: Path) -> tuple[int, str]:
     return proc.returncode, proc.stderr
 
 
-@pytest.fixture(scope="module")
-def ptx():
+@background.job("cuda_int.ptx", fixture="ptx")
+def _compile_ptx():
     """PTX of every integer variant per architecture (one batch each, in parallel), and a -D command-line build."""
     if NVCC is None:
-        pytest.skip("nvcc is not on PATH")
+        return None
     with tempfile.TemporaryDirectory() as tmp:
         batch = Path(tmp) / "int.cu"
         batch.write_text(_batch(int_specs()))
@@ -86,6 +87,14 @@ def ptx():
                 assert rc == 0, f"{key}: {err[-2000:]}"
                 out[key] = (Path(tmp) / f"{key}.ptx").read_text()
     return out
+
+
+@pytest.fixture(scope="module")
+def ptx():
+    """The PTX, compiled in the background (tests/background.py)."""
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    return background.result("cuda_int.ptx")
 
 
 def _entry(text: str, name: str) -> str:

@@ -11,6 +11,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import background
 import pytest
 
 from ert.backends import cuda_device
@@ -76,9 +77,11 @@ def _batch_source(specs: list[KernelSpec], *, fp16_header: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture(scope="module")
-def ptx():
+@background.job("cuda_kernels.ptx", fixture="ptx")
+def _compile_ptx():
     """PTX text by (batch, arch): every variant per arch in one file, in parallel over the cores."""
+    if NVCC is None:
+        return None
     jobs = {}
     for arch in ARCHS:
         jobs[("all", arch)] = (f"-arch={arch}",), _batch_source(all_specs(), fp16_header=True)
@@ -96,6 +99,12 @@ def ptx():
                 source.write_text(text)
             futures[key] = pool.submit(_nvcc, args, source, Path(tmp) / f"{i}.ptx")
         return {key: f.result() for key, f in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def ptx():
+    """PTX text by (batch, arch), compiled in the background (tests/background.py)."""
+    return background.result("cuda_kernels.ptx")
 
 
 def _entry(text: str, name: str) -> str:
@@ -180,14 +189,22 @@ def _ptxas_registers(arch: str, max_threads_per_sm: int) -> dict[str, tuple[int,
 FULL_SM = {"sm_90": 2048, "sm_86": 1536, "sm_75": 1024}
 
 
-@pytest.fixture(scope="module")
-def registers() -> dict[str, dict[str, tuple[int, int]]]:
-    """{arch: ptxas's registers and spills per kernel}: the three compiles side by side, one per core."""
+@background.job("cuda_kernels.registers", fixture="registers")
+def _compile_registers() -> dict[str, dict[str, tuple[int, int]]] | None:
     if NVCC is None:
-        pytest.skip("nvcc is not on PATH")
+        return None
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = {arch: pool.submit(_ptxas_registers, arch, threads) for arch, threads in FULL_SM.items()}
         return {arch: future.result() for arch, future in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def registers() -> dict[str, dict[str, tuple[int, int]]]:
+    """{arch: ptxas's registers and spills per kernel}: the three compiles side by side, one per core (in the
+    background: tests/background.py)."""
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    return background.result("cuda_kernels.registers")
 
 
 @pytest.mark.parametrize("arch, threads_per_sm", FULL_SM.items())

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import background
 import pytest
 from conftest import sass_by_function
 
@@ -383,11 +384,11 @@ def _nvcc(args, source: Path, out: Path):
 PTX_ARCHS = ARCHS + ("sm_90a",)
 
 
-@pytest.fixture(scope="module")
-def ptx():
+@background.job("cuda_tensor.ptx", fixture="ptx")
+def _compile_ptx():
     """{arch: (rc, ptx, stderr)}: every variant for an arch in one batch, the batches in parallel."""
     if NVCC is None:
-        pytest.skip("nvcc is not on PATH")
+        return None
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = {}
         for arch in PTX_ARCHS:
@@ -395,6 +396,14 @@ def ptx():
             source.write_text(_batch(_variants(arch)))
             futures[arch] = pool.submit(_nvcc, ("-ptx", f"-arch={arch}"), source, Path(tmp) / f"{arch}.ptx")
         return {arch: f.result() for arch, f in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def ptx():
+    """{arch: (rc, ptx, stderr)}, compiled in the background (tests/background.py)."""
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    return background.result("cuda_tensor.ptx")
 
 
 def _entry(text: str, name: str) -> str:
@@ -430,13 +439,13 @@ def test_every_variant_holds_its_mmas(ptx, arch):
 SPILL_ARCHS = ("sm_90", "sm_90a")
 
 
-@pytest.fixture(scope="module")
-def cubins(tmp_path_factory) -> dict[str, tuple[Path, str, list]]:
+@background.job("cuda_tensor.cubins", fixture="compiled")
+def _compile_cubins() -> tuple[dict[str, tuple[Path, str, list]], dict | None] | None:
     """{arch: (cubin, ptxas's stderr, its variants)}: every arch's variants in one cubin, the archs in parallel; at
     64 iterations per trial, but every iteration set on SPILL_ARCHS."""
     if NVCC is None:
-        pytest.skip("nvcc is not on PATH")
-    tmp = tmp_path_factory.mktemp("cubins")
+        return None
+    tmp = Path(tempfile.mkdtemp(prefix="ert-test-cubins-"))
     variants = {arch: _variants(arch) if arch in SPILL_ARCHS else _variants(arch, ((64, 8),))
                 for arch in SASS_ARCHS + ("sm_90a",)}
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
@@ -451,14 +460,14 @@ def cubins(tmp_path_factory) -> dict[str, tuple[Path, str, list]]:
             rc, _, err = job.result()
             assert rc == 0, f"{arch}: {err[-2000:]}"
             out[arch] = (tmp / f"{arch}.cubin", err, variants[arch])
-    return out
+    return out, _sass_of(out)
 
 
-@pytest.fixture(scope="module")
-def sass(cubins):
-    """{arch: {(shape, iters, sets): SASS text}} of every variant the code offers there (at 64 iterations)."""
+def _sass_of(cubins: dict) -> dict | None:
+    """{arch: {(shape, iters, sets): SASS text}} of every variant the code offers there (at 64 iterations); None
+    without cuobjdump and nvdisasm."""
     if CUOBJDUMP is None or NVDISASM_DIR is None:
-        pytest.skip("needs cuobjdump and nvdisasm")
+        return None
     env = {**os.environ, "PATH": NVDISASM_DIR + os.pathsep + os.environ.get("PATH", "")}
     out = {}
     for arch, (cubin, _, built) in cubins.items():
@@ -466,6 +475,31 @@ def sass(cubins):
         out[arch] = {variant: listings[f"{tc.kernel_name(variant[0])}_v{built.index(variant)}"]
                      for variant in _variants(arch, ((64, 8),))}
     return out
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """(cubins, their SASS), compiled and read in the background (tests/background.py); the cubins' folder removed
+    after the module."""
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    out, listings = background.result("cuda_tensor.cubins")
+    yield out, listings
+    for cubin, _, _ in out.values():
+        shutil.rmtree(cubin.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cubins(compiled):
+    return compiled[0]
+
+
+@pytest.fixture(scope="module")
+def sass(compiled):
+    """{arch: {(shape, iters, sets): SASS text}} of every variant the code offers there (at 64 iterations)."""
+    if compiled[1] is None:
+        pytest.skip("needs cuobjdump and nvdisasm")
+    return compiled[1]
 
 
 @needs_sass

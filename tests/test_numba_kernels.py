@@ -7,14 +7,17 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import background
 import pytest
 
 from ert.backends import check
@@ -245,14 +248,14 @@ SAPPHIRE_RAPIDS = {"NUMBA_CPU_NAME": "sapphirerapids",
 HASWELL = {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx2,+fma,+avx,+sse4.2,+popcnt,+bmi2,+f16c"}
 
 
-def _start_asm(tmp_path_factory, **env_extra) -> subprocess.Popen:
+def _start_asm(cache_dir: str, **env_extra) -> subprocess.Popen:
     """Assembly of every kernel variant, compiled in a subprocess with an empty Numba cache (started here).
 
     inspect_asm() has nothing to show for a kernel loaded from the cache, so the
     kernels are compiled anew.  ``env_extra`` can name another CPU to compile
     for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES): the code is read, never run.
     """
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path_factory.mktemp("numba-cache")), **env_extra)
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, **env_extra)
     return subprocess.Popen([sys.executable, "-c", ASM_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
 
@@ -267,20 +270,29 @@ def _asm_of(proc: subprocess.Popen) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def targets(tmp_path_factory) -> dict:
+@background.job("numba_kernels.targets", fixture="targets")
+def _compile_targets() -> dict:
     """{"host" | "haswell" | "sapphirerapids": assembly}: the three compiles side by side (one per core; each
-    compiles alone in its process, the main process only waits)."""
-    started = {"host": _start_asm(tmp_path_factory)}
+    compiles alone in its process, with an empty Numba cache of its own, the main process only waits)."""
+    caches = tempfile.mkdtemp(prefix="ert-test-numba-asm-")
+    started = {"host": _start_asm(os.path.join(caches, "host"))}
     if X86:
-        started["haswell"] = _start_asm(tmp_path_factory, **HASWELL)
-        started["sapphirerapids"] = _start_asm(tmp_path_factory, **SAPPHIRE_RAPIDS)
+        started["haswell"] = _start_asm(os.path.join(caches, "haswell"), **HASWELL)
+        started["sapphirerapids"] = _start_asm(os.path.join(caches, "sapphirerapids"), **SAPPHIRE_RAPIDS)
     try:
         return {name: _asm_of(proc) for name, proc in started.items()}
     finally:
         for proc in started.values():
             if proc.poll() is None:
                 proc.kill()
+        shutil.rmtree(caches, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def targets() -> dict:
+    """The assembly of every kernel variant for this CPU and two others, compiled in the background
+    (tests/background.py)."""
+    return background.result("numba_kernels.targets")
 
 
 @pytest.fixture(scope="module")

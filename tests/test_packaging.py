@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import zipfile
 from pathlib import Path
 
+import background
 import pytest
 import yaml
 
@@ -17,13 +20,21 @@ pytestmark = pytest.mark.slow  # every test here runs ert-run, pip or a tool as 
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+@background.job("packaging.wheel", fixture="wheel")
+def _build_wheel() -> Path:
+    """The wheel, built in the background (tests/background.py) into a folder of its own."""
+    out = Path(tempfile.mkdtemp(prefix="ert-test-wheel-"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)],
                    check=True, capture_output=True)
     (found,) = out.glob("ert-*.whl")
     return found
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    found = background.result("packaging.wheel")
+    yield found
+    shutil.rmtree(found.parent, ignore_errors=True)
 
 
 def test_wheel_ships_kernels_configs_and_schemas(wheel):

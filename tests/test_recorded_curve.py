@@ -177,6 +177,7 @@ def calm_replays(tmp_path_factory) -> list[dict]:
     return [replay(seed, base / f"s{seed}") for seed in SEEDS]
 
 
+@pytest.mark.slow  # 20 replays of a whole sweep: the fast tier keeps the one-replay tests below
 def test_the_read_write_l2_roof_lands_in_the_fast_window_in_19_of_20_seeds(calm_replays):
     got = [roof(doc, "L2", "rw")["gbytes_per_s"] for doc in calm_replays]
     hits = sum(g >= 0.95 * FAST_RW for g in got)
@@ -188,6 +189,7 @@ def test_the_read_write_l2_roof_lands_in_the_fast_window_in_19_of_20_seeds(calm_
     assert len(short) <= 6 and all(s["sentinels"] == 1 for s in short), short
 
 
+@pytest.mark.slow  # 20 replays of a whole sweep, disturbed, beside calm_replays' 20
 def test_a_disturbed_stretch_is_named_and_the_cache_roofs_match_the_undisturbed_curve_in_19_of_20_seeds(
         calm_replays, tmp_path):
     """Issue 39: rates 15 % low for a stretch of the run's time (sentinels included). The sweep's sentinels find the
