@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from conftest import run_cmd
 from ert.analysis.transfers import transfer_ceilings
 from ert.backends import cuda_links
-from ert.hardware import arm, nvidia
+from ert.hardware import arm, hwinfo, nvidia
 from ert.records import ceilings_io, rawio
 
 DATA = Path(__file__).parent / "data" / "arm"
@@ -58,7 +58,7 @@ def _peak(precision: str, fma: bool, rate: float, rated: dict) -> dict:
 
 def grace_doc() -> dict:
     """The Grace CPU of a GH200 (72 Neoverse V2 cores), rated from its recorded description at 3.1 GHz."""
-    desc = arm.describe(DATA / "grace")
+    desc = hwinfo.describe_arm(DATA / "grace")
     rated = arm.rated_from_description(desc, clock_ghz=3.1, clock_how="stated: NVIDIA's FP64 peak implies 3.1 GHz")
     compute = [_peak(p, fma, round(0.9 * arm.rated_value(rated, precision=p, fma=fma)["gflops_per_s"], 1),
                      arm.rated_value(rated, precision=p, fma=fma)) for p in ("fp64", "fp32") for fma in (True, False)]

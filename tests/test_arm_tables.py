@@ -37,7 +37,7 @@ def lscpu_total_bytes(text: str) -> tuple[int, int | None]:
 
 @pytest.fixture(scope="module", params=MACHINES)
 def machine(request):
-    return request.param, arm.describe(DATA / request.param), lscpu(request.param)
+    return request.param, hwinfo.describe_arm(DATA / request.param), lscpu(request.param)
 
 
 # --------------------------------------------------------------------------- naming and caches, against lscpu
@@ -74,7 +74,7 @@ def test_caches_read_from_sysfs_add_up_to_lscpus_sums(machine):
 
 # --------------------------------------------------------------------------- rated values, against published figures
 def _rated(name: str, clock_ghz: float, cores: int | None = None) -> dict:
-    return arm.rated_from_description(arm.describe(DATA / name), clock_ghz=clock_ghz, clock_how="stated",
+    return arm.rated_from_description(hwinfo.describe_arm(DATA / name), clock_ghz=clock_ghz, clock_how="stated",
                                       cores=cores)
 
 
@@ -90,7 +90,7 @@ def test_grace_fp64_peak_is_4_x_128_bit_fma_pipes_and_nvidias_7_1_tflops():
     superchip = arm.rated_value(_rated("grace", 3.1, cores=144))
     assert superchip["gflops_per_s"] == pytest.approx(7100, rel=0.01)
     # The fixture's own clock (cpufreq's 3447 MHz, the single-core maximum) is what ert uses without a stated one.
-    own = arm.rated_value(arm.rated_from_description(arm.describe(DATA / "grace")))
+    own = arm.rated_value(arm.rated_from_description(hwinfo.describe_arm(DATA / "grace")))
     assert own["gflops_per_s"] == pytest.approx(72 * 3.447 * 16, abs=0.1) and "cpuinfo_max_freq" in own["derivation"]
 
 

@@ -282,8 +282,8 @@ def weather_warning(block: dict | None, stretches: Sequence[Stretch], flagged: S
         parts.append(("and" if parts else "the host was disturbed") + f" throughout, as earlier runs here show: "
                      + earlier_text(low))
     if low_memory:
-        parts.append(("and" if parts else "the host's memory was busy") + " (other tenants' streams, which no "
-                     "sentinel reads): " + memory_text(low_memory))
+        parts.append(("and its memory was busy" if parts else "the host's memory was busy")
+                     + " (other tenants' streams, which no sentinel reads): " + memory_text(low_memory))
     text = "; ".join(parts)
     if flagged:
         text += f"; {', '.join(_name(e) for e in flagged)} {'was' if len(flagged) == 1 else 'were'} measured " \

@@ -212,25 +212,6 @@ class Description:
     root: str = "/"
 
 
-def describe(root: str | Path = "/") -> Description:
-    """The Arm CPU, cpu0's caches and the highest clock the OS names, under ``root``."""
-    from ert.hardware.hwinfo import read_cpu_caches
-
-    root = Path(root)
-    try:
-        cpu = parse_cpuinfo((root / "proc/cpuinfo").read_text(errors="replace"))
-    except OSError:
-        cpu = None
-    sysfs = root / "sys/devices/system/cpu"
-    clock = None
-    try:
-        khz = int((sysfs / "cpu0/cpufreq/cpuinfo_max_freq").read_text().strip())
-        clock = khz / 1e6 if khz > 0 else None
-    except (OSError, ValueError):
-        pass
-    return Description(cpu=cpu, caches=read_cpu_caches(str(sysfs)), max_clock_ghz=clock, root=str(root))
-
-
 def rated_from_description(desc: Description, *, clock_ghz: float | None = None, clock_how: str = "",
                            cores: int | None = None) -> dict:
     """Rated ceilings (ert.hardware.cpu.rated_ceilings) of a described machine: its core's table row, at
@@ -259,5 +240,5 @@ def rated_value(rated: dict, *, precision: str = "fp64", fma: bool = True, level
                  and not c.get("mix") and not c.get("op") and c.get("unit") in (None, "GFLOP/s")), None)
 
 
-__all__ = ["ArmCpu", "Description", "IMPLEMENTERS", "PARTS", "cpu_isa", "cpuinfo_blocks", "describe", "emulation",
+__all__ = ["ArmCpu", "Description", "IMPLEMENTERS", "PARTS", "cpu_isa", "cpuinfo_blocks", "emulation",
            "parse_cpuinfo", "rated_from_description", "rated_value", "sve_vector_bits"]

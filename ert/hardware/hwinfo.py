@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ert.hardware.arm import Description, parse_cpuinfo
+
 SYSFS_CPU = "/sys/devices/system/cpu"
 
 # Multipliers of the size suffixes sysfs uses ("32K", "1024K", "2M").
@@ -132,8 +134,6 @@ def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
                 name, sep, value = line.partition(":")
                 if sep and name.strip().lower() == key and value.strip():
                     return value.strip()
-        from ert.hardware.arm import parse_cpuinfo
-
         arm = parse_cpuinfo(text)  # an Arm kernel names no model: the core its MIDR names ("Neoverse V2")
         if arm is not None:
             return arm.core
@@ -332,3 +332,21 @@ def iface_bytes(name: str, net_root: str = "/sys/class/net") -> int | None:
         return int((stats / "tx_bytes").read_text()) + int((stats / "rx_bytes").read_text())
     except (OSError, ValueError):
         return None
+
+
+def describe_arm(root: str | Path = "/") -> Description:
+    """The Arm CPU (ert.hardware.arm), cpu0's caches and the highest clock the OS names, under ``root`` (a
+    recorded machine's folder reads like this machine's "/")."""
+    root = Path(root)
+    try:
+        cpu = parse_cpuinfo((root / "proc/cpuinfo").read_text(errors="replace"))
+    except OSError:
+        cpu = None
+    sysfs = root / "sys/devices/system/cpu"
+    clock = None
+    try:
+        khz = int((sysfs / "cpu0/cpufreq/cpuinfo_max_freq").read_text().strip())
+        clock = khz / 1e6 if khz > 0 else None
+    except (OSError, ValueError):
+        pass
+    return Description(cpu=cpu, caches=read_cpu_caches(str(sysfs)), max_clock_ghz=clock, root=str(root))
