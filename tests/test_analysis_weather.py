@@ -167,3 +167,32 @@ def test_a_roof_measured_mostly_while_disturbed_is_flagged_though_a_calm_point_l
     doc = _run(moved, _sentinels(len(points) + 60, low=(0.4, 1.1)))
     (entry,) = [c for c in doc["ceilings"]["memory"] if c["level"] == "L1"]
     assert "disturbed" not in entry
+
+
+def test_a_run_disturbed_most_of_its_time_flags_a_confirmed_roof_too():
+    from ert.analysis.weather import MOSTLY_SHARE, flag_disturbed, mostly_disturbed, stretches_of
+
+    points = _timed_sweep()
+    sentinels = _sentinels(len(points), low=(0.4, 1.1))
+    stretches = stretches_of(sentinels, 0.10)
+    inside = [p for p in points if any(s.start <= p["time"] <= s.end for s in stretches)]
+    assert len(inside) >= 3
+    entry = {"level": "L1", "evidence": {"point_ids": [p["id"] for p in inside]},
+             "confirmed": {"gbytes_per_s": 400.0, "by": "neighbour"}}
+    by_id = {p["id"]: p for p in points}
+    # A rate the run confirmed (two measurements that agree) stands in a run calm enough to trust its calm moments...
+    assert flag_disturbed([dict(entry)], by_id, stretches, mostly=False) == []
+    # ... not in one disturbed for most of its time: its points were read while disturbed, confirmed or not.
+    (flagged,) = flag_disturbed([dict(entry)], by_id, stretches, mostly=True)
+    assert flagged["disturbed"] is True
+    assert mostly_disturbed({"seconds": 61.0, "disturbed_seconds": 60.0})
+    assert not mostly_disturbed({"seconds": 46.0, "disturbed_seconds": MOSTLY_SHARE * 46.0 - 0.5})
+    assert not mostly_disturbed(None)
+    # End to end: the sentinels low all run but for one calm second in the L2 points' time (as the busy Zen 4 run
+    # had): the L2 roof confirmed there by neighbours is flagged with the rest.
+    readings = [sentinel(n, "L1", T0 + 0.01 + 0.25 * n, 400.0 * (1.0 if 1.25 <= 0.25 * n <= 1.5 else 0.8))
+                for n in range(int((len(points) + 2) * STEP / 0.25))]
+    doc = _run(points, readings)
+    assert doc["weather"]["disturbed_seconds"] >= MOSTLY_SHARE * doc["weather"]["seconds"]
+    (l2,) = [c for c in doc["ceilings"]["memory"] if c["level"] == "L2"]
+    assert l2["confirmed"]["by"] == "neighbour" and l2["disturbed"] is True
