@@ -221,7 +221,8 @@ def pytest_collection_modifyitems(config, items):
 
 # ----------------------------------------------------------------------------- background setups (tests/background.py)
 def pytest_collection_finish(session):
-    background.start(session.items)  # the jobs the selected tests need (-m and -k applied)
+    if not session.config.option.collectonly:
+        background.start(session.items)  # the jobs the selected tests need (-m and -k applied)
 
 
 def pytest_sessionfinish(session, exitstatus):
