@@ -120,10 +120,22 @@ def config(tmp_path_factory) -> Path:
     return path
 
 
+def _names_a_slow_host(run: Path) -> bool:
+    doc = json.loads((run / "ceilings.json").read_text())
+    return any(w.code == "slow-host" for w in coded_warnings(doc))
+
+
+# An unthrottled run measured once more when it names a host: on this shared machine a neighbour once held node1's
+# core through a whole 1-s run (0.56 of the median), with no throttle on the rig; two runs in a row so slowed, with
+# nothing of ours beside them, are a fault of the rig or of ert.
 @pytest.fixture(scope="module")
 def unthrottled(rig, config, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("unthrottled") / "run"
     _sbatch(out, config, wait=False, RANKS=1)
+    if _names_a_slow_host(out):
+        print(f"unthrottled run named a slow host, measured once more: {_host_ratios(out)}")
+        out = tmp_path_factory.mktemp("unthrottled-again") / "run"
+        _sbatch(out, config, wait=False, RANKS=1)
     return out
 
 
@@ -139,7 +151,11 @@ def throttled(rig, tmp_path_factory) -> tuple[Path, str]:
 
 @pytest.fixture(scope="module")
 def reframe_unthrottled(unthrottled, config, tmp_path_factory):
-    return _reframe(tmp_path_factory.mktemp("rfm") / "pass", config, unthrottled / "ceilings.json")
+    proc, run = _reframe(tmp_path_factory.mktemp("rfm") / "pass", config, unthrottled / "ceilings.json")
+    if proc.returncode != 0 or _names_a_slow_host(run):  # as for the sbatch run: once more
+        print(f"unthrottled ReFrame run failed or named a slow host, measured once more: {_host_ratios(run)}")
+        proc, run = _reframe(tmp_path_factory.mktemp("rfm") / "pass-again", config, unthrottled / "ceilings.json")
+    return proc, run
 
 
 @pytest.fixture(scope="module")
