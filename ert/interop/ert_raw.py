@@ -22,7 +22,6 @@ import math
 import re
 from pathlib import Path
 
-from ert.config.schema import from_dict
 from ert.interop.ert_results import _literal, gcc_o3_warning
 from ert.errors import ErtError
 from ert.records.ceilings_io import out_of_range
@@ -147,6 +146,8 @@ def read_ert_results(path: str | Path) -> RawData:
     if not points:
         raise ErtError("the ERT results hold no measurements", path=path)
     flops_list = sorted({p["spec"]["flops_per_element"] for p in points})
+    from ert.config.schema import from_dict  # pydantic: only an ERT results run needs it (ert analyze's own runs do not)
+
     config = from_dict({"backend": "numba-cpu", "precisions": [precision], "flops_per_element": flops_list,
                         "fma": "on" if any(f > 1 for f in flops_list) else "both", "access": ["rw"],
                         "threads": threads, "sweep": "dense"}, source=path)
