@@ -152,9 +152,14 @@ def throttled(rig, tmp_path_factory) -> tuple[Path, str]:
 @pytest.fixture(scope="module")
 def reframe_unthrottled(unthrottled, config, tmp_path_factory):
     proc, run = _reframe(tmp_path_factory.mktemp("rfm") / "pass", config, unthrottled / "ceilings.json")
-    if proc.returncode != 0 or _names_a_slow_host(run):  # as for the sbatch run: once more
-        print(f"unthrottled ReFrame run failed or named a slow host, measured once more: {_host_ratios(run)}")
-        proc, run = _reframe(tmp_path_factory.mktemp("rfm") / "pass-again", config, unthrottled / "ceilings.json")
+    if proc.returncode != 0 or _names_a_slow_host(run):
+        # Once more, against a reference measured just before it: on this shared machine other tenants once halved
+        # both hosts' peaks between the reference and the check (0.53 of the reference on node1 and node2 alike).
+        print(f"unthrottled ReFrame run failed or named a slow host, measured once more with a new reference: "
+              f"{_host_ratios(run)}")
+        reference = tmp_path_factory.mktemp("unthrottled-reference") / "run"
+        _sbatch(reference, config, wait=False, RANKS=1)
+        proc, run = _reframe(tmp_path_factory.mktemp("rfm") / "pass-again", config, reference / "ceilings.json")
     return proc, run
 
 
