@@ -39,7 +39,7 @@ SMALLEST = {
     "cluster_pingpong.py": ([], "interfaces counted"),
     # 4 hosts x 2 ranks (the bound is for 512 x 8: about 10 s and 400 MiB, too long for the suite).
     "hosts_analysis.py": (["--hosts", "4", "--ranks-per-host", "2"], "within bounds, the slow hosts named"),
-    # tests/data's own ERT configs (the real ones of ../shared are not shipped): converted and validated.
+    # tests/data's own ERT configs (ERT's real configs are a third party's, not shipped): converted and validated.
     "ert_configs.py": ([str(REPO / "tests" / "data" / f"ert-config-{name}.txt") for name in ("cpu", "knl", "gpu", "ocl")],
                        "4 config(s): 4 converted and valid, 0 refused in one line, 0 failed"),
     # A recorded Zen 5 run (issue 30; tests/data/zen5-l2-window): every roof against its window's best clean point.

@@ -11,7 +11,7 @@ from ert.analysis.memory import PRECISION_ORDER, caches_by_access, memory_ceilin
 from ert.analysis.rated import attach_rated, compute_name, invalidate_above_rated, scaled_rated
 from ert.analysis.transfers import transfer_ceilings
 from ert.analysis.weather import (below_earlier, disturbed_throughout, flag_below_earlier, flag_disturbed,
-                                  memory_below_earlier, memory_earlier, mostly_disturbed,
+                                  flag_memory_below_earlier, memory_below_earlier, memory_earlier, mostly_disturbed,
                                   flag_throughout, stretches_of, throughout_warning, weather_block, weather_warning)
 from ert.records.ceilings_io import SCHEMA_VERSION  # one constant for writer and reader
 from ert.analysis.mode_results import attach_sustained, by_thread_count, planned_points, scaling_section
@@ -194,11 +194,9 @@ def build(raw: RawData) -> dict:
     else:
         flagged = flag_disturbed(memory + compute, {r["id"]: r for r in points}, stretches, mostly_disturbed(weather))
         low = below_earlier(weather, threshold)
-        flagged += [e for e in flag_below_earlier(memory, low) if all(e is not f for f in flagged)]
         low_memory = memory_below_earlier(weather, memory, threshold)
-        for entry, _, _ in low_memory:
-            entry["disturbed"] = True
-        flagged += [e for e, _, _ in low_memory if all(e is not f for f in flagged)]
+        for more in (flag_below_earlier(memory, low), flag_memory_below_earlier(low_memory)):
+            flagged += [e for e in more if all(e is not f for f in flagged)]  # each entry named once
         disturbed = weather_warning(weather, stretches, flagged, low, low_memory)
     if disturbed:
         warnings.insert(0, disturbed)

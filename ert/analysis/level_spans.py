@@ -127,7 +127,7 @@ def split_ramp(curve: Curve, plateau: Plateau, *, min_points: int = 3) -> tuple[
 
 @dataclass(frozen=True)
 class Cut:
-    """A plateau cut at cache capacities (``split_at_capacities``): the whole, the pieces kept, the slow ones left out."""
+    """A plateau cut at cache capacities (``split_at_capacities``): the whole, pieces kept, slow pieces left out."""
 
     whole: Plateau
     kept: tuple[Plateau, ...]

@@ -149,6 +149,13 @@ def memory_below_earlier(block: dict | None, entries: list[dict], threshold: flo
     return out
 
 
+def flag_memory_below_earlier(low_memory: Sequence[tuple[dict, float, float]]) -> list[dict]:
+    """Set ``disturbed: true`` on the memory roofs below their earlier runs' best (``memory_below_earlier``)."""
+    for entry, _, _ in low_memory:
+        entry["disturbed"] = True
+    return [entry for entry, _, _ in low_memory]
+
+
 def memory_text(low: Sequence[tuple[dict, float, float]]) -> str:
     """``the fp64 read+write DRAM roof is 0.55 of its best in earlier runs here (96.7 GB/s)``, for each."""
     return "; ".join(f"the {_name(e)} roof is {share:.2f} of its best in earlier runs here ({best:.4g} GB/s)"
@@ -177,7 +184,8 @@ def flag_disturbed(entries: list[dict], points_by_id: dict[str, dict], stretches
         ids = evidence.get("point_ids") or ([evidence["point_id"]] if evidence.get("point_id") else [])
         recs = _roof_points([points_by_id[i] for i in ids if i in points_by_id], entry.get("regimes"))
         # Most of them suspect: a calm point or two beside a roof read while disturbed do not make it the machine's.
-        if not recs or (entry.get("confirmed") and not mostly) or 2 * sum(suspect(r, stretches) for r in recs) <= len(recs):
+        trusted = entry.get("confirmed") and not mostly
+        if not recs or trusted or 2 * sum(suspect(r, stretches) for r in recs) <= len(recs):
             continue
         entry["disturbed"] = True
         flagged.append(entry)
@@ -278,7 +286,8 @@ def weather_warning(block: dict | None, stretches: Sequence[Stretch], flagged: S
         return None
     total, disturbed = block["seconds"], block["disturbed_seconds"]
     readings = sum(len(s.sentinels) for s in stretches)
-    if not (flagged or low or low_memory) and not (total > 0 and disturbed >= NOTABLE_SHARE * total and readings >= MIN_SENTINELS):
+    notable = total > 0 and disturbed >= NOTABLE_SHARE * total and readings >= MIN_SENTINELS
+    if not (flagged or low or low_memory or notable):
         return None
     parts = []
     if stretches:

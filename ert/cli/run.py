@@ -421,7 +421,7 @@ def _analyze_and_report(run_dir: Path, result, *, comm, verbose: bool = False) -
 
     doc = build(read_raw(run_dir))
     write_ceilings(doc, run_dir / CEILINGS_NAME)
-    if not result.interrupted and getattr(result, "history", None) is not None:
+    if not result.interrupted and result.history is not None:
         result.history.remember_memory(memory_roofs(doc))  # for the next run here to be held against
     print(format_ceilings(doc, verbose=verbose))
     print(f"\nceilings: {run_dir / CEILINGS_NAME}")

@@ -146,7 +146,7 @@ def read_ert_results(path: str | Path) -> RawData:
     if not points:
         raise ErtError("the ERT results hold no measurements", path=path)
     flops_list = sorted({p["spec"]["flops_per_element"] for p in points})
-    from ert.config.schema import from_dict  # pydantic: only an ERT results run needs it (ert analyze's own runs do not)
+    from ert.config.schema import from_dict  # pydantic: only ERT's results need it, not ert analyze's own runs
 
     config = from_dict({"backend": "numba-cpu", "precisions": [precision], "flops_per_element": flops_list,
                         "fma": "on" if any(f > 1 for f in flops_list) else "both", "access": ["rw"],

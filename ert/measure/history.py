@@ -42,15 +42,19 @@ def history_path() -> Path:
     return Path(base) / "sentinels.json"
 
 
+def _key(*parts) -> str:
+    """This host's key of a history entry: what makes two readings comparable, joined."""
+    return "|".join(str(x) for x in (socket.gethostname(), *parts))
+
+
 def level_key(*, backend: str, device: str, ranks: int, threads: int, level: str, wss_bytes: int,
               spec: str) -> str:
-    return "|".join(str(x) for x in (socket.gethostname(), backend, device, f"{ranks}x{threads}", level, wss_bytes,
-                                     spec))
+    return _key(backend, device, f"{ranks}x{threads}", level, wss_bytes, spec)
 
 
 def memory_key(*, backend: str, device: str, ranks: int, threads: int, curve: str) -> str:
     """The key of a bandwidth curve's memory roof (``curve``: "fp64-rw", say)."""
-    return "|".join(str(x) for x in (socket.gethostname(), backend, device, f"{ranks}x{threads}", "memory", curve))
+    return _key(backend, device, f"{ranks}x{threads}", "memory", curve)
 
 
 def _positive(value) -> float | None:
