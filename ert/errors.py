@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 
 
 class ErtError(Exception):
@@ -137,3 +138,47 @@ def any_locale_streams(*streams) -> None:
                 stream.reconfigure(errors=TEXT_ERRORS)
             except (ValueError, OSError):  # a closed or detached stream: nothing will be printed there
                 pass
+
+
+def interrupts_reach_main() -> None:
+    """A Ctrl-C that lands inside a callback Python cannot raise from (a ``__del__``, a ctypes callback of
+    llvmlite's) is passed on, never printed as "Exception ignored ... Traceback": it is delivered again to the main
+    flow a moment later, once the callback has returned, and stops it with ert's one line."""
+    import _thread
+    import signal
+    import sys
+    import threading
+
+    default = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is None or not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            default(unraisable)
+        elif callable(signal.getsignal(signal.SIGINT)):  # a Python handler (the default raises KeyboardInterrupt)
+            # Not from here: the main flow would take it inside this hook, where it is ignored once more.
+            later = threading.Timer(0.01, _thread.interrupt_main)
+            later.daemon = True
+            later.start()
+
+    sys.unraisablehook = hook
+
+
+@contextlib.contextmanager
+def held_interrupts():
+    """Hold Ctrl-C (SIGINT) while the body runs (Numba compiling or loading a kernel: llvmlite's callbacks would
+    swallow it) and act on it when the body ends. Only in the main thread, and only under a Python handler."""
+    import signal
+    import threading
+
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    arrived = []
+    signal.signal(signal.SIGINT, lambda *received: arrived.append(received))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if arrived:
+        previous(*arrived[0])  # the handler's own action, now (the default raises KeyboardInterrupt)

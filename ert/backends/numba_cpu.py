@@ -12,6 +12,7 @@ from ert.backends.probe_cache import remembered
 from ert.backends.numba_codegen import Geometry, asm_vector_bits, configure_numba_env, effective_codegen, vector_isa
 from ert.backends.check import (A, A_INT, C, C_INT, CheckResult, fma_exact, initial_int_values, initial_values,
                                 mix_expected_bits, replay_rw, ro_errors, ro_tolerance, rw_tolerance, verdict)
+from ert.errors import held_interrupts
 from ert.spec import KernelSpec, is_integer
 from ert.hardware import no_rated_text
 
@@ -226,8 +227,9 @@ class NumbaCpuBackend:
         k = self._k
         chain = k.make_fma_latency_chain(self.vector_bytes // 8)
         ticks = np.zeros(threads, dtype=np.int64)
-        chain(threads, 100, 1, 0.5, ticks)  # compile or load; never timed
-        k.imul_latency_chain(threads, 100, 1, 3, ticks)
+        with held_interrupts():  # compile or load; never timed
+            chain(threads, 100, 1, 0.5, ticks)
+            k.imul_latency_chain(threads, 100, 1, 3, ticks)
         tick_hz = self._tick_hz()
         cycles = 8_000_000  # about 2 ms at 4 GHz
         fma_n, imul_n = cycles // fma_latency, cycles // 3
@@ -321,11 +323,12 @@ class NumbaCpuBackend:
         self._view = buf
         self._k.init_blocks(buf, self.threads, elements_per_thread, self._initial16(spec, dtype))
         self._ro_out = self._np.zeros(self.threads, dtype=self._np.float64)
-        self._fn = self._kernel(spec, self._width)
-        # Compile or load from cache now, never inside a timed region.  The
-        # multiply-add kernels return whether they were built to fuse: a cache
+        # Compile or load from cache now, never inside a timed region, with Ctrl-C held (llvmlite's callbacks
+        # would swallow it).  The multiply-add kernels return whether they were built to fuse: a cache
         # entry of the wrong variant would otherwise go unnoticed.
-        fused = self._call(0)
+        with held_interrupts():
+            self._fn = self._kernel(spec, self._width)
+            fused = self._call(0)
         if spec.access == "rw" and spec.flops_per_element > 1 and not spec.mix and spec.op == "madd" \
                 and bool(fused) != spec.fma:
             raise RuntimeError(f"{spec.key}: the loaded kernel was built with fma={bool(fused)}; "

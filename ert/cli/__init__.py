@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ert.cli.consumers import _add_consumer_parsers
 from ert.cli.run import QuietExit, _add_run_arguments, cmd_run
-from ert.errors import ErtError, any_locale_streams, not_a_file_name
+from ert.errors import ErtError, any_locale_streams, interrupts_reach_main, not_a_file_name
 from ert.hardware import no_rated_text
 
 VERBOSE_HELP = ("the report in full: every warning whole, every derivation, the tables as separate groups; the "
@@ -272,6 +272,7 @@ def _guarded(func, args, prog: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     any_locale_streams()  # a path the locale cannot encode (LANG=C, résultats) is printed, never a traceback
+    interrupts_reach_main()
     args = build_parser().parse_args(argv)
     return _guarded(args.func, args, "ert")
 
@@ -282,6 +283,7 @@ def run_main(argv: list[str] | None = None) -> int:
         description="Sweep working sets, FLOPs per element, precisions and FMA on one backend, stream every "
                     "point to RUN_DIR/raw.jsonl, and write RUN_DIR/ceilings.json. Works the same under mpirun.")
     any_locale_streams()
+    interrupts_reach_main()
     _add_run_arguments(parser)
     return _guarded(cmd_run, parser.parse_args(argv), "ert-run")
 
