@@ -196,3 +196,26 @@ def test_a_run_disturbed_most_of_its_time_flags_a_confirmed_roof_too():
     assert doc["weather"]["disturbed_seconds"] >= MOSTLY_SHARE * doc["weather"]["seconds"]
     (l2,) = [c for c in doc["ceilings"]["memory"] if c["level"] == "L2"]
     assert l2["confirmed"]["by"] == "neighbour" and l2["disturbed"] is True
+
+
+def test_a_ceiling_near_its_rated_value_is_never_flagged():
+    """A disturbance cannot have held down by more than 5 % a ceiling that reads 0.95 of what the hardware can
+    physically do: in every rule (a disturbed stretch, below earlier runs, disturbed throughout) it stays unflagged."""
+    from ert.analysis.weather import (NEAR_RATED_SHARE, flag_below_earlier, flag_disturbed, flag_throughout,
+                                      near_rated, stretches_of)
+
+    points = _timed_sweep()
+    stretches = stretches_of(_sentinels(len(points), low=(0.4, 1.1)), 0.10)
+    inside = [p["id"] for p in points if any(s.start <= p["time"] <= s.end for s in stretches)]
+    by_id = {p["id"]: p for p in points}
+
+    def entry(ratio: float | None) -> dict:
+        return {"level": "L1", "evidence": {"point_ids": inside}, "rated": {"gbytes_per_s": 400.0, "ratio": ratio}}
+
+    near, low, unrated = entry(NEAR_RATED_SHARE), entry(NEAR_RATED_SHARE - 0.01), entry(None)
+    assert near_rated(near) and not near_rated(low) and not near_rated(unrated)
+    assert flag_disturbed([near, low, unrated], by_id, stretches, mostly=True) == [low, unrated]
+    assert flag_below_earlier([dict(near), dict(low)], {"L1": (0.8, 450.0)}) == [low]
+    peak = {"precision": "fp64", "fma": True, "rated": {"gflops_per_s": 100.0, "ratio": 0.97}}
+    assert flag_throughout([dict(near), dict(low), peak]) == [low]
+    assert "disturbed" not in near and "disturbed" not in peak

@@ -203,6 +203,7 @@ class ComputeRow:
     integer: bool           # its rate counts integer operations (GIOP/s)
     wgmma: bool             # a tensor roof of Hopper's warpgroup instruction
     cells: dict = field(default_factory=dict)
+    disturbed: bool = False  # measured while the host was disturbed: its first cell marked "*"
 
 
 def compute_row(e: dict, numbered: set[str]) -> ComputeRow:
@@ -229,8 +230,16 @@ def compute_row(e: dict, numbered: set[str]) -> ComputeRow:
         cells = {"mix": f"{precision} {e.get('mix')}", "ratio": str(e.get("mix_ratio", MISSING)),
                  "rate": format_rate(e.get("gflops_per_s"))}
     note = f"{precision} {e.get('mma_shape', '')}: {e['note']}" if kind == "tensor" and e.get("note") else None
+    disturbed = e.get("disturbed") is True
+    if disturbed:  # the first column of its table: "fp64*", as a memory level's "L3*"
+        first = next(iter(cells))
+        cells[first] += "*"
     return ComputeRow(kind, compute_name(e), unit_of(e), e.get("gflops_per_s"), rated, note, is_int_entry(e),
-                      e.get("instruction") == "wgmma", {**common, **cells})
+                      e.get("instruction") == "wgmma", {**common, **cells}, disturbed)
+
+
+def _flagged(rows) -> tuple[str, ...]:
+    return (DISTURBED_NOTE,) if any(r.disturbed for r in rows) else ()
 
 
 def compute_tables(rows: list[ComputeRow]) -> list[Table]:
@@ -243,7 +252,7 @@ def compute_tables(rows: list[ComputeRow]) -> list[Table]:
         tables.append(Table("Compute", (
             Column("precision", "precision"), Column("fma", "FMA"), Column("rate", "GFLOP/s", True),
             Column("spread", "spread", True), Column("per", "FLOPs/element", True), Column("wss", "working set"),
-            Column("noisy", "noisy")) + RATED_COLUMNS, tuple(of["float"]), key="compute"))
+            Column("noisy", "noisy")) + RATED_COLUMNS, tuple(of["float"]), _flagged(of["float"]), key="compute"))
     if of["tensor"]:
         tensor = of["tensor"]
         wgmma, integer = any(r.wgmma for r in tensor), any(r.integer for r in tensor)
@@ -255,17 +264,18 @@ def compute_tables(rows: list[ComputeRow]) -> list[Table]:
         columns += ((Column("unit", "unit"),) if integer else ()) + (
             Column("spread", "spread", True), Column("per", "ops/MMA" if integer else "FLOPs/MMA", True),
             Column("noisy", "noisy"))
-        tables.append(Table(title, columns, tuple(tensor), tuple(r.note for r in tensor if r.note), "tensor"))
+        tables.append(Table(title, columns, tuple(tensor), tuple(r.note for r in tensor if r.note) + _flagged(tensor),
+                            "tensor"))
     if of["integer"]:
         tables.append(Table("Integer compute (wrapping; a multiply and an add are 2 ops, an add 1)", (
             Column("kernel", "kernel"), Column("rate", "GIOP/s", True), Column("spread", "spread", True),
             Column("per", "ops/element", True), Column("wss", "working set"), Column("noisy", "noisy")),
-            tuple(of["integer"]), key="integer"))
+            tuple(of["integer"]), _flagged(of["integer"]), key="integer"))
     if of["mix"]:
         tables.append(Table("Measured mixes (every operation of both halves counted)", (
             Column("mix", "mix"), Column("ratio", "ratio"), Column("rate", "rate", True), Column("unit", "unit"),
             Column("spread", "spread", True), Column("wss", "working set"), Column("noisy", "noisy")),
-            tuple(of["mix"]), key="mix"))
+            tuple(of["mix"]), _flagged(of["mix"]), key="mix"))
     return tables
 
 

@@ -27,6 +27,7 @@ class MemoryRoof:
     access: str | None
     wss_bytes: tuple[int, int]
     spread: float
+    disturbed: bool = False  # measured while the host was disturbed (``disturbed: true``): not the machine's
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class ComputeRoof:
     fma: bool
     gflops_per_s: float
     flops_per_element: int | None
+    disturbed: bool = False
 
     @property
     def name(self) -> str:
@@ -133,7 +135,7 @@ def memory_roofs(doc: dict, *, precision: str = "fp64", access: str = "rw") -> t
         low, high = entry["wss_bytes"]
         roofs.append(MemoryRoof(level=entry["level"], gbytes_per_s=float(entry["gbytes_per_s"]),
                                 precision=chosen[0], access=chosen[1], wss_bytes=(int(low), int(high)),
-                                spread=float(entry.get("spread", 0.0))))
+                                spread=float(entry.get("spread", 0.0)), disturbed=entry.get("disturbed") is True))
     roofs.sort(key=lambda r: r.wss_bytes[0])
     return roofs, basis_label(*chosen)
 
@@ -156,7 +158,7 @@ def compute_roofs(doc: dict) -> list[ComputeRoof]:
     ``ert profile`` places integer and tensor work under.
     """
     roofs = [ComputeRoof(precision=e["precision"], fma=bool(e["fma"]), gflops_per_s=float(e["gflops_per_s"]),
-                         flops_per_element=e.get("flops_per_element"))
+                         flops_per_element=e.get("flops_per_element"), disturbed=e.get("disturbed") is True)
              for e in doc.get("ceilings", {}).get("compute", []) if is_vector_fp(e)]
     rank = {p: i for i, p in enumerate(PRECISIONS)}
     roofs.sort(key=lambda r: (rank.get(r.precision, 9), not r.fma))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ert.consumers import roofs as roofs_mod
+from ert.consumers.report_rows import DISTURBED_NOTE
 
 # Two plateaus named alike whose working-set ranges differ more than this are
 # probably not the same thing (a VM that reports the host's caches, say).
@@ -21,6 +22,11 @@ class Row:
     unit: str
     values: list[float | None]
     wss: list[tuple[int, int] | None] = field(default_factory=list)
+    disturbed: list[bool] = field(default_factory=list)  # per file: measured while its host was disturbed
+
+    def mark(self, i: int) -> str:
+        """'*' after file ``i``'s value when it was measured while the host was disturbed (DISTURBED_NOTE)."""
+        return "*" if i < len(self.disturbed) and self.disturbed[i] else ""
 
     @property
     def paired(self) -> bool:
@@ -54,9 +60,10 @@ def comparison_rows(docs: list[dict]) -> list[Row]:
                 continue
             key = ("memory",) + _memory_key(e)
             label = f"{e['level']} {roofs_mod.basis_label(e.get('precision'), e.get('access'))}"
-            row = rows.setdefault(key, Row("memory", key, label, "GB/s", [None] * n, [None] * n))
+            row = rows.setdefault(key, Row("memory", key, label, "GB/s", [None] * n, [None] * n, [False] * n))
             row.values[i] = float(e["gbytes_per_s"])
             row.wss[i] = tuple(e["wss_bytes"])
+            row.disturbed[i] = e.get("disturbed") is True
         for e in doc["ceilings"]["compute"]:
             key = ("compute", e["precision"], bool(e["fma"]))
             # The integer add roof and the measured mixes are rows of their own, and
@@ -74,8 +81,9 @@ def comparison_rows(docs: list[dict]) -> list[Row]:
                          else f"{e['precision']} {'add' if e.get('op') == 'add' else 'multiply-add'} peak" if integer
                          else f"{e['precision']} {'FMA' if e['fma'] else 'no-FMA'} peak")
             unit = e.get("unit") or ("GIOP/s" if integer else "GFLOP/s")
-            row = rows.setdefault(key, Row("compute", key, label, unit, [None] * n, [None] * n))
+            row = rows.setdefault(key, Row("compute", key, label, unit, [None] * n, [None] * n, [False] * n))
             row.values[i] = float(e["gflops_per_s"])
+            row.disturbed[i] = e.get("disturbed") is True
     # Memory by precision, access, then level order within the first file that has it; compute last.
     level_rank = {}
     for doc in docs:
@@ -124,6 +132,12 @@ def mismatches(docs: list[dict], labels: list[str], rows: list[Row]) -> list[str
     if any(p != precisions[0] for p in precisions):
         notes.append("precisions differ: " + "; ".join(f"{labels[i]} {', '.join(p) or 'none'}"
                                                        for i, p in enumerate(precisions)))
+    for i in range(len(docs)):
+        flagged = [row.label for row in rows if row.mark(i)]
+        if flagged:
+            notes.append(f"{labels[i]}: {len(flagged)} ceiling(s) measured while the host was disturbed (marked *: "
+                         f"{', '.join(flagged)}): a ratio with one of them says more of the host's weather than of "
+                         f"the machine; measure that machine again on a quiet host")
     for i, doc in enumerate(docs):
         for w in doc.get("warnings", []):
             # Only what changes how a ratio reads: levels that are ramps or scatter, and overall noise.
@@ -156,12 +170,15 @@ def format_comparison(docs: list[dict], labels: list[str]) -> str:
     table = []
     for row in rows:
         ratios = row.ratios()[1:]
-        table.append([row.label, row.unit] + [format_value(v) for v in row.values]
-                     + ["-" if r is None else f"{r:.2f}x" for r in ratios])
+        either = [row.mark(0) or row.mark(k) for k in range(1, len(row.values))]
+        table.append([row.label, row.unit] + [format_value(v) + row.mark(i) for i, v in enumerate(row.values)]
+                     + ["-" if r is None else f"{r:.2f}x{mark}" for r, mark in zip(ratios, either)])
     widths = [max(len(str(c)) for c in col) for col in zip(header, *table)]
     lines.append("")
     for cells in [header] + table:
         lines.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(cells, widths))))
+    if any(any(row.disturbed) for row in rows):
+        lines.append(DISTURBED_NOTE + " (a ratio with one: *)")
     notes = mismatches(docs, letters, rows)
     if notes:
         lines += ["", "Not compared / read with care"] + [f"  - {n}" for n in notes]
@@ -172,5 +189,5 @@ def to_json(docs: list[dict], labels: list[str]) -> dict:
     rows = comparison_rows(docs)
     return {"machines": [{"label": labels[i], "machine": roofs_mod.machine_label(d)} for i, d in enumerate(docs)],
             "ceilings": [{"kind": r.kind, "ceiling": r.label, "unit": r.unit, "values": r.values,
-                          "ratios_to_first": r.ratios(), "paired": r.paired} for r in rows],
+                          "ratios_to_first": r.ratios(), "paired": r.paired, "disturbed": r.disturbed} for r in rows],
             "notes": mismatches(docs, labels, rows)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ert.consumers.html import tips
 from ert.consumers import roofs as roofs_mod
 from ert.consumers.cells import format_rate
+from ert.consumers.report_rows import DISTURBED_NOTE
 from ert.consumers.html.svg_chart import Chart, decade_above, decade_below
 
 PRECISION_COLORS = {"fp64": "#1f3b73", "fp32": "#0f8a6e", "fp16": "#8c510a", "bf16": "#b35806", "tf32": "#54278f",
@@ -81,6 +82,9 @@ def roofline(docs: list[dict], labels: list[str], *, chart_id: str) -> str:
     caption = ("Slanted: memory roofs (bandwidth x intensity), one per level; flat: compute peaks (FMA solid, "
                "no-FMA dashed); faint dotted: rated values (what the hardware allows); circles: ridge points. "
                "Hover a line for its value, working set, spread and evidence; click the legend to show or hide.")
+    if any(e.get("disturbed") is True for d in docs for e in d["ceilings"].get("memory", []) +
+           d["ceilings"].get("compute", [])):
+        caption += " " + DISTURBED_NOTE + "."
     return chart.figure(title=title, caption=caption, kind="roofline")
 
 
@@ -135,7 +139,7 @@ def _draw_memory(chart: Chart, entries, groups, basis, *, top, machine_index, ma
             x_at = chart.x_low * 1.5 * (2.2 ** index) * (1.25 ** machine_index)
             if value * x_at < top and value * x_at > chart.y_low:
                 # Every other label below its line: neighbouring roofs (L1 and L2) keep readable labels.
-                words = f"{e['level']} {format_rate(value)} GB/s"
+                words = f"{e['level']} {format_rate(value)}{tips.disturbed_mark(e)} GB/s"
                 for dy in ((-6, 15) if index % 2 == 0 else (15, -6)):
                     placed = chart.label(x_at, value * x_at, words, color=color, dy=dy, angle=chart.slope_angle(),
                                          size=11, avoid=True)
@@ -193,7 +197,7 @@ def _draw_compute(chart: Chart, entries, *, fastest, machine_index, machine, sin
         value = e["gflops_per_s"]
         x_start = max(chart.x_low, value / fastest)
         body = chart.polyline([(x_start, value), (chart.x_high, value)], color=color, width=2.2, dash=dash)
-        words = f"{tips.compute_name(e)} {format_rate(value)} {_compute_unit(e)}"
+        words = f"{tips.compute_name(e)} {format_rate(value)}{tips.disturbed_mark(e)} {_compute_unit(e)}"
         # At the right end, else just after the roof's start, else below it: close peaks keep readable labels.
         for at, anchor, dx, dy in ((chart.x_high, "end", -6, -5), (x_start * 1.15, "start", 0, -5),
                                    (chart.x_high, "end", -6, 14)):

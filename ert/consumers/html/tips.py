@@ -91,6 +91,15 @@ def _rated_line(e: dict, key: str, unit: str) -> str | None:
     return f"rated {format_rate(rated[key])} {unit}{share}"
 
 
+def disturbed_mark(e: dict) -> str:
+    """'*' after the value of a ceiling measured while the host was disturbed (``DISTURBED_NOTE``)."""
+    return "*" if e.get("disturbed") is True else ""
+
+
+def _disturbed_line(e: dict) -> list[str]:
+    return ["measured while the host was disturbed: not the machine's ceiling"] if e.get("disturbed") is True else []
+
+
 def memory_tip(e: dict, *, machine: str | None = None) -> str:
     """A memory, link or network level: value, spread, working set, points, rated, regimes, evidence."""
     lines = [machine] if machine else []
@@ -114,7 +123,7 @@ def memory_tip(e: dict, *, machine: str | None = None) -> str:
     if e.get("basis"):
         lines.append(f"level: {e['basis']}")
     lines.append(_evidence_line(e))
-    return "\n".join(lines)
+    return "\n".join(lines + _disturbed_line(e))
 
 
 def compute_tip(e: dict, *, machine: str | None = None) -> str:
@@ -132,7 +141,7 @@ def compute_tip(e: dict, *, machine: str | None = None) -> str:
     line = _evidence_line(e)
     trials = (e.get("evidence") or {}).get("trials") if isinstance(e.get("evidence"), dict) else None
     lines.append(line + (f" ({trials} trials)" if trials else ""))
-    return "\n".join(lines)
+    return "\n".join(lines + _disturbed_line(e))
 
 
 def rated_tip(e: dict, unit: str, *, machine: str | None = None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ert.consumers.compare.compare import comparison_rows, format_value
 from ert.consumers.plots.plot import _pyplot, save_figure
+from ert.consumers.report_rows import DISTURBED_NOTE
 
 
 def plot_comparison(docs: list[dict], labels: list[str], out_path) -> None:
@@ -22,9 +23,12 @@ def plot_comparison(docs: list[dict], labels: list[str], out_path) -> None:
         ratios = [r.ratios()[j] for r in rows]
         bars = ax.barh(ys, ratios, height=height, label=f"{labels[j]} / {labels[0]}", color=f"C{j - 1}")
         for bar, ratio, row in zip(bars, ratios, rows):
+            if row.mark(0) or row.mark(j):  # a ratio with a ceiling measured while its host was disturbed
+                bar.set_hatch("///")
+                bar.set_alpha(0.55)
             ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
-                    f" {ratio:.2f}x ({format_value(row.values[j])} vs {format_value(row.values[0])} {row.unit})",
-                    va="center", fontsize=8)
+                    f" {ratio:.2f}x ({format_value(row.values[j])}{row.mark(j)} vs "
+                    f"{format_value(row.values[0])}{row.mark(0)} {row.unit})", va="center", fontsize=8)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_yticks([i + (n_other - 1) * height / 2 for i in range(len(rows))], [r.label for r in rows])
     ax.invert_yaxis()
@@ -33,5 +37,8 @@ def plot_comparison(docs: list[dict], labels: list[str], out_path) -> None:
     ax.set_title("Ceilings compared: " + " vs ".join(labels), fontsize=11)
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    if any(any(r.disturbed) for r in rows):
+        fig.text(0.01, 0.005, DISTURBED_NOTE + "; hatched: a ratio with one", fontsize=8, color="#b03a2e",
+                 ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     save_figure(fig, out_path)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ert.consumers import roofs as roofs_mod
+from ert.consumers.report_rows import DISTURBED_NOTE
 from ert.records.files import write_bytes_atomic
 from ert.errors import ErtError
 
@@ -100,6 +101,10 @@ def plot_roofline(doc: dict, out_path, *, kernels=None, precision: str = "fp64",
     links = "; link/peer/network roofs: blue, dash-dotted" if r.transfers else ""
     ax.set_title(f"memory roofs: {r.basis} bandwidth per level; compute roofs: FMA solid, no-FMA dashed{links}",
                  fontsize=9, color="dimgray")
+    if any(m.disturbed for m in r.mem) or any(c.disturbed for c in r.comp):
+        # Below the axes, in the colour of a warning: a disturbed roof is not the machine's.
+        ax.text(0.0, -0.1, DISTURBED_NOTE + "; memory roofs so measured are dotted", transform=ax.transAxes,
+                ha="left", va="top", fontsize=9, color="#b03a2e")
     save_figure(fig, out_path)
 
 
@@ -221,7 +226,7 @@ def _draw_memory_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
         x_end = r.top / roof.gbytes_per_s
         color = cmap(0.75 * i / max(len(r.mem) - 1, 1))
         ax.plot([box.xmin, x_end], [roof.gbytes_per_s * box.xmin, r.top], color=color, linewidth=2,
-                solid_capstyle="butt")
+                solid_capstyle="butt", linestyle=(0, (1, 1.5)) if roof.disturbed else "-")
 
 
 def _draw_transfer_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
@@ -239,6 +244,11 @@ def _draw_transfer_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
                         xytext=(4, -4), textcoords="offset points", rotation=angle, rotation_mode="anchor",
                         fontsize=8, color=color, ha="left", va="top",
                         bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.2})
+
+
+def _mark(roof) -> str:
+    """'*' after the value of a roof measured while the host was disturbed (DISTURBED_NOTE)."""
+    return "*" if roof.disturbed else ""
 
 
 def _near_roofs(mem: list, ratio: float) -> list[list]:
@@ -259,7 +269,7 @@ def _label_memory_roofs(ax, mem: list, box: _Box) -> None:
         anchor = group[-1] if i else group[0]
         x_label = max(box.xmin * 1.5 * (2.5 ** i), box.ymin * 1.5 / anchor.gbytes_per_s)
         angle = _slope_angle(ax, box.xmin, anchor.gbytes_per_s * box.xmin, box.xmax, anchor.gbytes_per_s * box.xmax)
-        text = " / ".join(f"{r.level} {_fmt_rate(r.gbytes_per_s)}" for r in group) + " GB/s"
+        text = " / ".join(f"{r.level} {_fmt_rate(r.gbytes_per_s)}{_mark(r)}" for r in group) + " GB/s"
         ax.annotate(text, (x_label, anchor.gbytes_per_s * x_label), xytext=(2, 4) if i == 0 else (4, -4),
                     textcoords="offset points", rotation=angle, rotation_mode="anchor", fontsize=9,
                     ha="left", va="bottom" if i == 0 else "top",
@@ -291,11 +301,11 @@ def _compute_labels(comp: list) -> list[tuple[float, str, str]]:
         color = PRECISION_COLORS.get(p, "black")
         group = sorted(group, key=lambda r: -r.gflops_per_s)
         if len(group) == 2 and group[0].gflops_per_s / group[1].gflops_per_s < 1.03:
-            text = " / ".join(f"{'FMA' if r.fma else 'no-FMA'} {_fmt_rate(r.gflops_per_s)}" for r in group)
+            text = " / ".join(f"{'FMA' if r.fma else 'no-FMA'} {_fmt_rate(r.gflops_per_s)}{_mark(r)}" for r in group)
             labels.append((group[0].gflops_per_s, f"{p.upper()} {text} GFLOP/s", color))
         else:
-            labels += [(r.gflops_per_s, f"{p.upper()} {'FMA' if r.fma else 'no-FMA'} {_fmt_rate(r.gflops_per_s)} "
-                                        f"GFLOP/s", color) for r in group]
+            labels += [(r.gflops_per_s, f"{p.upper()} {'FMA' if r.fma else 'no-FMA'} {_fmt_rate(r.gflops_per_s)}"
+                                        f"{_mark(r)} GFLOP/s", color) for r in group]
     return labels
 
 

@@ -80,9 +80,11 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
             results.append(_extra_result(kernel, doc, precision, flops, access=access))
             continue
         mem_roofs, basis = roofs_mod.memory_roofs(doc, precision=precision, access=access)
-        levels = []
+        levels, disturbed = [], set()
         for level, nbytes in kernel.bytes.items():
             roof = roofs_mod.match_level(level, mem_roofs)
+            if roof is not None and roof.disturbed:
+                disturbed.add(f"{roof.level} bandwidth")
             if level.strip().upper() in roofs_mod.SYSTEM_MEMORY_ALIASES:
                 link = roofs_mod.system_memory_roof(doc)
                 roof = roofs_mod.MemoryRoof(level=link.name, gbytes_per_s=link.gbytes_per_s, precision=None,
@@ -114,6 +116,8 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
         else:
             compute_value, compute_name = peak.gflops_per_s, f"{peak.name} peak"
             short_name = compute_name
+        if peak is not None and peak.disturbed:
+            disturbed.add(short_name)
         bounds = [(lv.bound_gflops_per_s, f"{lv.roof_level} bandwidth") for lv in levels
                   if lv.bound_gflops_per_s is not None]
         if compute_value is not None:
@@ -124,6 +128,8 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
             notes.insert(0, f"WARNING: achieved {_num(gflops)} GFLOP/s exceeds the attainable {_num(attainable)} "
                             f"GFLOP/s ({binding}): these ceilings do not describe the device this kernel ran on, "
                             f"or a byte count is missing")
+        if binding in disturbed:
+            notes.insert(0, DISTURBED_BINDING.format(binding=binding))
         results.append(PrecisionResult(
             precision=precision, flops=flops, gflops_per_s=gflops, levels=levels, compute_ceiling=compute_name,
             compute_gflops_per_s=compute_value, fma_peak_gflops_per_s=peak.gflops_per_s if peak else None,
@@ -133,6 +139,11 @@ def profile_kernel(kernel: KernelData, doc: dict, *, access: str = "rw",
     kernel_notes = [] if results else ["no floating-point work (its FLOP counts are 0): not placed on the roofline"]
     return KernelProfile(name=kernel.name, seconds=kernel.seconds, launches=kernel.launches, results=results,
                          device=kernel.device, notes=kernel_notes + _device_notes(kernel, doc))
+
+
+# The binding ceiling was measured while the host was disturbed (``disturbed: true``): the attainable rate is low.
+DISTURBED_BINDING = ("the binding ceiling ({binding}) was measured while the host was disturbed: not the machine's, "
+                     "so the attainable rate is understated and the share of it overstated (measure on a quiet host)")
 
 
 def _extra_result(kernel: KernelData, doc: dict, key: str, ops: float, *, access: str) -> PrecisionResult:
