@@ -18,10 +18,14 @@ def plot_comparison(docs: list[dict], labels: list[str], out_path) -> None:
     n_other = len(docs) - 1
     height = 0.8 / max(n_other, 1)
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) * max(n_other, 1) + 1.8))
+    from matplotlib.patches import Patch
+
+    handles = []  # plain swatches: the legend of a machine whose first bar is hatched stays unhatched
     for j in range(1, len(docs)):
         ys = [i + (j - 1) * height for i in range(len(rows))]
         ratios = [r.ratios()[j] for r in rows]
-        bars = ax.barh(ys, ratios, height=height, label=f"{labels[j]} / {labels[0]}", color=f"C{j - 1}")
+        bars = ax.barh(ys, ratios, height=height, color=f"C{j - 1}")
+        handles.append(Patch(color=f"C{j - 1}", label=f"{labels[j]} / {labels[0]}"))
         for bar, ratio, row in zip(bars, ratios, rows):
             if row.mark(0) or row.mark(j):  # a ratio with a ceiling measured while its host was disturbed
                 bar.set_hatch("///")
@@ -35,7 +39,7 @@ def plot_comparison(docs: list[dict], labels: list[str], out_path) -> None:
     ax.set_xlabel(f"ratio to {labels[0]} (higher is faster)")
     ax.set_xlim(0, max(max(r.ratios()[1:]) for r in rows) * 1.45)
     ax.set_title("Ceilings compared: " + " vs ".join(labels), fontsize=11)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(handles=handles, loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     if any(any(r.disturbed) for r in rows):
         fig.text(0.01, 0.005, DISTURBED_NOTE + "; hatched: a ratio with one", fontsize=8, color="#b03a2e",
