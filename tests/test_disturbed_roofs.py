@@ -113,3 +113,15 @@ def test_a_comparison_marks_values_and_ratios_that_rest_on_a_disturbed_ceiling()
     js = to_json([DOC, _disturbed()], ["calm", "busy"])
     assert {c["ceiling"]: c["disturbed"] for c in js["ceilings"]}["L2 fp64 read+write"] == [False, True]
     assert DISTURBED_NOTE not in format_comparison([DOC, DOC], ["a", "b"])
+
+
+def test_the_comparison_chart_marks_them_too(tmp_path):
+    from ert.consumers.plots.compare_chart import plot_comparison
+
+    out = tmp_path / "cmp.svg"
+    plot_comparison([DOC, _disturbed()], ["calm", "busy"], out)
+    text = out.read_text()
+    assert "(200* vs 200 GB/s)" in text and "(400 vs 400 GB/s)" in text
+    assert "hatched: a ratio with one" in text
+    plot_comparison([DOC, DOC], ["a", "b"], out)
+    assert "disturbed" not in out.read_text()
