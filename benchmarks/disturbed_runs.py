@@ -55,6 +55,8 @@ def _arguments(argv):
     p.add_argument("--config", help="the runs' config (default: none, the bare run's packaged default)")
     p.add_argument("--out", default="results/disturbed-runs", help="where the run directories go")
     p.add_argument("--seed", type=int, default=None, help="which runs are disturbed, and when (default: random)")
+    p.add_argument("--report", metavar="DIR", help="print the report of runs made before (a folder this script "
+                                                    "made, holding runs.json) from their ceilings.json as they are now")
     p.add_argument("--quick", action="store_true",
                    help="2 small runs (bandwidth only, to 128 MiB), 1 disturbed for 3 s at 500 us of every ms")
     args = p.parse_args(argv)
@@ -131,8 +133,18 @@ def _named(run_dir: Path, shown: dict | None) -> tuple[bool, float]:
     return any(s.start < shown["end"] and s.end > shown["start"] for s in stretches), wall
 
 
+def _judged(run_dir: Path, got: dict) -> dict:
+    named, wall = _named(run_dir, got["disturbance"])
+    return {**got, "dir": run_dir, "named": named, "wall_s": wall, **_ceilings(run_dir)}
+
+
 def main(argv=None) -> int:
     args = _arguments(argv)
+    if args.report:
+        saved = Path(args.report) / "runs.json"
+        if not saved.exists():
+            sys.exit(f"disturbed_runs.py: error: {saved}: no such file (a folder this script made)")
+        return _report([_judged(Path(g["dir"]), g) for g in json.loads(saved.read_text())])
     rng = random.Random(args.seed)
     out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
@@ -159,8 +171,9 @@ def main(argv=None) -> int:
             print(got["stderr"], file=sys.stderr)
             print(f"run {k + 1} failed ({got['code']})", file=sys.stderr)
             return 1
-        named, wall = _named(run_dir, got["disturbance"])
-        runs.append({"dir": run_dir, **got, "named": named, "wall_s": wall, **_ceilings(run_dir)})
+        runs.append(_judged(run_dir, got))
+        (out / "runs.json").write_text(json.dumps([{**{k: r[k] for k in got}, "dir": str(r["dir"])} for r in runs],
+                                                  indent=1))
         estimate = statistics.median(r["wall_s"] for r in runs)
     return _report(runs)
 
@@ -177,7 +190,8 @@ def _report(runs: list[dict]) -> int:
         print(f"{k:>3}  {when:<31}  {'yes' if r['named'] else 'no':<15}  {'yes' if r['warned'] else 'no':<6}  "
               f"{r['first_line_s']:>8.2f} s  {r['wall_s']:>7.1f} s  {r['shell_s']:>5.1f} s")
     keys = sorted({key for r in runs for key in r["values"]})
-    print("\nceiling (GB/s)                 median   " + "  ".join(f"run{k:<3}" for k in range(1, len(runs) + 1)))
+    print("\nceiling (GB/s)                 median   " + "  ".join(f"run{k:<3}" for k in range(1, len(runs) + 1))
+          + "  unflagged max/min")
     failures = []
     for key in keys:
         values = [r["values"].get(key) for r in runs]
@@ -197,8 +211,14 @@ def _report(runs: list[dict]) -> int:
             elif cache and abs(ratio - 1) > 0.05 and not (flagged and (r["named"] or r["warned"])):
                 failures.append(f"run {k}: {' '.join(key)} at {ratio:.2f} of the median, its run names no "
                                 "disturbance or does not flag it")
-        print(f"{' '.join(key):<30} {median:7.1f}   " + "  ".join(cells))
-    print("(* flagged: measured while the host was disturbed)")
+        # The values no run flagged are the machine's, by the tool's own word: they agree, however busy the host.
+        kept = [v[0] for v in values if v and not v[1]]
+        agree = max(kept) / min(kept) if len(kept) > 1 else None
+        if agree is not None and key[0] != "DRAM" and agree > 1.05:
+            failures.append(f"{' '.join(key)}: the unflagged values of {len(kept)} runs differ by {agree:.2f}x")
+        print(f"{' '.join(key):<30} {median:7.1f}   " + "  ".join(cells)
+              + (f"  {agree:.3f} ({len(kept)} runs)" if agree else f"  - ({len(kept)} run{'s' * (len(kept) != 1)})"))
+    print("(* flagged: measured while the host was disturbed; unflagged max/min: the runs that flag nothing there)")
     for k, r in enumerate(runs, 1):
         if r["disturbance"] and not (r["named"] and r["warned"]):
             failures.append(f"run {k} was disturbed and "

@@ -115,3 +115,36 @@ def test_every_quick_script_runs_at_its_smallest_setting(script, tmp_path):
     proc = _run([sys.executable, str(BENCH / script), *(a.format(tmp=tmp_path) for a in args)])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and expected in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.slow  # three `ert analyze` processes and the script
+def test_disturbed_runs_reports_recorded_runs(tmp_path):
+    """disturbed_runs.py --report over three recorded Zen 4 runs (two quiet, one disturbed by other tenants): the
+    table of each ceiling's share of the median, its flags and the unflagged values' max/min, from ceilings.json."""
+    import json
+
+    data = REPO / "tests" / "data" / "zen4-noisy"
+    saved = []
+    for name in ("quiet-a", "quiet-b", "disturbed-run"):
+        run = tmp_path / name
+        run.mkdir()
+        shutil.copy(data / name / "raw.jsonl", run / "raw.jsonl")
+        proc = _run([sys.executable, "-m", "ert", "analyze", str(run), "-o", str(run / "ceilings.json")])
+        assert proc.returncode == 0, proc.stderr
+        # The timings the script would have measured (seconds as the user feels them): given, not measured here.
+        saved.append({"dir": str(run), "code": 0, "first_line_s": 0.8, "shell_s": 40.0, "disturbance": None,
+                      "stderr": ""})
+    (tmp_path / "runs.json").write_text(json.dumps(saved))
+    proc = _run([sys.executable, str(BENCH / "disturbed_runs.py"), "--report", str(tmp_path)])
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    rows = {" ".join(line.split()[:3]): line.split() for line in proc.stdout.splitlines()
+            if line.startswith(("L1 ", "L2 ", "L3 ", "DRAM "))}
+    docs = [json.loads((tmp_path / n / "ceilings.json").read_text()) for n in ("quiet-a", "quiet-b", "disturbed-run")]
+    values = [{(e["level"], e["precision"], e["access"]): e for e in d["ceilings"]["memory"]} for d in docs]
+    key = ("L2", "fp64", "rw")
+    row = rows[" ".join(key)]
+    kept = [v[key]["gbytes_per_s"] for v in values if not v[key].get("disturbed")]
+    assert row[-3:] == [f"{max(kept) / min(kept):.3f}", f"({len(kept)}", "runs)"]
+    flagged = [bool(v[key].get("disturbed")) for v in values]
+    assert [c.endswith("*") for c in row[4:7]] == flagged
+    assert "unflagged max/min" in proc.stdout
