@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 import textwrap
 
@@ -141,6 +142,46 @@ def test_a_device_backend_with_only_cpu_devices_yields_to_the_cpu_backend(tmp_pa
     finally:
         sys.modules.pop("ert_fake_ocl", None)
         sys.modules.pop("ert_fake_cpu", None)
+
+
+def test_a_device_backend_that_knows_it_has_no_accelerator_is_probed_only_when_nothing_else_serves(tmp_path,
+                                                                                                      monkeypatch):
+    """OpenCL's probe builds a kernel on every device (0.3 s of a bare run's first line on the Zen 4 guest): where
+    its module says at no cost that no accelerator exists, a bare run does not probe it while the CPU backend
+    serves; with nothing else it is probed, and serves."""
+    (tmp_path / "ert_fake_ocl2.py").write_text(textwrap.dedent('''
+        import os
+        probed = []
+        def no_accelerators():
+            return os.environ.get("FAKE_NODES") is None
+        def probe():
+            probed.append(1)
+            return True, "", {"accelerators": 0 if os.environ.get("FAKE_NODES") is None else 1}
+    '''))
+    (tmp_path / "ert_fake_cpu2.py").write_text("def probe():\n    return True, '', {}\n")
+    (tmp_path / "ert_fake_cpu_off.py").write_text("def probe():\n    return False, 'no cpu', {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    dev = BackendEntry("dev", "ert_fake_ocl2", "device", host_threads=False)
+    try:
+        probed = importlib.import_module("ert_fake_ocl2").probed
+        assert Registry([dev, BackendEntry("cpu", "ert_fake_cpu2", "cpu")]).best_available() == "cpu"
+        assert probed == []
+        assert Registry([dev, BackendEntry("cpu", "ert_fake_cpu_off", "cpu")]).best_available() == "dev"
+        assert probed == [1]
+        monkeypatch.setenv("FAKE_NODES", "1")  # a device node: probed first, and its accelerator wins
+        assert Registry([dev, BackendEntry("cpu", "ert_fake_cpu2", "cpu")]).best_available() == "dev"
+    finally:
+        for name in ("ert_fake_ocl2", "ert_fake_cpu2", "ert_fake_cpu_off"):
+            sys.modules.pop(name, None)
+
+
+def test_opencl_knows_there_is_no_accelerator_from_the_device_nodes(tmp_path, monkeypatch):
+    from ert.backends import opencl_devices
+
+    monkeypatch.setattr(opencl_devices, "ACCELERATOR_NODES", (str(tmp_path / "renderD*"), str(tmp_path / "kfd")))
+    assert opencl_devices.no_accelerators() == sys.platform.startswith("linux")
+    (tmp_path / "kfd").touch()
+    assert opencl_devices.no_accelerators() is False
 
 
 def test_every_backend_is_created_with_the_same_keywords_and_a_wrong_one_fails():

@@ -10,12 +10,12 @@ from ert.backends import close_attr, grow_buffer, opencl_check
 from ert.backends.check import A, A_INT, C, C_INT, CheckResult
 from ert.backends.opencl_check import HOST_DTYPE, SUM_DTYPE
 from ert.backends.opencl_devices import (EXTENSION_OF, build_program, cache_hints, device_info,
-                                         fused_multiply_adds, is_pocl, precisions_of, probe, select_device,
-                                         type_name)
+                                         fused_multiply_adds, is_pocl, no_accelerators, precisions_of, probe,
+                                         select_device, type_name)
 from ert.errors import ErtError
 from ert.spec import KernelSpec, is_integer
 
-__all__ = ["probe", "create", "OpenCLBackend"]
+__all__ = ["probe", "no_accelerators", "create", "OpenCLBackend"]
 
 NAME = "opencl"
 KERNEL_FILE = "ert_opencl.cl"

@@ -144,6 +144,21 @@ def build_problem(device) -> str:
     return _BUILD_PROBLEMS[key]
 
 
+# Device nodes of the GPUs and accelerators an OpenCL driver drives on Linux: DRM render nodes (AMD, Intel, Mali,
+# and NVIDIA's open modules), AMD's compute node, NVIDIA's, Mali's own, and the kernel's accel class.
+ACCELERATOR_NODES = ("/dev/dri/renderD*", "/dev/kfd", "/dev/nvidia[0-9]*", "/dev/mali*", "/dev/accel/accel*")
+
+
+def no_accelerators() -> bool:
+    """True where OpenCL can see no GPU or accelerator here, known without loading a driver: Linux without any of
+    ``ACCELERATOR_NODES`` (its OpenCL devices can only be CPUs, as PoCL's).  False elsewhere (another OS, or a
+    node present): the probe decides."""
+    import glob
+    import sys
+
+    return sys.platform.startswith("linux") and not any(glob.glob(pattern) for pattern in ACCELERATOR_NODES)
+
+
 def probe():
     """(available, reason, detail) for the registry; never raises.
 
