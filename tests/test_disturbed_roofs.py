@@ -125,3 +125,24 @@ def test_the_comparison_chart_marks_them_too(tmp_path):
     assert "hatched: a ratio with one" in text
     plot_comparison([DOC, DOC], ["a", "b"], out)
     assert "disturbed" not in out.read_text()
+
+
+def test_export_carries_the_flag_in_csv_and_warns_for_formats_without_a_field(tmp_path):
+    import csv
+    import io
+    import subprocess
+    import sys
+
+    from ert.consumers.export.export import to_csv
+
+    rows = list(csv.DictReader(io.StringIO(to_csv(_disturbed()))))
+    assert {r["name"]: r["disturbed"] for r in rows}["L2 fp64 read+write"] == "true"
+    assert sum(r["disturbed"] == "true" for r in rows) == 2
+    src = tmp_path / "ceilings.json"
+    src.write_text(json.dumps(_disturbed()))
+    for fmt, warned in (("ert", True), ("csv", False)):
+        proc = subprocess.run([sys.executable, "-m", "ert", "export", str(src), "--format", fmt, "-o",
+                               str(tmp_path / f"out.{fmt}")], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert (proc.stderr.count("2 ceiling(s) measured while the host was disturbed (fp64 read+write L2, "
+                                  "fp32 FMA peak)") == 1) == warned, proc.stderr

@@ -251,6 +251,7 @@ def cmd_export(args) -> int:
 
     source = _ceilings_path(args.ceilings)
     doc = load_any_ceilings(source)
+    _warn_disturbed(doc, source, args.format)
     kernels = None
     if args.format != "nersc" and (args.layout != "flat" or args.level):
         raise ErtError("--layout and --level apply to the nersc format only", key="--layout" if args.layout != "flat" else "--level")
@@ -275,6 +276,19 @@ def cmd_export(args) -> int:
                               layout=args.layout, level=args.level)
     _write_or_print(text, args.output)
     return 0
+
+
+def _warn_disturbed(doc: dict, source, fmt: str) -> None:
+    """One line on stderr when the file holds ceilings measured while the host was disturbed: the tools these
+    formats feed have no field to mark them, so their roofs would read as the machine's."""
+    from ert.consumers.report_sections import flagged_names
+
+    flagged = flagged_names(doc.get("ceilings") or {})
+    if flagged and fmt != "csv":  # the csv has a disturbed column
+        shown = ", ".join(flagged[:4]) + (f" and {len(flagged) - 4} more" if len(flagged) > 4 else "")
+        print(f"ert export: warning: {fs_text(str(source))}: {len(flagged)} ceiling(s) measured while the host was "
+              f"disturbed ({shown}) are exported as measured: the {fmt} format has no field to mark them; "
+              f"measure again on a quiet host", file=sys.stderr)
 
 
 def cmd_import_ert_config(args) -> int:

@@ -175,14 +175,14 @@ def to_nersc(doc: dict, *, precision: str = "fp64", access: str = "rw", kernels:
 
 
 CSV_COLUMNS = ("kind", "name", "level", "precision", "access", "fma", "value", "unit", "spread",
-               "wss_low_bytes", "wss_high_bytes", "flops_per_element", "n_points")
+               "wss_low_bytes", "wss_high_bytes", "flops_per_element", "n_points", "disturbed")
 
 
 def to_csv(doc: dict) -> str:
     """One row per ceiling, memory then compute, every precision and access pattern.
 
     Link, peer and network levels (schema 1.6) are rows of their own kind; ERT's roofline.json and NERSC's
-    data file have no place for them and leave them out.
+    data file have no place for them and leave them out.  ``disturbed``: measured while the host was disturbed.
     """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -192,20 +192,25 @@ def to_csv(doc: dict) -> str:
         if e.get("kind") is not None:
             # Links, peers, the network (schema 1.6): kind link/peer/network, value GB/s, sizes as the range.
             writer.writerow([e["kind"], f"{e['level']} {e.get('variant', '')}".strip(), e["level"], "", "", "",
-                             e["gbytes_per_s"], "GB/s", e["spread"], low, high, "", e["n_points"]])
+                             e["gbytes_per_s"], "GB/s", e["spread"], low, high, "", e["n_points"], _flag(e)])
             continue
         name = f"{e['level']} {roofs_mod.basis_label(e.get('precision'), e.get('access'))}"
         writer.writerow(["memory", name, e["level"], e.get("precision", ""), e.get("access", ""), "",
                          e["gbytes_per_s"], "GB/s", e["spread"], low, high, e.get("flops_per_element", 1),
-                         e["n_points"]])
+                         e["n_points"], _flag(e)])
     extra = {id(r.entry): r for r in roofs_mod.extra_roofs(doc)}
     for e in doc["ceilings"]["compute"]:
         name = extra[id(e)].name if id(e) in extra else f"{e['precision'].upper()} {'FMA' if e['fma'] else 'no-FMA'}"
         unit = extra[id(e)].unit if id(e) in extra else "GFLOP/s"
         writer.writerow(["compute", name, "", e["precision"], "", str(bool(e["fma"])).lower(), e["gflops_per_s"],
                          unit, e["spread"], e.get("wss_bytes", ""), e.get("wss_bytes", ""),
-                         e.get("flops_per_element", ""), ""])
+                         e.get("flops_per_element", ""), "", _flag(e)])
     return out.getvalue()
+
+
+def _flag(entry: dict) -> str:
+    """The ``disturbed`` column: true where the ceiling was measured while the host was disturbed."""
+    return "true" if entry.get("disturbed") is True else "false"
 
 
 def kernel_rows(kernels, doc: dict, *, access: str = "rw") -> list[tuple[str, dict, float]]:
