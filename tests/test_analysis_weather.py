@@ -85,7 +85,8 @@ def test_a_level_measured_only_while_disturbed_is_flagged_and_named_in_one_warni
     total = doc["weather"]["seconds"]
     assert warning == (f"the host was disturbed for 1.5 of {total:.1f} s (0.0-1.5 s; L1 sentinel down to 0.80 of its "
                        f"best): 0 points measured again, {doc['weather']['points']['suspect']} left suspect; fp64 "
-                       f"read-only L1 was measured while disturbed")
+                       f"read-only L1 was measured while disturbed: what other work left, not the machine's ceiling; "
+                       f"measure again when the host is quiet")
 
 
 def test_a_re_measurement_inside_a_stretch_confirms_nothing_and_refutes_nothing():

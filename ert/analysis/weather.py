@@ -322,5 +322,6 @@ def weather_warning(block: dict | None, stretches: Sequence[Stretch], flagged: S
     text = "; ".join(parts)
     if flagged:
         text += f"; {', '.join(_name(e) for e in flagged)} {'was' if len(flagged) == 1 else 'were'} measured " \
-                f"while disturbed"
+                f"while disturbed: what other work left, not the machine's ceiling{'s' * (len(flagged) > 1)}; " \
+                f"measure again when the host is quiet"
     return warn(WARNING_CODE, text)
