@@ -264,16 +264,21 @@ def _near_roofs(mem: list, ratio: float) -> list[list]:
 
 def _label_memory_roofs(ax, mem: list, box: _Box) -> None:
     """Roofs within 5 % of each other (L2 and L3 read+write on Zen 4) share one label; labels step
-    right so they do not stack, the top one sits above its roof and the others below theirs."""
+    right so they do not stack (each starts past the end of the one before: roofs 1.2x apart put two labels
+    between near lines), the top one sits above its roof and the others below theirs."""
+    renderer = ax.figure.canvas.get_renderer()
+    right = box.xmin  # where the label before ends, data x
     for i, group in enumerate(_near_roofs(mem, 1.05)):
         anchor = group[-1] if i else group[0]
-        x_label = max(box.xmin * 1.5 * (2.5 ** i), box.ymin * 1.5 / anchor.gbytes_per_s)
+        x_label = max(box.xmin * 1.5 * (2.5 ** i), box.ymin * 1.5 / anchor.gbytes_per_s, right * 1.1)
+        x_label = min(x_label, box.ymax / 3 / anchor.gbytes_per_s / 4)  # on its line, short of the top roof
         angle = _slope_angle(ax, box.xmin, anchor.gbytes_per_s * box.xmin, box.xmax, anchor.gbytes_per_s * box.xmax)
         text = " / ".join(f"{r.level} {_fmt_rate(r.gbytes_per_s)}{_mark(r)}" for r in group) + " GB/s"
-        ax.annotate(text, (x_label, anchor.gbytes_per_s * x_label), xytext=(2, 4) if i == 0 else (4, -4),
-                    textcoords="offset points", rotation=angle, rotation_mode="anchor", fontsize=9,
-                    ha="left", va="bottom" if i == 0 else "top",
-                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.75, "pad": 0.3})
+        label = ax.annotate(text, (x_label, anchor.gbytes_per_s * x_label), xytext=(2, 4) if i == 0 else (4, -4),
+                            textcoords="offset points", rotation=angle, rotation_mode="anchor", fontsize=9,
+                            ha="left", va="bottom" if i == 0 else "top",
+                            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.75, "pad": 0.3})
+        right = float(ax.transData.inverted().transform((label.get_window_extent(renderer).x1, 0.0))[0])
 
 
 def _by_precision(comp: list) -> dict[str, list]:
