@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from ert.measure.window_search import MAX_AGAIN_PER_WINDOW, WindowSearch
 from ert.measure.plan import Point
-from ert.measure.weather import (SENTINEL_SAMPLES, Sentinel, Settings, Weather, sentinel_sets)
+from ert.measure.weather import (SENTINEL_SAMPLES, Sentinel, Settings, Weather, by_weight, sentinel_sets)
 from ert.spec import KernelSpec
 
 KIB, MIB = 1024, 1024 * 1024
@@ -263,3 +263,37 @@ def test_a_re_measurement_waits_for_a_calm_host_within_the_budget():
     start = host.now
     weather.wait_calm("q~again1")     # never calm again: it gives up when the budget is spent
     assert not weather.calm() and weather.remeasure_seconds <= Settings().remeasure_budget * host.now + 0.6 and host.now > start
+
+
+def _mixed(n_per_kernel: int) -> list[Point]:
+    """A sweep's points in its order: the bandwidth kernel, then FMA kernels of 8, 32 and 128 FLOPs per element
+    (fp64), each at ``n_per_kernel`` working sets."""
+    specs = [RW] + [KernelSpec("fp64", f, True, "rw") for f in (8, 32, 128)]
+    return [Point(spec, 64 * KIB * (k + 1), 4096 * (k + 1)) for spec in specs for k in range(n_per_kernel)]
+
+
+def test_suspect_points_a_ceiling_rests_on_come_first():
+    points = _mixed(3)
+    ordered = by_weight(list(reversed(points)))
+    flops = [p.spec.flops_per_element for p in ordered]
+    assert sorted(flops[:6]) == [1, 1, 1, 128, 128, 128]   # bandwidth and the family's peak candidates
+    assert flops[6:] == [32, 32, 32, 8, 8, 8]                # then the rest, most FLOPs first
+    assert by_weight([]) == []
+
+
+def test_a_short_budget_measures_the_points_a_ceiling_rests_on_again_first():
+    # The FMA kernels (8, 32 and 128 FLOPs per element, 2 s each after 2 s of bandwidth points) measured while the
+    # host was slow: the budget reaches the 128-FLOP points (the peak's) before the 8- and 32-FLOP ones, measured
+    # earlier in the sweep.
+    host = FakeHost(slow=(2.05, 8.0))
+    weather = host.weather(every_seconds=0.5, remeasure_budget=0.1)
+    points = {p.id: p for p in _mixed(20)}
+    weather.start()
+    for point in points.values():
+        host.measure(point)
+        weather.after_point(point.id, host.records, host.remeasure, points.get)
+    weather.finish(point.id, host.records, host.remeasure, points.get)
+    again = [points[i].spec.flops_per_element for i in host.remeasured]
+    assert 0 < len(again) < 40, again       # the budget ran out before every suspect point
+    fma = [f for f in again if f != 1]     # (the stretch also takes in the last bandwidth points)
+    assert len(fma) >= 5 and fma == [128] * len(fma), again
