@@ -85,8 +85,10 @@ def cluster():
 _ENDED = re.compile(r"JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE)")
 
 
-# MPICH's wheel under Slurm's pmi2 once failed in MPI_Init on both rig hosts before ert's first line (a
-# business-card put split in two: tests/test_reframe.py): such a job is submitted once more.
+# MPICH's wheel (UCX) under Slurm's pmi2 once failed in MPI_Init on both rig hosts, before ert's first line:
+# slurmstepd read a business-card put split in two ("mpi/pmi2: value not properly terminated in client request",
+# as in ufs-community/ufs-weather-model#1732) and UCX could not unpack the peer's address.  Not ert's: such a job
+# is submitted once more (here and in tests/test_reframe.py).
 MPI_INIT_FAILED = "Fatal error in internal_Init_thread"
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, TINY, run_cmd
-from test_cluster import STATE, VENV, _env, _rig, _why_not
+from test_cluster import MPI_INIT_FAILED, STATE, VENV, _env, _rig, _why_not
 
 from ert.records.warning_codes import coded_warnings
 
@@ -69,13 +69,6 @@ class _Throttled:
 
     def __exit__(self, *exc):
         _rig("unthrottle", "node2", timeout=30)
-
-
-# MPICH's wheel (UCX) under Slurm's pmi2 once failed in MPI_Init on both hosts of the rig, before ert's first
-# line: slurmstepd read a business-card put split in two ("mpi/pmi2: value not properly terminated in client
-# request", as in ufs-community/ufs-weather-model#1732) and UCX could not unpack the peer's address.  Not ert's:
-# such a job is submitted once more.
-MPI_INIT_FAILED = "Fatal error in internal_Init_thread"
 
 
 def _sbatch(out: Path, config: Path, *, wait: bool = True, **env) -> str:

@@ -133,6 +133,11 @@ def memory_notes(rows, *, curve: bool = False) -> tuple[str, ...]:
 DISTURBED_NOTE = "* measured while the host was disturbed: not the machine's ceiling (the host's weather)"
 
 
+def disturbed_mark(flagged: bool) -> str:
+    """The mark after a ceiling measured while the host was disturbed (``DISTURBED_NOTE``), on every table and chart."""
+    return "*" if flagged else ""
+
+
 def memory_row(e: dict, numbered: set[str]) -> MemoryRow:
     c = e.get("confirmed")
     confirmation = (Confirmation(c["gbytes_per_s"], c.get("wss_bytes"), c.get("by", MISSING), c.get("times"))
@@ -141,7 +146,7 @@ def memory_row(e: dict, numbered: set[str]) -> MemoryRow:
     precision, access = e.get("precision", ""), e.get("access", "rw")
     value = e["gbytes_per_s"] if "gbytes_per_s" in e else None
     disturbed = e.get("disturbed") is True
-    cells = {"level": str(e.get("level", MISSING)) + ("*" if disturbed else ""),
+    cells = {"level": str(e.get("level", MISSING)) + disturbed_mark(disturbed),
              "curve": " ".join(x for x in (precision, access) if x),
              "gbytes": format_rate(value) if "gbytes_per_s" in e else MISSING, "spread": format_spread(e.get("spread")),
              "wss": format_wss_range(e.get("wss_bytes")), "points": format_count(e.get("n_points")),
@@ -233,7 +238,7 @@ def compute_row(e: dict, numbered: set[str]) -> ComputeRow:
     disturbed = e.get("disturbed") is True
     if disturbed:  # the first column of its table: "fp64*", as a memory level's "L3*"
         first = next(iter(cells))
-        cells[first] += "*"
+        cells[first] += disturbed_mark(True)
     return ComputeRow(kind, compute_name(e), unit_of(e), e.get("gflops_per_s"), rated, note, is_int_entry(e),
                       e.get("instruction") == "wgmma", {**common, **cells}, disturbed)
 

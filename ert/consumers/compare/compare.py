@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ert.consumers import roofs as roofs_mod
-from ert.consumers.report_rows import DISTURBED_NOTE
+from ert.consumers.report_rows import DISTURBED_NOTE, disturbed_mark
 
 # Two plateaus named alike whose working-set ranges differ more than this are
 # probably not the same thing (a VM that reports the host's caches, say).
@@ -26,7 +26,7 @@ class Row:
 
     def mark(self, i: int) -> str:
         """'*' after file ``i``'s value when it was measured while the host was disturbed (DISTURBED_NOTE)."""
-        return "*" if i < len(self.disturbed) and self.disturbed[i] else ""
+        return disturbed_mark(i < len(self.disturbed) and self.disturbed[i])
 
     @property
     def paired(self) -> bool:

@@ -7,6 +7,7 @@ the spread, and the points the value rests on (its evidence point ids).
 from __future__ import annotations
 
 from ert.consumers import roofs as roofs_mod
+from ert.consumers import report_rows
 from ert.consumers.cells import format_rate
 from ert.spec import ops_unit
 from ert.units import human_bytes
@@ -92,8 +93,8 @@ def _rated_line(e: dict, key: str, unit: str) -> str | None:
 
 
 def disturbed_mark(e: dict) -> str:
-    """'*' after the value of a ceiling measured while the host was disturbed (``DISTURBED_NOTE``)."""
-    return "*" if e.get("disturbed") is True else ""
+    """The mark after the value of a ceiling measured while the host was disturbed."""
+    return report_rows.disturbed_mark(e.get("disturbed") is True)
 
 
 def _disturbed_line(e: dict) -> list[str]:

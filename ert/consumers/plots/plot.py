@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ert.consumers import roofs as roofs_mod
-from ert.consumers.report_rows import DISTURBED_NOTE
+from ert.consumers.report_rows import DISTURBED_NOTE, disturbed_mark
 from ert.records.files import write_bytes_atomic
 from ert.errors import ErtError
 
@@ -248,7 +248,7 @@ def _draw_transfer_roofs(ax, cmap, r: _Roofs, box: _Box) -> None:
 
 def _mark(roof) -> str:
     """'*' after the value of a roof measured while the host was disturbed (DISTURBED_NOTE)."""
-    return "*" if roof.disturbed else ""
+    return disturbed_mark(roof.disturbed)
 
 
 def _near_roofs(mem: list, ratio: float) -> list[list]:
