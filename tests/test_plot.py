@@ -111,3 +111,30 @@ def test_plot_errors_leave_no_file(tiny_run, tmp_path, args, fragment):
     lines = stderr_lines(proc)
     assert proc.returncode == 2 and len(lines) == 1 and fragment in lines[0], proc.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_roof_measured_again_shows_its_evidence_on_both_sweep_charts(tmp_path):
+    """A recorded run disturbed throughout (tests/data/zen4-noisy/disturbed-run): roofs confirmed by a later
+    re-measurement, which on a disturbed run may read above every point of the first pass (a bare run here: an
+    fp64 read+write L2 roof of 437 GB/s over points of 260-316, its two re-measurements 437 and 436); both sweep
+    charts draw them (the HTML one: a diamond per ``confirm`` record of a bandwidth point, its id and which point
+    it measured again)."""
+    from ert.analysis.ceilings import build
+    from ert.consumers.html.sweep import sweep_charts
+
+    raw = read_raw(DATA / "zen4-noisy" / "disturbed-run")
+    doc = build(raw)
+    again = {r["id"]: r for r in raw.confirms if r["spec"]["flops_per_element"] == 1 and r["valid"]}
+    by_again = [e for e in doc["ceilings"]["memory"] if (e.get("confirmed") or {}).get("by") == "measured again"]
+    assert again and by_again
+    html = "".join(sweep_charts(raw, doc, chart_id="s"))
+    drawn = dict(re.findall(r'<g class="again" data-tags="[^"]*" data-tip="([^"]*)" data-id="([^"]*)"', html))
+    drawn = {rid: tip for tip, rid in drawn.items()}
+    assert set(drawn) == set(again)
+    for rid, tip in drawn.items():
+        assert f"re-measurement {again[rid]['again']} of {again[rid]['point_id']}" in tip, tip
+    for e in by_again:  # what confirmed the roof is on the chart
+        assert any(again[rid]["point_id"] == e["confirmed"]["point_id"] for rid in drawn), e["level"]
+    out = tmp_path / "sweep.svg"
+    plot_sweep(raw, doc, out)
+    assert "measured again (confirms)" in out.read_text()

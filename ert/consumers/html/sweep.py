@@ -67,8 +67,11 @@ def sweep_charts(raw, doc: dict, *, chart_id: str) -> list[str]:
     figures = []
     for access in ("rw", "ro"):
         chosen = [r for r in points if _is_bandwidth_point(r) and r["spec"].get("access", "rw") == access]
+        again = [r for r in raw.confirms if _is_bandwidth_point(r)
+                 and r["spec"].get("access", "rw") == access and r.get("valid", True)]
         if chosen:
-            figures.append(_bandwidth_chart(chosen, doc, access, roles, chart_id=f"{chart_id}-{access}"))
+            figures.append(_bandwidth_chart(chosen, doc, access, roles, again=again,
+                                            chart_id=f"{chart_id}-{access}"))
     others = [r for r in points if not _is_bandwidth_point(r)]
     if others or doc["ceilings"].get("compute"):
         figures.append(_compute_chart(others, doc, roles, chart_id=f"{chart_id}-compute"))
@@ -89,6 +92,29 @@ def _marker(chart: Chart, x: float, y: float, *, color: str, noisy: bool, valid:
         return (f'<rect class="pt" x="{px - r}" y="{py - r}" width="{2 * r}" height="{2 * r}" fill="{fill}" '
                 f'stroke="{color}" stroke-width="1.4"/>')
     return f'<circle class="pt" cx="{px}" cy="{py}" r="{r}" fill="{fill}" stroke="{color}" stroke-width="1.4"/>'
+
+
+def _diamond(chart: Chart, x: float, y: float, *, color: str) -> str:
+    px, py = chart.px(x, y)
+    r = 4.6
+    return (f'<path class="pt" d="M{px},{py - r} L{px + r},{py} L{px},{py + r} L{px - r},{py} Z" fill="{color}" '
+            f'fill-opacity="0.55" stroke="#222" stroke-width="1"/>')
+
+
+def _draw_again(chart: Chart, again: list[dict], roles, *, precision: str, color: str) -> None:
+    """The measurements taken again, later, to confirm a window's roof (``confirm`` records): where a run was
+    disturbed they are the fastest evidence of a roof, above every point of its first pass."""
+    for r in again:
+        if r["spec"]["precision"] != precision:
+            continue
+        gbs, gfs = _rates(r)
+        if gbs <= 0:
+            continue
+        tip = tips.point_tip(r, gbytes_per_s=gbs, gflops_per_s=gfs, unit=ops_unit(precision),
+                             roles=roles.get(r.get("point_id"), []))
+        tip += f"\nre-measurement {r.get('again', '?')} of {r.get('point_id', 'a point')}"
+        chart.add(chart.group(_diamond(chart, r["wss_bytes"], gbs, color=color), tags=["again", f"pt-{precision}"],
+                              tip=tip, cls="again", data={"id": r["id"]}))
 
 
 def _point_tags(rec: dict, series: str) -> list[str]:
@@ -128,10 +154,12 @@ def _cache_sizes(doc: dict) -> list[tuple[str, int]]:
     return [out[k] for k in sorted(out)]
 
 
-def _bandwidth_chart(recs: list[dict], doc: dict, access: str, roles, *, chart_id: str) -> str:
+def _bandwidth_chart(recs: list[dict], doc: dict, access: str, roles, *, again: list[dict] = (),
+                     chart_id: str) -> str:
     values = {id(r): _rates(r) for r in recs}
     entries = [e for e in doc["ceilings"].get("memory", []) if e.get("kind") is None and e.get("access") == access]
-    ys = [v[0] for v in values.values() if v[0] > 0] + [e["gbytes_per_s"] for e in entries]
+    ys = ([v[0] for v in values.values() if v[0] > 0] + [e["gbytes_per_s"] for e in entries]
+          + [g for g in (_rates(r)[0] for r in again) if g > 0])
     xs = [r["wss_bytes"] for r in recs] + [w for e in entries for w in e.get("wss_bytes", []) if w]
     chart = Chart(chart_id=chart_id, x_low=min(xs) / 1.4, x_high=max(xs) * 1.4, y_low=min(ys) / 1.5,
                   y_high=max(ys) * 1.6, x_label="working set [bytes, all threads]", y_label="bandwidth [GB/s]",
@@ -142,6 +170,8 @@ def _bandwidth_chart(recs: list[dict], doc: dict, access: str, roles, *, chart_i
         chart.toggle(f"pt-{p}", f"{p} points and plateaus", color=PRECISION_COLORS.get(p, "#333"))
     chart.toggle("windows", f"level windows ({shaded})", color="#f4c9a8")
     _status_toggles(chart, recs)
+    if again:
+        chart.toggle("again", f"measured again to confirm a roof (diamonds, {len(again)})", color="#555")
     _draw_windows(chart, [e for e in entries if e.get("precision") == shaded])
     for label, size in _cache_sizes(doc):
         if chart.x_low < size < chart.x_high:
@@ -172,8 +202,10 @@ def _bandwidth_chart(recs: list[dict], doc: dict, access: str, roles, *, chart_i
                                           valid=r.get("valid", True), square=False,
                                           small=bool(r.get("_slower_launch"))),
                                   tags=_point_tags(r, f"pt-{p}"), tip=tip, cls="point", data={"id": r["id"]}))
+        _draw_again(chart, again, roles, precision=p, color=color)
     name = access_name(access)
-    caption = (f"Every {name} point (FLOPs/element = 1): filled clean, hollow noisy, red x invalid. Shaded: each "
+    caption = (f"Every {name} point (FLOPs/element = 1): filled clean, hollow noisy, red x invalid"
+               + ("; diamonds: measured again, later, to confirm a window's roof" if again else "") + ". Shaded: each "
                f"level's window ({shaded}); thick bars: the level's plateau (its roof), dashed bars: regimes "
                f"inside a cache; dotted: cache sizes x threads. Hover a point for its id, rate, spread and trials.")
     return chart.figure(title=f"Sweep: bandwidth, {name}", caption=caption, kind="sweep")

@@ -71,6 +71,15 @@ def plot_sweep(raw, doc: dict, out_path) -> None:
             if noisy:
                 ax.plot([x for x, _ in noisy], [y for _, y in noisy], "o", markerfacecolor="white",
                         markeredgecolor=color, markersize=5, label=f"{p} noisy point")
+            # Measured again, later, to confirm a window's roof: on a disturbed run, the roof's own evidence.
+            again = [(r["wss_bytes"], rates(r).gbytes_per_s) for r in raw.confirms
+                     if r["spec"].get("precision") == p and r["spec"].get("access") == access
+                     and r["spec"].get("flops_per_element") == 1 and r.get("valid", True)]
+            if again:
+                ymax = max(ymax, max(y for _, y in again))
+                ax.plot([x for x, _ in again], [y for _, y in again], "D", color=color, alpha=0.6,
+                        markeredgecolor="black", markeredgewidth=0.6, markersize=4.5,
+                        label=f"{p} measured again (confirms)")
         ax.set_ylim(0, ymax * 1.22)
         shade_precision = "fp64" if "fp64" in curves else next(iter(curves), None)
         for e in doc["ceilings"]["memory"]:
