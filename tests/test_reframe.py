@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, TINY, run_cmd
-from test_cluster import MPI_INIT_FAILED, STATE, VENV, _env, _rig, _why_not
+from test_cluster import MPI_INIT_FAILED, SCRIPT, STATE, VENV, _env, _rig, _why_not
 
 from ert.records.warning_codes import coded_warnings
 
@@ -146,6 +146,48 @@ def _names_a_slow_host(run: Path) -> bool:
     return any(w.code == "slow-host" for w in coded_warnings(doc))
 
 
+# Outside ert: both hosts' cores timed at the same moment (numpy's multiply and add over 256 KiB, the median of
+# ~0.3 ms windows over 1 s), node2's rate over node1's.  It tells a core that a co-tenant of this shared machine
+# slowed (CI once read node2's fp64 peaks at 0.70-0.75 of node1's in three unthrottled runs in a row, over a minute)
+# from ert naming a host that was not slow.  Here it read node2 at 0.9-1.1 of node1 unthrottled, 0.36 throttled
+# 500/500 and 0.17 throttled 750/250.
+_CORE_PROBE = """import numpy as np, time
+a = np.ones(32768); b = np.ones(32768); c = np.empty(32768); rates = []; end = time.perf_counter() + 1.0
+while time.perf_counter() < end:
+    t = time.perf_counter()
+    for _ in range(20):
+        np.multiply(a, b, out=c); np.add(c, a, out=c)
+    rates.append(20 / (time.perf_counter() - t))
+print(float(np.median(rates)))"""
+CALM_CORES = (0.85, 1 / 0.85)   # node2 / node1 in the probe: the cores agree
+_PROBED: dict[Path, float] = {}  # a run that named a host -> the probe's node2 / node1 just after it
+
+
+def _core_ratio() -> float:
+    procs = [subprocess.Popen(["bash", str(SCRIPT), "exec", node, str(VENV / "bin" / "python"), "-c", _CORE_PROBE],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
+             for node in ("node1", "node2")]
+    outs = [proc.communicate(timeout=60) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), outs
+    node1, node2 = (float(out.split()[-1]) for out, _ in outs)
+    return node2 / node1
+
+
+def _calm_cores(wait_s: float = 30.0) -> float:
+    """The probe's node2 / node1, probed again until the cores agree (CALM_CORES) or ``wait_s`` has passed."""
+    end = time.monotonic() + wait_s
+    ratio = _core_ratio()
+    while not CALM_CORES[0] <= ratio <= CALM_CORES[1] and time.monotonic() < end:
+        time.sleep(2)
+        ratio = _core_ratio()
+    return ratio
+
+
+def _probe_if_named(run: Path) -> None:
+    if _names_a_slow_host(run):
+        _PROBED[run] = _core_ratio()
+
+
 # An unthrottled run measured once more when it names a host: on this shared machine a neighbour once held node1's
 # core through a whole 1-s run (0.56 of the median), with no throttle on the rig; two runs in a row so slowed, with
 # nothing of ours beside them, are a fault of the rig or of ert.
@@ -154,9 +196,11 @@ def unthrottled(rig, config, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("unthrottled") / "run"
     _sbatch(out, config, wait=False, RANKS=1)
     if _names_a_slow_host(out):
-        print(f"unthrottled run named a slow host, measured once more: {_host_ratios(out)}")
+        print(f"unthrottled run named a slow host, measured once more when the cores agree (node2 / node1 "
+              f"{_calm_cores():.2f} outside ert): {_host_ratios(out)}")
         out = tmp_path_factory.mktemp("unthrottled-again") / "run"
         _sbatch(out, config, wait=False, RANKS=1)
+        _probe_if_named(out)
     return out
 
 
@@ -176,11 +220,12 @@ def reframe_unthrottled(unthrottled, config, tmp_path_factory):
     if proc.returncode != 0 or _names_a_slow_host(run):
         # Once more, against a reference measured just before it: on this shared machine other tenants once halved
         # both hosts' peaks between the reference and the check (0.53 of the reference on node1 and node2 alike).
-        print(f"unthrottled ReFrame run failed or named a slow host, measured once more with a new reference: "
-              f"{_host_ratios(run)}")
+        print(f"unthrottled ReFrame run failed or named a slow host, measured once more with a new reference "
+              f"when the cores agree (node2 / node1 {_calm_cores():.2f} outside ert): {_host_ratios(run)}")
         reference = tmp_path_factory.mktemp("unthrottled-reference") / "run"
         _sbatch(reference, config, wait=False, RANKS=1)
         proc, run = _reframe(tmp_path_factory.mktemp("rfm") / "pass-again", config, reference / "ceilings.json")
+        _probe_if_named(run)
     return proc, run
 
 
@@ -230,12 +275,21 @@ def test_compare_hosts_shows_node2s_ratios(throttled):
     assert rows and all(re.search(r" 0\.\d\d$", row) for row in rows), proc.stdout
 
 
+def _slow_in_probe(named: list[str], ratio: float) -> bool:
+    """Whether every host ``named`` slow read slow in the core probe too (``ratio``: node2 / node1)."""
+    slow = {"node2"} if ratio < CALM_CORES[0] else {"node1"} if ratio > CALM_CORES[1] else set()
+    return all(text.split(":")[0] in slow for text in named)
+
+
 def test_unthrottled_runs_name_no_host(unthrottled, reframe_unthrottled):
     _, rfm_run = reframe_unthrottled
     for run in (unthrottled, rfm_run):
         doc = json.loads((run / "ceilings.json").read_text())
-        assert [w.text for w in coded_warnings(doc) if w.code == "slow-host"] == [], \
-            run_cmd("ert", "show", run).stdout
+        named = [w.text for w in coded_warnings(doc) if w.code == "slow-host"]
+        if named and run in _PROBED and _slow_in_probe(named, _PROBED[run]):
+            pytest.skip(f"measured twice while this shared machine slowed a host's core outside ert too (node2 / "
+                        f"node1 {_PROBED[run]:.2f} in the probe just after): ert named it rightly: {named}")
+        assert named == [], run_cmd("ert", "show", run).stdout
         show = run_cmd("ert", "show", run).stdout
         assert not re.search(r"node\d: .+ of the median of 2 hosts", show), show
         print(f"unthrottled {run}: per-host ratios", _host_ratios(run))
