@@ -17,16 +17,20 @@ def new_run_dir(output_dir: str) -> Path:
 
     A name only: ``claim_auto`` creates it, atomically, as two runs started in one second need.
     """
+    return next(path for path in _run_names(output_dir) if not path.exists())
+
+
+def _run_names(output_dir: str):
+    """``output_dir/<date>-<time>-<host>``, then the same with ``-2``, ``-3``..., without end."""
+    import itertools
     import socket
     import time
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path(output_dir) / f"{stamp}-{socket.gethostname().split('.')[0]}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    yield base
+    for n in itertools.count(2):
+        yield base.with_name(f"{base.name}-{n}")
 
 
 def claim_auto(output_dir: str):
@@ -36,16 +40,14 @@ def claim_auto(output_dir: str):
 
     output_dir = fs_path(output_dir)  # the config's text, a name the file system of any locale takes
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    path = new_run_dir(output_dir)
-    base, n = path, 1
-    while True:
+    # Every name from the first: two processes that both found <stamp> taken and both tried <stamp>-2 must not
+    # make the loser's <stamp>-2-2 (seen once, four runs in one second).
+    for path in _run_names(output_dir):
         try:
             path.mkdir()
-            break
+            return path, runlock.hold(path)
         except FileExistsError:
-            n += 1
-            path = base.with_name(f"{base.name}-{n}")
-    return path, runlock.hold(path)
+            continue
 
 
 def claim_out(run_dir: Path, *, restart: bool = False):
