@@ -89,14 +89,15 @@ def test_holds_run_and_check_new(tmp_path):
         rundir.check_new(tmp_path / "notes.txt")
 
 
-def test_new_run_dir_never_reuses_a_name(tmp_path):
-    first = rundir.new_run_dir(str(tmp_path))
-    assert first.parent == tmp_path and not first.exists()
-    first.mkdir()
-    second = rundir.new_run_dir(str(tmp_path))
+def test_claim_auto_never_reuses_a_name(tmp_path):
+    first, lock1 = rundir.claim_auto(str(tmp_path))
+    assert first.parent == tmp_path and first.is_dir()
+    second, lock2 = rundir.claim_auto(str(tmp_path))
     if second.name.startswith(first.name):  # the same second: numbered
         assert second.name == f"{first.name}-2"
-    assert second != first and not second.exists()
+    assert second != first and second.is_dir()
+    lock1.release()
+    lock2.release()
 
 
 def test_config_round_trip_and_load_config(tmp_path):

@@ -12,16 +12,9 @@ from ert.records.rawio import RAW_NAME
 CONFIG_NAME = "config.yaml"
 
 
-def new_run_dir(output_dir: str) -> Path:
-    """``output_dir/<date>-<time>-<host>``, with ``-2``, ``-3``... appended while that name is taken.
-
-    A name only: ``claim_auto`` creates it, atomically, as two runs started in one second need.
-    """
-    return next(path for path in _run_names(output_dir) if not path.exists())
-
-
 def _run_names(output_dir: str):
-    """``output_dir/<date>-<time>-<host>``, then the same with ``-2``, ``-3``..., without end."""
+    """``output_dir/<date>-<time>-<host>``, then the same with ``-2``, ``-3``..., without end: the names
+    ``claim_auto`` tries in turn."""
     import itertools
     import socket
     import time
@@ -42,12 +35,17 @@ def claim_auto(output_dir: str):
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     # Every name from the first: two processes that both found <stamp> taken and both tried <stamp>-2 must not
     # make the loser's <stamp>-2-2 (seen once, four runs in one second).
-    for path in _run_names(output_dir):
-        try:
-            path.mkdir()
-            return path, runlock.hold(path)
-        except FileExistsError:
-            continue
+    path = next(path for path in _run_names(output_dir) if _made(path))
+    return path, runlock.hold(path)
+
+
+def _made(path: Path) -> bool:
+    """Whether this process created ``path`` (mkdir: one process of any number wins a name)."""
+    try:
+        path.mkdir()
+        return True
+    except FileExistsError:
+        return False
 
 
 def claim_out(run_dir: Path, *, restart: bool = False):
