@@ -139,6 +139,12 @@ def point_records(run_dir: Path) -> list[dict]:
     return [r for r in raw_records(run_dir) if r["type"] == "point"]
 
 
+def first_points(run_dir: Path) -> list[dict]:
+    """The point records that are a point's first measurement: not the host weather's re-measurement of a point
+    measured in a disturbed stretch (``remeasured_for``, same id), which a busy host may add to any run."""
+    return [r for r in point_records(run_dir) if not r.get("remeasured_for")]
+
+
 def sass_by_function(cuobjdump: str, cubin: Path, env: dict) -> dict[str, str]:
     """{kernel: its SASS listing} from one `cuobjdump -sass` of the whole cubin (one call per kernel with -fun
     costs ~0.3 s each and lists the same instructions)."""
