@@ -139,10 +139,10 @@ def point_records(run_dir: Path) -> list[dict]:
     return [r for r in raw_records(run_dir) if r["type"] == "point"]
 
 
-def first_points(run_dir: Path) -> list[dict]:
-    """The point records that are a point's first measurement: not the host weather's re-measurement of a point
-    measured in a disturbed stretch (``remeasured_for``, same id), which a busy host may add to any run."""
-    return [r for r in point_records(run_dir) if not r.get("remeasured_for")]
+def first_points(points: list[dict]) -> list[dict]:
+    """Of ``points`` (point records), each point's first measurement: not the host weather's re-measurement of a
+    point measured in a disturbed stretch (``remeasured_for``, same id), which a busy host may add to any run."""
+    return [r for r in points if not r.get("remeasured_for")]
 
 
 def sass_by_function(cuobjdump: str, cubin: Path, env: dict) -> dict[str, str]:

@@ -120,7 +120,7 @@ def test_a_failure_on_one_rank_aborts_the_job_with_one_message(tmp_path):
                     f"measured are kept: resume with: ert-run --resume {run_dir}"], proc.stderr
     assert "Traceback" not in proc.stderr
     # The two points finished before the fault are on disk; no ceilings were written.
-    assert len(first_points(run_dir)) == 2
+    assert len(first_points(point_records(run_dir))) == 2
     assert not (run_dir / "ceilings.json").exists()
 
 
@@ -167,11 +167,11 @@ def test_killing_one_rank_ends_the_job_within_seconds_and_the_run_resumes(tmp_pa
             job.kill()
             job.wait()
     assert job.returncode != 0
-    before = first_points(run_dir)
+    before = first_points(point_records(run_dir))
     assert len(before) >= 3
     proc = mpiexec(ert_run(), "--resume", run_dir, "-q")
     assert proc.returncode == 0, proc.stderr
-    after = first_points(run_dir)
+    after = first_points(point_records(run_dir))
     ids = [r["id"] for r in after]
     assert len(ids) == len(set(ids))
     assert after[:len(before)] == before

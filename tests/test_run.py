@@ -210,7 +210,7 @@ def assert_complete_and_unchanged(run_dir: Path, before: dict[str, dict]) -> Non
     records = raw_records(run_dir)
     points = [r for r in records if r["type"] == "point"]
     # Nothing measured twice, but what the host's weather measured again (a point written in a disturbed stretch).
-    counts = Counter(r["id"] for r in points if not r.get("remeasured_for"))
+    counts = Counter(r["id"] for r in first_points(points))
     assert max(counts.values()) == 1, f"measured twice: {[k for k, v in counts.items() if v > 1]}"
     assert sorted(counts) == sorted(planned_ids(run_dir)), "total = planned"
     for pid, rec in before.items():
@@ -249,7 +249,7 @@ def test_truncated_last_line_is_tolerated_by_analyze_and_resume(tiny_copy):
     for line in text.splitlines():
         json.loads(line)  # the half line was cut, not left in the middle of the file
     assert_complete_and_unchanged(tiny_copy, before)
-    assert len(first_points(tiny_copy)) == planned
+    assert len(first_points(point_records(tiny_copy))) == planned
 
 
 def test_kill_9_then_ctrl_c_leave_runs_that_resume_completes(tmp_path):
@@ -346,8 +346,7 @@ def test_two_concurrent_resumes_one_runs_the_other_exits_2_and_nothing_is_measur
     assert loser.strip().splitlines() == [
         f"ert-run: error: {tiny_copy}: --resume: in use by another ert-run (pid {winner.pid} on host "
         f"{__import__('socket').gethostname()}); wait for it to end, or choose another directory"]
-    # the weather's re-measurements of a disturbed point repeat its id (remeasured_for); a first measurement never does
-    counts = Counter(r["id"] for r in point_records(tiny_copy) if not r.get("remeasured_for"))
+    counts = Counter(r["id"] for r in first_points(point_records(tiny_copy)))
     assert max(counts.values()) == 1 and len(counts) == len(planned_ids(tiny_copy))
     assert sum(1 for r in raw_records(tiny_copy) if r["type"] == "header") == 1
     assert not (tiny_copy / ".ert-run.lock").exists()  # let go at the end
@@ -364,7 +363,7 @@ def test_two_runs_into_one_out_one_runs_the_other_exits_2(tmp_path):
     assert "in use by another ert-run (pid" in loser[0] or "already holds a run" in loser[0]
     records = raw_records(out)
     assert sum(1 for r in records if r["type"] == "header") == 1
-    firsts = [r["id"] for r in records if r["type"] == "point" and not r.get("remeasured_for")]
+    firsts = [r["id"] for r in first_points([r for r in records if r["type"] == "point"])]
     assert len(set(firsts)) == len(firsts)  # one writer: no point measured twice (the weather's re-measurements aside)
 
 

@@ -18,7 +18,7 @@ from ert.measure.driver import _cache_resident_bytes, cache_windows
 from ert.consumers.terminal.report import format_ceilings
 from ert.measure.modes import plan_for
 
-from conftest import command, numba_plan, point_records, raw_records, run_cmd, write_config
+from conftest import command, first_points, numba_plan, point_records, raw_records, run_cmd, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +67,7 @@ def test_ceilings_per_thread_count_validate_and_the_top_level_is_the_largest(sca
             assert all(pid.endswith(f"-t{t}") for pid in m["evidence"]["point_ids"])
     records = point_records(out)
     assert {r["threads_per_rank"] for r in records} == {1, 2}
-    firsts = [r for r in records if not r.get("remeasured_for")]  # the weather's re-measurements repeat an id
+    firsts = first_points(records)  # the weather's re-measurements repeat an id
     assert len({r["id"] for r in firsts}) == len(firsts)
     # Each count's warnings carry their codes beside them, as the top level's do (schema 1.10).
     for entry in counts:
@@ -168,7 +168,7 @@ def test_adaptive_run_resumes_after_kill_9_and_finishes_its_plan(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     records = point_records(out)
     # Nothing measured twice but what the weather measured again (a point written in a disturbed stretch).
-    counts = Counter(r["id"] for r in records if not r.get("remeasured_for"))
+    counts = Counter(r["id"] for r in first_points(records))
     assert max(counts.values()) == 1
     final = {r["id"]: r for r in records}
     assert all(rec in records for rec in before.values())  # what was on disk stays
